@@ -1,0 +1,110 @@
+//! The fixed batch header: plain little-endian fields at fixed offsets.
+
+/// Size of the fixed header; the rkyv body starts here.
+pub const HEADER_LEN: usize = 80;
+/// Marks a rill batch; a zeroed (preallocated) region never looks like one.
+pub const MAGIC: u16 = 0x5242;
+/// The only format version so far.
+pub const VERSION: u16 = 1;
+/// The CRC covers everything from this offset on: the fields before it are the length, the
+/// CRC itself and the two the broker fills in (base offset, append time).
+pub const CRC_START: usize = 24;
+
+/// The decoded fixed header of a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BatchHeader {
+    pub length: u32,
+    pub crc: u32,
+    pub base_offset: u64,
+    pub append_time_ms: i64,
+    pub magic: u16,
+    pub version: u16,
+    pub flags: u16,
+    pub record_count: u32,
+    pub body_len: u32,
+    pub first_timestamp_ms: i64,
+    pub max_timestamp_ms: i64,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub base_sequence: i32,
+}
+
+fn u16_at(b: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes([b[at], b[at + 1]])
+}
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(a)
+}
+
+impl BatchHeader {
+    /// Decodes the header from the first [`HEADER_LEN`] bytes; `None` if `b` is shorter.
+    /// Decoding does not validate: see [`crate::batch::BatchView::validate`].
+    pub fn decode(b: &[u8]) -> Option<BatchHeader> {
+        if b.len() < HEADER_LEN {
+            return None;
+        }
+        Some(BatchHeader {
+            length: u32_at(b, 0),
+            crc: u32_at(b, 4),
+            base_offset: u64_at(b, 8),
+            append_time_ms: u64_at(b, 16) as i64,
+            magic: u16_at(b, 24),
+            version: u16_at(b, 26),
+            flags: u16_at(b, 28),
+            record_count: u32_at(b, 32),
+            body_len: u32_at(b, 36),
+            first_timestamp_ms: u64_at(b, 40) as i64,
+            max_timestamp_ms: u64_at(b, 48) as i64,
+            producer_id: u64_at(b, 56) as i64,
+            producer_epoch: u16_at(b, 64) as i16,
+            base_sequence: u32_at(b, 68) as i32,
+        })
+    }
+
+    /// Writes every field into `b[..HEADER_LEN]` (reserved bytes zeroed).
+    pub fn encode(&self, b: &mut [u8]) {
+        let b = &mut b[..HEADER_LEN];
+        b.fill(0);
+        b[0..4].copy_from_slice(&self.length.to_le_bytes());
+        b[4..8].copy_from_slice(&self.crc.to_le_bytes());
+        b[8..16].copy_from_slice(&self.base_offset.to_le_bytes());
+        b[16..24].copy_from_slice(&self.append_time_ms.to_le_bytes());
+        b[24..26].copy_from_slice(&self.magic.to_le_bytes());
+        b[26..28].copy_from_slice(&self.version.to_le_bytes());
+        b[28..30].copy_from_slice(&self.flags.to_le_bytes());
+        b[32..36].copy_from_slice(&self.record_count.to_le_bytes());
+        b[36..40].copy_from_slice(&self.body_len.to_le_bytes());
+        b[40..48].copy_from_slice(&self.first_timestamp_ms.to_le_bytes());
+        b[48..56].copy_from_slice(&self.max_timestamp_ms.to_le_bytes());
+        b[56..64].copy_from_slice(&self.producer_id.to_le_bytes());
+        b[64..66].copy_from_slice(&self.producer_epoch.to_le_bytes());
+        b[68..72].copy_from_slice(&self.base_sequence.to_le_bytes());
+    }
+
+    /// The offset of the last record in the batch.
+    pub fn last_offset(&self) -> u64 {
+        self.base_offset + u64::from(self.record_count.max(1)) - 1
+    }
+
+    /// The offset after this batch.
+    pub fn next_offset(&self) -> u64 {
+        self.base_offset + u64::from(self.record_count)
+    }
+}
+
+/// Fills in the two broker-owned fields of an encoded batch in place. They sit outside the
+/// checksummed range, so the producer's CRC stays valid.
+pub fn stamp(batch: &mut [u8], base_offset: u64, append_time_ms: i64) {
+    batch[8..16].copy_from_slice(&base_offset.to_le_bytes());
+    batch[16..24].copy_from_slice(&append_time_ms.to_le_bytes());
+}
+
+/// CRC32C over the checksummed range of an encoded batch of `length` bytes.
+pub fn checksum(batch: &[u8]) -> u32 {
+    crc32c::crc32c(&batch[CRC_START..])
+}

@@ -1,0 +1,47 @@
+//! The one batch format, from producer to disk to consumer.
+//!
+//! A batch is a fixed 80-byte header followed by an rkyv archive of its records, padded with
+//! zeros to a multiple of 16 bytes so that the next batch (in a frame, a buffer or a segment
+//! file) starts 16-byte aligned, which rkyv needs for in-place access.
+//!
+//! ```text
+//! offset size field            covered by CRC
+//!  0      4   length (whole batch incl. header and padding, multiple of 16)   no
+//!  4      4   crc32c of bytes 24..length                                      no
+//!  8      8   base offset      (filled in by the broker)                      no
+//! 16      8   append time ms   (filled in by the broker)                      no
+//! 24      2   magic 0x5242 ("RB")                                             yes
+//! 26      2   format version (1)                                             yes
+//! 28      2   flags                                                          yes
+//! 30      2   reserved (0)                                                   yes
+//! 32      4   record count                                                   yes
+//! 36      4   body length (exact rkyv archive length)                        yes
+//! 40      8   first timestamp ms                                             yes
+//! 48      8   max timestamp ms                                               yes
+//! 56      8   producer id (-1: none)                                         yes
+//! 64      2   producer epoch                                                 yes
+//! 66      2   reserved (0)                                                   yes
+//! 68      4   base sequence (-1: none)                                       yes
+//! 72      8   reserved (0)                                                   yes
+//! 80      .   rkyv body, then zero padding                                   yes
+//! ```
+//! All integers are little-endian; the rkyv archive uses rkyv 0.8's default format (little
+//! endian, aligned, 32-bit relative pointers).
+
+mod builder;
+mod header;
+mod record;
+mod view;
+
+pub use builder::BatchBuilder;
+pub use header::{stamp as stamp_batch, BatchHeader, HEADER_LEN, MAGIC, VERSION};
+pub use record::{ArchivedRecord, ArchivedRecordBody, Header, Record, RecordBody};
+pub use view::{BatchError, BatchIter, BatchView, RecordView};
+
+/// Batches and frames are padded to this many bytes so archives stay aligned.
+pub const ALIGN: usize = 16;
+
+/// Rounds `n` up to the next multiple of [`ALIGN`].
+pub const fn align_up(n: usize) -> usize {
+    (n + ALIGN - 1) & !(ALIGN - 1)
+}

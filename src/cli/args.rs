@@ -1,0 +1,212 @@
+//! The command line, exactly as DESIGN.md names it. Every flag may also come from a
+//! `RILL_*` environment variable or a `--config FILE` (TOML) key of the same name.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "rill",
+    version,
+    about = "rill: a persistent, partitioned log broker"
+)]
+pub struct Cli {
+    /// Broker to talk to (any shard of any broker).
+    #[arg(
+        short = 'b',
+        long,
+        global = true,
+        env = "RILL_BOOTSTRAP",
+        default_value = "127.0.0.1:9292"
+    )]
+    pub bootstrap: String,
+    /// TOML file with flag values (keys are flag names, e.g. `fsync = "never"`).
+    #[arg(long = "config", value_name = "FILE")]
+    pub config_file: Option<PathBuf>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run a broker.
+    Broker(BrokerArgs),
+    /// Create, list, describe and delete topics.
+    #[command(subcommand)]
+    Topic(TopicCommand),
+    /// Produce stdin lines as messages.
+    Produce(ProduceArgs),
+    /// Print messages, one value per line.
+    Consume(ConsumeArgs),
+    /// Consumer groups.
+    #[command(subcommand)]
+    Group(GroupCommand),
+    /// The cluster.
+    #[command(subcommand)]
+    Cluster(ClusterCommand),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct BrokerArgs {
+    /// TOML file with flag values (keys are flag names, e.g. `fsync = "never"`).
+    #[arg(long = "config", value_name = "FILE")]
+    pub config_file: Option<PathBuf>,
+    #[arg(long, env = "RILL_DATA_DIR", default_value = "./rill-data")]
+    pub data_dir: PathBuf,
+    /// Native protocol address of shard 0; shard i listens on PORT + i.
+    #[arg(long, env = "RILL_LISTEN", default_value = "127.0.0.1:9292")]
+    pub listen: String,
+    /// Host advertised to clients (default: the listen host).
+    #[arg(long, env = "RILL_ADVERTISED_HOST")]
+    pub advertised_host: Option<String>,
+    #[arg(long, env = "RILL_NODE_ID", default_value_t = 1)]
+    pub node_id: u32,
+    /// Number of shards, pinned to the first N available cores (default: one per core).
+    #[arg(long, env = "RILL_SHARDS", conflicts_with = "cores")]
+    pub shards: Option<usize>,
+    /// Cores to run shards on, e.g. 0,2,4 or 0-3.
+    #[arg(long, env = "RILL_CORES")]
+    pub cores: Option<String>,
+    #[arg(long, env = "RILL_CONTROLLER_LISTEN")]
+    pub controller_listen: Option<String>,
+    /// ID@HOST:PORT,... of the controller quorum (default: this broker alone).
+    #[arg(long, env = "RILL_CONTROLLER_VOTERS")]
+    pub controller_voters: Option<String>,
+    /// Kafka protocol address of shard 0, or `off`.
+    #[arg(long, env = "RILL_KAFKA_LISTEN", default_value = "127.0.0.1:9092")]
+    pub kafka_listen: String,
+    /// always | never | interval:MS
+    #[arg(long, env = "RILL_FSYNC", default_value = "always")]
+    pub fsync: String,
+    #[arg(long, env = "RILL_SEGMENT_BYTES", default_value_t = 128 << 20)]
+    pub segment_bytes: u64,
+    /// Bytes of log between two sparse index entries.
+    #[arg(long, env = "RILL_INDEX_INTERVAL_BYTES", default_value_t = 4096)]
+    pub index_interval_bytes: u32,
+    /// Preallocate segment files (overwrites are cheaper to fdatasync than appends).
+    #[arg(long, env = "RILL_PREALLOCATE", default_value_t = true, action = clap::ArgAction::Set)]
+    pub preallocate: bool,
+    /// Largest request frame accepted.
+    #[arg(long, env = "RILL_MAX_FRAME_BYTES", default_value_t = 64 << 20)]
+    pub max_frame_bytes: usize,
+    /// Memory for recent batches, split across shards.
+    #[arg(long, env = "RILL_TAIL_CACHE_BYTES", default_value_t = 64 << 20)]
+    pub tail_cache_bytes: usize,
+    /// Longest long-poll a fetch may ask for.
+    #[arg(long, env = "RILL_MAX_FETCH_WAIT_MS", default_value_t = 30_000)]
+    pub max_fetch_wait_ms: u64,
+    /// Longest a produce waits for its acknowledgement.
+    #[arg(long, env = "RILL_MAX_PRODUCE_TIMEOUT_MS", default_value_t = 30_000)]
+    pub max_produce_timeout_ms: u64,
+    #[arg(long, env = "RILL_MAX_CONNECTIONS_PER_SHARD", default_value_t = 10_000)]
+    pub max_connections_per_shard: usize,
+    #[arg(long, env = "RILL_MAX_PARTITIONS_PER_TOPIC", default_value_t = 10_000)]
+    pub max_partitions_per_topic: u32,
+    /// glommio registered I/O memory per shard.
+    #[arg(long, env = "RILL_IO_MEMORY_BYTES", default_value_t = 10 << 20)]
+    pub io_memory_bytes: usize,
+    /// Busy-poll this long before a shard parks (lower latency, burns the core). 0 = off.
+    #[arg(long, env = "RILL_SPIN_BEFORE_PARK_US", default_value_t = 0)]
+    pub spin_before_park_us: u64,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum TopicCommand {
+    Create {
+        name: String,
+        #[arg(long)]
+        partitions: u32,
+        #[arg(long, default_value_t = 1)]
+        replication_factor: u16,
+        /// KEY=VALUE topic setting (repeatable).
+        #[arg(long = "config", value_name = "KEY=VALUE")]
+        configs: Vec<String>,
+    },
+    List,
+    Describe {
+        name: String,
+    },
+    Delete {
+        name: String,
+    },
+    AddPartitions {
+        name: String,
+        #[arg(long)]
+        count: u32,
+    },
+    Truncate {
+        name: String,
+        #[arg(long)]
+        partition: u32,
+        #[arg(long)]
+        before: u64,
+    },
+}
+
+#[derive(Args, Debug)]
+pub struct ProduceArgs {
+    pub topic: String,
+    /// The text before the first SEP on a line is the key.
+    #[arg(long)]
+    pub key_separator: Option<String>,
+    #[arg(long, default_value = "all")]
+    pub acks: String,
+    #[arg(long)]
+    pub partition: Option<u32>,
+    /// K=V header for every message (repeatable).
+    #[arg(long = "header", value_name = "K=V")]
+    pub headers: Vec<String>,
+    #[arg(long, value_delimiter = ',')]
+    pub tags: Vec<String>,
+    #[arg(long)]
+    pub delay_ms: Option<u64>,
+    #[arg(long, default_value_t = 5)]
+    pub linger_ms: u64,
+    #[arg(long, default_value_t = 256 << 10)]
+    pub batch_bytes: usize,
+}
+
+#[derive(Args, Debug)]
+pub struct ConsumeArgs {
+    pub topic: String,
+    #[arg(long)]
+    pub group: Option<String>,
+    /// beginning | end | OFFSET | @UNIX_MS
+    #[arg(long, default_value = "beginning")]
+    pub from: String,
+    #[arg(long)]
+    pub partition: Option<u32>,
+    /// Stop after COUNT messages.
+    #[arg(short = 'n', long = "count")]
+    pub count: Option<u64>,
+    /// Stop after this long without a new message.
+    #[arg(long)]
+    pub timeout_ms: Option<u64>,
+    #[arg(long)]
+    pub print_key: bool,
+    #[arg(long, value_delimiter = ',')]
+    pub tags: Vec<String>,
+    #[arg(long)]
+    pub isolation: Option<String>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum GroupCommand {
+    List,
+    Describe {
+        group: String,
+    },
+    ResetOffsets {
+        group: String,
+        #[arg(long)]
+        topic: String,
+        #[arg(long)]
+        to: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ClusterCommand {
+    Info,
+}

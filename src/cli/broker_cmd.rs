@@ -1,0 +1,129 @@
+//! `rill broker`: turns flags into a [`BrokerConfig`] and runs it.
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::time::Duration;
+
+use super::args::BrokerArgs;
+use crate::log::FsyncPolicy;
+use crate::server::{run_broker, BrokerConfig};
+
+fn parse_addr(flag: &str, v: &str) -> Result<SocketAddr, String> {
+    v.to_socket_addrs()
+        .map_err(|e| format!("--{flag} '{v}': {e}"))?
+        .next()
+        .ok_or_else(|| format!("--{flag} '{v}' resolves to no address"))
+}
+
+/// Parses `0,2,4` and ranges like `0-3`.
+pub fn parse_cores(v: &str) -> Result<Vec<usize>, String> {
+    let mut out = Vec::new();
+    for part in v.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let bad = || format!("--cores '{v}': '{part}' is not a core number or range");
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b): (usize, usize) =
+                    (a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?);
+                if a > b {
+                    return Err(bad());
+                }
+                out.extend(a..=b);
+            }
+            None => out.push(part.parse().map_err(|_| bad())?),
+        }
+    }
+    if out.is_empty() {
+        return Err(format!("--cores '{v}' names no core"));
+    }
+    Ok(out)
+}
+
+pub fn config_from_args(a: &BrokerArgs) -> Result<BrokerConfig, String> {
+    let listen = parse_addr("listen", &a.listen)?;
+    let available = rill_shards::ShardConfig::all_cores();
+    let cores = match (&a.cores, a.shards) {
+        (Some(list), _) => parse_cores(list)?,
+        (None, Some(0)) => return Err("--shards must be at least 1".into()),
+        (None, Some(n)) => {
+            if n > available.len() {
+                return Err(format!(
+                    "--shards {n}: only {} cores are available",
+                    available.len()
+                ));
+            }
+            available[..n].to_vec()
+        }
+        (None, None) => available,
+    };
+    let fsync: FsyncPolicy = a.fsync.parse().map_err(|e| format!("--fsync: {e}"))?;
+    let kafka_listen = match a.kafka_listen.as_str() {
+        "off" => None,
+        v => Some(parse_addr("kafka-listen", v)?),
+    };
+    if let Some(v) = &a.controller_voters {
+        let voters: Vec<&str> = v.split(',').filter(|s| !s.trim().is_empty()).collect();
+        let me = format!("{}@", a.node_id);
+        if voters.len() > 1 || voters.iter().any(|s| !s.trim().starts_with(&me)) {
+            return Err(format!(
+                "--controller-voters '{v}': a multi-voter controller quorum is not supported yet; leave it unset for a single-node cluster"
+            ));
+        }
+    }
+    if a.segment_bytes < 64 << 10 {
+        return Err(format!(
+            "--segment-bytes {} is below the minimum of 65536",
+            a.segment_bytes
+        ));
+    }
+    if a.segment_bytes > u64::from(u32::MAX) {
+        return Err(format!(
+            "--segment-bytes {} is above the maximum of {}",
+            a.segment_bytes,
+            u32::MAX
+        ));
+    }
+    if a.max_frame_bytes < 4096 {
+        return Err("--max-frame-bytes must be at least 4096".into());
+    }
+    if a.node_id == 0 {
+        return Err("--node-id must be at least 1".into());
+    }
+    let mut c = BrokerConfig::new(a.data_dir.clone(), listen, cores);
+    c.advertised_host = a
+        .advertised_host
+        .clone()
+        .unwrap_or_else(|| listen.ip().to_string());
+    c.node_id = a.node_id;
+    c.kafka_listen = kafka_listen;
+    c.fsync = fsync;
+    c.segment_bytes = a.segment_bytes;
+    c.index_interval_bytes = a.index_interval_bytes.max(1);
+    c.preallocate = a.preallocate;
+    c.max_frame_bytes = a.max_frame_bytes;
+    c.tail_cache_bytes = a.tail_cache_bytes;
+    c.max_fetch_wait = Duration::from_millis(a.max_fetch_wait_ms);
+    c.max_produce_timeout = Duration::from_millis(a.max_produce_timeout_ms.max(1));
+    c.max_connections_per_shard = a.max_connections_per_shard;
+    c.max_partitions_per_topic = a.max_partitions_per_topic;
+    c.io_memory_bytes = a.io_memory_bytes;
+    c.spin_before_park =
+        (a.spin_before_park_us > 0).then(|| Duration::from_micros(a.spin_before_park_us));
+    Ok(c)
+}
+
+pub fn run(a: BrokerArgs) -> Result<(), String> {
+    let cfg = config_from_args(&a)?;
+    run_broker(cfg).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn cores() {
+        assert_eq!(parse_cores("0,2").unwrap(), vec![0, 2]);
+        assert_eq!(parse_cores("1-3").unwrap(), vec![1, 2, 3]);
+        assert!(parse_cores("3-1").is_err());
+        assert!(parse_cores("x").is_err());
+        assert!(parse_cores("").is_err());
+    }
+}

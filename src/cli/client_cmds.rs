@@ -1,0 +1,292 @@
+//! The client commands: topic, produce, consume, group, cluster.
+
+use std::io::{BufRead, Write};
+use std::time::{Duration, Instant};
+
+use super::args::{ClusterCommand, Command, ConsumeArgs, GroupCommand, ProduceArgs, TopicCommand};
+use crate::client::{Acks, Client, ClientConfig, Consumer, Producer, ProducerConfig, StartFrom};
+use crate::server::handlers_now_ms as now_ms;
+
+pub fn run(bootstrap: &str, cmd: Command) -> Result<(), String> {
+    match cmd {
+        Command::Broker(_) => unreachable!("handled by the caller"),
+        Command::Group(g) => {
+            let what = match g {
+                GroupCommand::List => "group list",
+                GroupCommand::Describe { .. } => "group describe",
+                GroupCommand::ResetOffsets { .. } => "group reset-offsets",
+            };
+            Err(format!(
+                "{what}: consumer groups are not supported by this build yet"
+            ))
+        }
+        Command::Topic(t) => topic(connect(bootstrap)?, t),
+        Command::Produce(p) => produce(bootstrap, p),
+        Command::Consume(c) => consume(bootstrap, c),
+        Command::Cluster(ClusterCommand::Info) => cluster_info(connect(bootstrap)?),
+    }
+}
+
+fn connect(bootstrap: &str) -> Result<Client, String> {
+    Client::connect(ClientConfig::new(bootstrap)).map_err(|e| e.to_string())
+}
+
+fn topic(mut client: Client, cmd: TopicCommand) -> Result<(), String> {
+    match cmd {
+        TopicCommand::Create {
+            name,
+            partitions,
+            replication_factor,
+            configs,
+        } => {
+            let mut kv = Vec::new();
+            for c in configs {
+                let (k, v) = c
+                    .split_once('=')
+                    .ok_or_else(|| format!("--config '{c}': expected KEY=VALUE"))?;
+                kv.push((k.to_string(), v.to_string()));
+            }
+            client
+                .create_topic(&name, partitions, replication_factor, kv)
+                .map_err(|e| format!("cannot create topic '{name}': {e}"))?;
+            println!("created topic {name} with {partitions} partitions");
+            Ok(())
+        }
+        TopicCommand::List => {
+            let mut names: Vec<_> = client.metadata().topics.keys().cloned().collect();
+            names.sort();
+            for n in names {
+                println!("{n}");
+            }
+            Ok(())
+        }
+        TopicCommand::Describe { name } => describe(&mut client, &name),
+        TopicCommand::Delete { name } => {
+            client
+                .delete_topic(&name)
+                .map_err(|e| format!("cannot delete topic '{name}': {e}"))?;
+            println!("deleted topic {name}");
+            Ok(())
+        }
+        TopicCommand::AddPartitions { name, .. } => Err(format!(
+            "topic add-partitions {name}: not supported by this build yet"
+        )),
+        TopicCommand::Truncate { name, .. } => Err(format!(
+            "topic truncate {name}: not supported by this build yet"
+        )),
+    }
+}
+
+fn describe(client: &mut Client, name: &str) -> Result<(), String> {
+    let md = client.metadata().clone();
+    let t = md
+        .topics
+        .get(name)
+        .ok_or_else(|| format!("unknown topic '{name}'"))?;
+    println!(
+        "topic {} id {} partitions {}",
+        t.name,
+        t.id,
+        t.partitions.len()
+    );
+    for (k, v) in &t.configs {
+        println!("  config {k}={v}");
+    }
+    for p in &t.partitions {
+        let route = md.route(name, p.partition).map_err(|e| e.to_string())?;
+        let start = client
+            .list_offset(
+                name,
+                p.partition,
+                crate::protocol::messages::EARLIEST_TIMESTAMP,
+            )
+            .map_err(|e| e.to_string())?
+            .unwrap_or(0);
+        let end = client
+            .list_offset(
+                name,
+                p.partition,
+                crate::protocol::messages::LATEST_TIMESTAMP,
+            )
+            .map_err(|e| e.to_string())?
+            .unwrap_or(0);
+        println!(
+            "  partition {} leader broker {} shard {} address {} epoch {} replicas {:?} isr {:?} log-start {} log-end {}",
+            p.partition, route.broker, route.shard, route.addr, p.leader_epoch, p.replicas, p.isr, start, end
+        );
+    }
+    Ok(())
+}
+
+fn cluster_info(client: Client) -> Result<(), String> {
+    let md = client.metadata();
+    println!("cluster {}", md.cluster_id);
+    let mut brokers: Vec<_> = md.brokers.values().collect();
+    brokers.sort_by_key(|b| b.node_id);
+    for b in brokers {
+        println!(
+            "broker {} host {} shards {} ports {}-{}",
+            b.node_id,
+            b.host,
+            b.shards,
+            b.port,
+            u32::from(b.port) + b.shards.max(1) - 1
+        );
+    }
+    println!("topics {}", md.topics.len());
+    Ok(())
+}
+
+fn parse_kv(flag: &str, v: &str) -> Result<(String, Vec<u8>), String> {
+    let (k, val) = v
+        .split_once('=')
+        .ok_or_else(|| format!("--{flag} '{v}': expected K=V"))?;
+    Ok((k.to_string(), val.as_bytes().to_vec()))
+}
+
+fn produce(bootstrap: &str, a: ProduceArgs) -> Result<(), String> {
+    if a.delay_ms.is_some() {
+        return Err("--delay-ms: delayed messages are not supported by this build yet".into());
+    }
+    let acks: Acks = a.acks.parse().map_err(|e| format!("--acks: {e}"))?;
+    if a.batch_bytes == 0 {
+        return Err("--batch-bytes must be at least 1".into());
+    }
+    let headers: Vec<(String, Vec<u8>)> = a
+        .headers
+        .iter()
+        .map(|h| parse_kv("header", h))
+        .collect::<Result<_, _>>()?;
+    let client = connect(bootstrap)?;
+    let cfg = ProducerConfig {
+        acks,
+        linger: Duration::from_millis(a.linger_ms),
+        batch_bytes: a.batch_bytes,
+        ..ProducerConfig::default()
+    };
+    let mut producer = Producer::new(client, cfg);
+    // Fail before reading stdin if the topic or partition does not exist.
+    producer
+        .choose_partition(&a.topic, a.partition, None)
+        .map_err(|e| e.to_string())?;
+    // stdin is read on its own thread so that lingering batches go out while it blocks.
+    let (tx, rx) = flume::bounded::<std::io::Result<String>>(4096);
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lock().lines() {
+            let stop = line.is_err();
+            if tx.send(line).is_err() || stop {
+                break;
+            }
+        }
+    });
+    let linger = Duration::from_millis(a.linger_ms.max(1));
+    loop {
+        match rx.recv_timeout(linger) {
+            Ok(line) => {
+                let line = line.map_err(|e| format!("reading stdin: {e}"))?;
+                let (key, value) = match &a.key_separator {
+                    Some(sep) if !sep.is_empty() => match line.split_once(sep.as_str()) {
+                        Some((k, v)) => (Some(k.as_bytes()), v.as_bytes()),
+                        None => (None, line.as_bytes()),
+                    },
+                    _ => (None, line.as_bytes()),
+                };
+                producer
+                    .send(
+                        &a.topic,
+                        a.partition,
+                        key,
+                        value,
+                        &headers,
+                        &a.tags,
+                        now_ms(),
+                    )
+                    .map_err(|e| e.to_string())?;
+            }
+            Err(flume::RecvTimeoutError::Timeout) => {
+                producer.send_lingered().map_err(|e| e.to_string())?;
+            }
+            Err(flume::RecvTimeoutError::Disconnected) => break,
+        }
+    }
+    producer.flush().map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+fn parse_from(v: &str) -> Result<StartFrom, String> {
+    match v {
+        "beginning" | "earliest" => Ok(StartFrom::Beginning),
+        "end" | "latest" => Ok(StartFrom::End),
+        _ => {
+            if let Some(ms) = v.strip_prefix('@') {
+                return ms
+                    .parse()
+                    .map(StartFrom::Timestamp)
+                    .map_err(|_| format!("--from '{v}': expected @UNIX_MS"));
+            }
+            v.parse().map(StartFrom::Offset).map_err(|_| {
+                format!("--from '{v}': expected beginning, end, an offset or @UNIX_MS")
+            })
+        }
+    }
+}
+
+fn consume(bootstrap: &str, a: ConsumeArgs) -> Result<(), String> {
+    if a.group.is_some() {
+        return Err("--group: consumer groups are not supported by this build yet".into());
+    }
+    if !a.tags.is_empty() {
+        return Err("--tags: broker-side tag filtering is not supported by this build yet".into());
+    }
+    if let Some(i) = &a.isolation {
+        if i != "read_uncommitted" {
+            return Err(format!(
+                "--isolation {i}: transactions are not supported by this build yet"
+            ));
+        }
+    }
+    let from = parse_from(&a.from)?;
+    let client = connect(bootstrap)?;
+    let mut consumer = Consumer::assign(client, &a.topic, a.partition.map(|p| vec![p]), from)
+        .map_err(|e| e.to_string())?;
+    let idle_limit = a.timeout_ms.map(Duration::from_millis);
+    let mut last_message = Instant::now();
+    let mut printed = 0u64;
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    loop {
+        if a.count.is_some_and(|n| printed >= n) {
+            break;
+        }
+        let wait = match idle_limit {
+            Some(limit) => limit
+                .saturating_sub(last_message.elapsed())
+                .min(Duration::from_millis(500)),
+            None => Duration::from_millis(500),
+        };
+        let records = consumer.poll(wait).map_err(|e| e.to_string())?;
+        if records.is_empty() {
+            out.flush().map_err(|e| e.to_string())?;
+            if idle_limit.is_some_and(|l| last_message.elapsed() >= l) {
+                break;
+            }
+            continue;
+        }
+        last_message = Instant::now();
+        for r in records {
+            if a.count.is_some_and(|n| printed >= n) {
+                break;
+            }
+            if a.print_key {
+                out.write_all(r.key.as_deref().unwrap_or_default())
+                    .map_err(|e| e.to_string())?;
+                out.write_all(b"\t").map_err(|e| e.to_string())?;
+            }
+            out.write_all(&r.value).map_err(|e| e.to_string())?;
+            out.write_all(b"\n").map_err(|e| e.to_string())?;
+            printed += 1;
+        }
+    }
+    out.flush().map_err(|e| e.to_string())?;
+    Ok(())
+}

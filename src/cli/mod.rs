@@ -1,0 +1,74 @@
+//! The `rill` command line.
+pub mod args;
+pub mod broker_cmd;
+pub mod client_cmds;
+pub mod config_file;
+
+use clap::{CommandFactory, FromArgMatches};
+
+pub use args::Cli;
+
+/// Parses the command line (with `--config FILE` and `RILL_*` fallbacks) and runs it.
+/// Returns the process exit code; errors are printed as one line.
+pub fn main() -> i32 {
+    let raw: Vec<String> = std::env::args().collect();
+    if let Some(file) = config_file::find_config_file(&raw) {
+        let cmd = Cli::command();
+        let mut known: Vec<String> = cmd
+            .get_arguments()
+            .filter_map(|a| a.get_long().map(str::to_string))
+            .collect();
+        for sub in cmd.get_subcommands() {
+            known.extend(
+                sub.get_arguments()
+                    .filter_map(|a| a.get_long().map(str::to_string)),
+            );
+        }
+        match config_file::load(std::path::Path::new(&file), &known) {
+            Ok(vars) => {
+                for (k, v) in vars {
+                    if std::env::var_os(&k).is_none() {
+                        std::env::set_var(k, v);
+                    }
+                }
+            }
+            Err(e) => {
+                eprintln!("rill: error: {e}");
+                return 2;
+            }
+        }
+    }
+    let cli = match Cli::command()
+        .try_get_matches_from(&raw)
+        .and_then(|m| Cli::from_arg_matches(&m))
+    {
+        Ok(c) => c,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            if matches!(
+                e.kind(),
+                ErrorKind::DisplayHelp
+                    | ErrorKind::DisplayVersion
+                    | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+            ) {
+                let _ = e.print();
+                return 0;
+            }
+            let text = e.to_string();
+            let first = text.lines().next().unwrap_or("bad arguments");
+            eprintln!("rill: {}", first.trim());
+            return 2;
+        }
+    };
+    let result = match cli.command {
+        args::Command::Broker(b) => broker_cmd::run(b),
+        other => client_cmds::run(&cli.bootstrap, other),
+    };
+    match result {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("rill: error: {}", e.lines().next().unwrap_or("failed"));
+            1
+        }
+    }
+}

@@ -1,0 +1,148 @@
+//! A blocking connection to one shard: send a request, read its response.
+
+use std::io::Write;
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+use rkyv::api::high::{HighDeserializer, HighSerializer, HighValidator};
+use rkyv::rancor::BoxedError;
+use rkyv::ser::allocator::ArenaHandle;
+use rkyv::util::AlignedVec;
+
+use super::error::ClientError;
+use crate::protocol::frame::{
+    encode_meta, encode_request, read_frame_blocking, RequestHeader, ResponseFrame,
+};
+use crate::protocol::messages::ErrorBody;
+use crate::protocol::ApiKey;
+
+/// Largest response frame a client accepts.
+pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 256 << 20;
+
+pub struct Connection {
+    addr: SocketAddr,
+    stream: TcpStream,
+    next_correlation: u32,
+    client_id: String,
+    max_response_bytes: usize,
+}
+
+impl Connection {
+    pub fn connect(
+        addr: SocketAddr,
+        timeout: Duration,
+        client_id: &str,
+    ) -> Result<Connection, ClientError> {
+        let stream =
+            TcpStream::connect_timeout(&addr, timeout).map_err(|source| ClientError::Connect {
+                addr: addr.to_string(),
+                source,
+            })?;
+        let _ = stream.set_nodelay(true);
+        Ok(Connection {
+            addr,
+            stream,
+            next_correlation: 1,
+            client_id: client_id.to_string(),
+            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+        })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Bounds how long a response may take (long polls add their wait to it).
+    pub fn set_read_timeout(&self, t: Option<Duration>) {
+        let _ = self.stream.set_read_timeout(t);
+    }
+
+    fn io(&self, source: std::io::Error) -> ClientError {
+        if matches!(
+            source.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ) {
+            return ClientError::Timeout(format!("no response from {}", self.addr));
+        }
+        ClientError::Io {
+            addr: self.addr.to_string(),
+            source,
+        }
+    }
+
+    /// Sends a request without waiting (acks=0 produce: the broker answers nothing).
+    pub fn send<T>(&mut self, api: ApiKey, meta: &T, payload: &[&[u8]]) -> Result<u32, ClientError>
+    where
+        T: for<'a> rkyv::Serialize<HighSerializer<AlignedVec, ArenaHandle<'a>, BoxedError>>,
+    {
+        let meta = encode_meta(meta).map_err(|e| ClientError::Invalid(e.to_string()))?;
+        let correlation_id = self.next_correlation;
+        self.next_correlation = self.next_correlation.wrapping_add(1);
+        let header = RequestHeader {
+            api_key: api as u16,
+            api_version: 0,
+            correlation_id,
+            client_id: self.client_id.clone(),
+        };
+        let wire = encode_request(&header, &meta, payload)
+            .map_err(|e| ClientError::Invalid(e.to_string()))?;
+        self.stream.write_all(&wire).map_err(|e| self.io(e))?;
+        Ok(correlation_id)
+    }
+
+    /// Reads the response to `correlation_id`.
+    pub fn receive(&mut self, correlation_id: u32) -> Result<ResponseFrame, ClientError> {
+        let buf =
+            read_frame_blocking(&mut self.stream, self.max_response_bytes).map_err(
+                |e| match e {
+                    crate::protocol::FrameError::Io(io) => self.io(io),
+                    other => ClientError::Frame {
+                        addr: self.addr.to_string(),
+                        source: other,
+                    },
+                },
+            )?;
+        let frame = ResponseFrame::parse(buf).map_err(|source| ClientError::Frame {
+            addr: self.addr.to_string(),
+            source,
+        })?;
+        if frame.error != crate::protocol::ErrorCode::None {
+            let message = frame
+                .decode_meta::<ErrorBody>()
+                .map(|b| b.message)
+                .unwrap_or_default();
+            return Err(ClientError::broker(frame.error, message));
+        }
+        if frame.correlation_id != correlation_id {
+            return Err(ClientError::Invalid(format!(
+                "response correlation id {} does not match request {correlation_id}",
+                frame.correlation_id
+            )));
+        }
+        Ok(frame)
+    }
+
+    /// One request, one response: returns the decoded meta and the frame (for its payload).
+    pub fn call<Req, Resp>(
+        &mut self,
+        api: ApiKey,
+        meta: &Req,
+        payload: &[&[u8]],
+    ) -> Result<(Resp, ResponseFrame), ClientError>
+    where
+        Req: for<'a> rkyv::Serialize<HighSerializer<AlignedVec, ArenaHandle<'a>, BoxedError>>,
+        Resp: rkyv::Archive,
+        Resp::Archived: for<'a> rkyv::bytecheck::CheckBytes<HighValidator<'a, BoxedError>>
+            + rkyv::Deserialize<Resp, HighDeserializer<BoxedError>>,
+    {
+        let id = self.send(api, meta, payload)?;
+        let frame = self.receive(id)?;
+        let resp = frame
+            .decode_meta::<Resp>()
+            .map_err(|source| ClientError::Frame {
+                addr: self.addr.to_string(),
+                source,
+            })?;
+        Ok((resp, frame))
+    }
+}

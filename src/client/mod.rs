@@ -1,0 +1,404 @@
+//! The rill client: metadata cache, routing to the shard that owns each partition, and the
+//! admin, produce and fetch calls the CLI and applications use.
+//!
+//! This is the routing core (blocking, std threads); the batching producer with linger and
+//! in-flight windows and the prefetching consumer build on it.
+
+pub mod connection;
+pub mod consumer;
+pub mod error;
+pub mod murmur2;
+pub mod producer;
+
+use std::collections::HashMap;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::time::{Duration, Instant};
+
+pub use connection::Connection;
+pub use consumer::{ConsumedRecord, Consumer, StartFrom};
+pub use error::ClientError;
+pub use producer::{Acks, Delivery, Producer, ProducerConfig};
+
+use crate::protocol::messages::*;
+use crate::protocol::{ApiKey, ErrorCode, ResponseFrame};
+
+/// Client settings.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    pub bootstrap: String,
+    pub client_id: String,
+    pub connect_timeout: Duration,
+    pub request_timeout: Duration,
+}
+
+impl ClientConfig {
+    pub fn new(bootstrap: impl Into<String>) -> ClientConfig {
+        ClientConfig {
+            bootstrap: bootstrap.into(),
+            client_id: "rill-client".into(),
+            connect_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Where a partition's leader is served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Route {
+    pub broker: u32,
+    pub shard: u32,
+    pub addr: SocketAddr,
+}
+
+/// Cached cluster metadata.
+#[derive(Debug, Clone, Default)]
+pub struct MetadataCache {
+    pub cluster_id: String,
+    pub brokers: HashMap<u32, BrokerMeta>,
+    pub topics: HashMap<String, TopicMeta>,
+}
+
+impl MetadataCache {
+    /// The shard address of a partition's leader: the broker's port plus the shard index.
+    pub fn route(&self, topic: &str, partition: u32) -> Result<Route, ClientError> {
+        let t = self
+            .topics
+            .get(topic)
+            .ok_or_else(|| ClientError::UnknownTopic(topic.to_string()))?;
+        let p =
+            t.partitions
+                .get(partition as usize)
+                .ok_or_else(|| ClientError::UnknownPartition {
+                    topic: topic.to_string(),
+                    partition,
+                    partitions: t.partitions.len() as u32,
+                })?;
+        let b = self.brokers.get(&p.leader).ok_or_else(|| {
+            ClientError::broker(
+                ErrorCode::NotLeaderOrFollower,
+                format!("leader {} unknown", p.leader),
+            )
+        })?;
+        let port = u32::from(b.port) + p.shard;
+        let port = u16::try_from(port)
+            .map_err(|_| ClientError::Invalid(format!("bad shard port {port}")))?;
+        let addr = (b.host.as_str(), port)
+            .to_socket_addrs()
+            .ok()
+            .and_then(|mut a| a.next())
+            .ok_or_else(|| ClientError::Invalid(format!("cannot resolve {}:{port}", b.host)))?;
+        Ok(Route {
+            broker: p.leader,
+            shard: p.shard,
+            addr,
+        })
+    }
+
+    pub fn partitions(&self, topic: &str) -> Result<u32, ClientError> {
+        self.topics
+            .get(topic)
+            .map(|t| t.partitions.len() as u32)
+            .ok_or_else(|| ClientError::UnknownTopic(topic.to_string()))
+    }
+}
+
+/// A connection pool (one connection per shard address) plus the metadata cache.
+pub struct Client {
+    cfg: ClientConfig,
+    connections: HashMap<SocketAddr, Connection>,
+    metadata: MetadataCache,
+}
+
+impl Client {
+    pub fn connect(cfg: ClientConfig) -> Result<Client, ClientError> {
+        let mut client = Client {
+            cfg,
+            connections: HashMap::new(),
+            metadata: MetadataCache::default(),
+        };
+        client.refresh_metadata()?;
+        Ok(client)
+    }
+
+    pub fn config(&self) -> &ClientConfig {
+        &self.cfg
+    }
+
+    pub fn metadata(&self) -> &MetadataCache {
+        &self.metadata
+    }
+
+    fn bootstrap_addr(&self) -> Result<SocketAddr, ClientError> {
+        self.cfg
+            .bootstrap
+            .to_socket_addrs()
+            .map_err(|e| {
+                ClientError::Invalid(format!(
+                    "bad bootstrap address '{}': {e}",
+                    self.cfg.bootstrap
+                ))
+            })?
+            .next()
+            .ok_or_else(|| {
+                ClientError::Invalid(format!(
+                    "bootstrap address '{}' resolves to nothing",
+                    self.cfg.bootstrap
+                ))
+            })
+    }
+
+    /// The connection to `addr`, opened on first use.
+    pub fn connection(&mut self, addr: SocketAddr) -> Result<&mut Connection, ClientError> {
+        if !self.connections.contains_key(&addr) {
+            let c = Connection::connect(addr, self.cfg.connect_timeout, &self.cfg.client_id)?;
+            c.set_read_timeout(Some(self.cfg.request_timeout));
+            self.connections.insert(addr, c);
+        }
+        Ok(self.connections.get_mut(&addr).expect("inserted above"))
+    }
+
+    /// Drops a connection after an I/O error, so the next call reconnects.
+    pub fn forget_connection(&mut self, addr: SocketAddr) {
+        self.connections.remove(&addr);
+    }
+
+    /// A call on a connection; a broken connection is dropped so the next call reconnects.
+    pub fn call<Req, Resp>(
+        &mut self,
+        addr: SocketAddr,
+        api: ApiKey,
+        meta: &Req,
+        payload: &[&[u8]],
+    ) -> Result<(Resp, ResponseFrame), ClientError>
+    where
+        Req: for<'a> rkyv::Serialize<
+            rkyv::api::high::HighSerializer<
+                rkyv::util::AlignedVec,
+                rkyv::ser::allocator::ArenaHandle<'a>,
+                rkyv::rancor::BoxedError,
+            >,
+        >,
+        Resp: rkyv::Archive,
+        Resp::Archived: for<'a> rkyv::bytecheck::CheckBytes<
+                rkyv::api::high::HighValidator<'a, rkyv::rancor::BoxedError>,
+            > + rkyv::Deserialize<Resp, rkyv::api::high::HighDeserializer<rkyv::rancor::BoxedError>>,
+    {
+        let result = self.connection(addr)?.call(api, meta, payload);
+        if matches!(
+            result,
+            Err(ClientError::Io { .. } | ClientError::Frame { .. } | ClientError::Timeout(_))
+        ) {
+            self.forget_connection(addr);
+        }
+        result
+    }
+
+    /// Fetches all metadata from the bootstrap broker (or any known one).
+    pub fn refresh_metadata(&mut self) -> Result<&MetadataCache, ClientError> {
+        let addr = self.bootstrap_addr()?;
+        let (resp, _): (MetadataResponse, _) = self.call(
+            addr,
+            ApiKey::Metadata,
+            &MetadataRequest { topics: None },
+            &[],
+        )?;
+        self.metadata = MetadataCache {
+            cluster_id: resp.cluster_id,
+            brokers: resp.brokers.into_iter().map(|b| (b.node_id, b)).collect(),
+            topics: resp
+                .topics
+                .into_iter()
+                .map(|t| (t.name.clone(), t))
+                .collect(),
+        };
+        Ok(&self.metadata)
+    }
+
+    /// Refreshes metadata until `topic` is known with `min_partitions`, or the deadline.
+    pub fn wait_for_topic(&mut self, topic: &str, timeout: Duration) -> Result<u32, ClientError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Ok(n) = self.metadata.partitions(topic) {
+                return Ok(n);
+            }
+            if Instant::now() >= deadline {
+                return Err(ClientError::UnknownTopic(topic.to_string()));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+            self.refresh_metadata()?;
+        }
+    }
+
+    pub fn api_versions(&mut self) -> Result<ApiVersionsResponse, ClientError> {
+        let addr = self.bootstrap_addr()?;
+        Ok(self
+            .call(addr, ApiKey::ApiVersions, &ApiVersionsRequest {}, &[])?
+            .0)
+    }
+
+    pub fn create_topic(
+        &mut self,
+        name: &str,
+        partitions: u32,
+        replication_factor: u16,
+        configs: Vec<(String, String)>,
+    ) -> Result<(), ClientError> {
+        let addr = self.bootstrap_addr()?;
+        let req = CreateTopicsRequest {
+            topics: vec![CreatableTopic {
+                name: name.to_string(),
+                partitions,
+                replication_factor,
+                configs,
+            }],
+            timeout_ms: self.cfg.request_timeout.as_millis() as u32,
+        };
+        let (resp, _): (TopicResults, _) = self.call(addr, ApiKey::CreateTopics, &req, &[])?;
+        topic_result(resp)?;
+        self.refresh_metadata()?;
+        Ok(())
+    }
+
+    pub fn delete_topic(&mut self, name: &str) -> Result<(), ClientError> {
+        let addr = self.bootstrap_addr()?;
+        let req = DeleteTopicsRequest {
+            topics: vec![name.to_string()],
+            timeout_ms: self.cfg.request_timeout.as_millis() as u32,
+        };
+        let (resp, _): (TopicResults, _) = self.call(addr, ApiKey::DeleteTopics, &req, &[])?;
+        topic_result(resp)?;
+        self.refresh_metadata()?;
+        Ok(())
+    }
+
+    /// Sends encoded batches to one partition's leader. `acks` 0 returns `None` at once.
+    pub fn produce_raw(
+        &mut self,
+        topic: &str,
+        partition: u32,
+        batches: &[&[u8]],
+        acks: i16,
+        timeout: Duration,
+    ) -> Result<Option<ProducePartitionResult>, ClientError> {
+        let route = self.metadata.route(topic, partition)?;
+        let len: usize = batches.iter().map(|b| b.len()).sum();
+        let req = ProduceRequest {
+            acks,
+            timeout_ms: timeout.as_millis().min(u128::from(u32::MAX)) as u32,
+            partitions: vec![ProducePartition {
+                topic: topic.to_string(),
+                partition,
+                payload_offset: 0,
+                payload_len: len as u32,
+            }],
+        };
+        if acks == 0 {
+            let conn = self.connection(route.addr)?;
+            if let Err(e) = conn.send(ApiKey::Produce, &req, batches) {
+                self.forget_connection(route.addr);
+                return Err(e);
+            }
+            return Ok(None);
+        }
+        let (resp, _): (ProduceResponse, _) =
+            self.call(route.addr, ApiKey::Produce, &req, batches)?;
+        let r = resp
+            .partitions
+            .into_iter()
+            .next()
+            .ok_or_else(|| ClientError::Invalid("empty produce response".into()))?;
+        if r.error_code != 0 {
+            return Err(ClientError::broker(
+                ErrorCode::from_code(r.error_code),
+                r.message,
+            ));
+        }
+        Ok(Some(r))
+    }
+
+    /// One fetch of one partition. Returns the partition result and the frame holding its
+    /// batches (read them in place with [`crate::batch::BatchIter`]).
+    pub fn fetch(
+        &mut self,
+        topic: &str,
+        partition: u32,
+        offset: u64,
+        max_wait: Duration,
+        min_bytes: u32,
+        max_bytes: u32,
+    ) -> Result<(FetchPartitionResult, ResponseFrame), ClientError> {
+        let route = self.metadata.route(topic, partition)?;
+        let req = FetchRequest {
+            max_wait_ms: max_wait.as_millis().min(u128::from(u32::MAX)) as u32,
+            min_bytes,
+            max_bytes,
+            partitions: vec![FetchPartition {
+                topic: topic.to_string(),
+                partition,
+                offset,
+                max_bytes,
+            }],
+        };
+        // A long poll may legitimately take max_wait: give the read that much more time.
+        let read_timeout = self.cfg.request_timeout + max_wait;
+        if let Ok(c) = self.connection(route.addr) {
+            c.set_read_timeout(Some(read_timeout));
+        }
+        let (resp, frame): (FetchResponse, _) = self.call(route.addr, ApiKey::Fetch, &req, &[])?;
+        let r = resp
+            .partitions
+            .into_iter()
+            .next()
+            .ok_or_else(|| ClientError::Invalid("empty fetch response".into()))?;
+        if r.error_code != 0 {
+            return Err(ClientError::broker(
+                ErrorCode::from_code(r.error_code),
+                r.message,
+            ));
+        }
+        Ok((r, frame))
+    }
+
+    /// ListOffsets for one partition: `EARLIEST_TIMESTAMP`, `LATEST_TIMESTAMP` or a time.
+    /// Returns `None` when no record is at or after the time.
+    pub fn list_offset(
+        &mut self,
+        topic: &str,
+        partition: u32,
+        timestamp: i64,
+    ) -> Result<Option<u64>, ClientError> {
+        let route = self.metadata.route(topic, partition)?;
+        let req = ListOffsetsRequest {
+            partitions: vec![ListOffsetsPartition {
+                topic: topic.to_string(),
+                partition,
+                timestamp,
+            }],
+        };
+        let (resp, _): (ListOffsetsResponse, _) =
+            self.call(route.addr, ApiKey::ListOffsets, &req, &[])?;
+        let r = resp
+            .partitions
+            .into_iter()
+            .next()
+            .ok_or_else(|| ClientError::Invalid("empty list-offsets response".into()))?;
+        if r.error_code != 0 {
+            return Err(ClientError::broker(
+                ErrorCode::from_code(r.error_code),
+                r.message,
+            ));
+        }
+        Ok(u64::try_from(r.offset).ok())
+    }
+}
+
+fn topic_result(resp: TopicResults) -> Result<(), ClientError> {
+    match resp.topics.into_iter().next() {
+        Some(t) if t.error_code == 0 => Ok(()),
+        Some(t) => Err(ClientError::broker(
+            ErrorCode::from_code(t.error_code),
+            t.message,
+        )),
+        None => Err(ClientError::Invalid("empty response".into())),
+    }
+}

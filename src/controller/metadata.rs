@@ -1,0 +1,491 @@
+//! The cluster-metadata state machine replicated by the controller quorum.
+//!
+//! Everything here is deterministic: [`ClusterMetadata::apply`] is a pure function of the current
+//! state, the raft index and the command, so every voter (and every replay after a restart)
+//! reaches the same state. Commands are validated twice: before proposing (to answer early) and
+//! again when applied (two pipelined proposals may conflict, e.g. the same topic created twice).
+//!
+//! Conventions:
+//! - `applied_index` is the raft index of the last entry that changed the metadata. Raft's own
+//!   empty leader entries and rejected commands do not change it, so reopening a controller (which
+//!   appends a new empty leader entry) yields the same metadata, `applied_index` included.
+//! - Topic ids start at 1 and are never reused.
+//! - Placement: replicas go on distinct brokers, round-robin over the sorted broker ids starting at
+//!   `topic_id % brokers`; partition `p` starts one broker further than partition `p - 1`. The
+//!   leader is the first replica; its shard is `(topic_id + p) % leader.shards`.
+//! - A broker re-registering (a restart) with a different shard count keeps each partition it
+//!   leads on the same shard when that shard still exists; partitions whose shard is now out of
+//!   range are re-placed with the same formula, `(topic_id + p) % new_shards`, and their
+//!   `leader_epoch` is bumped so followers and clients notice the move.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::protocol::error_code::ErrorCode;
+
+/// Largest topic name Kafka accepts.
+pub const MAX_TOPIC_NAME_LEN: usize = 249;
+
+/// The replicated cluster metadata.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ClusterMetadata {
+    /// Set by the first applied entry (an [`Command::InitCluster`] the first leader proposes).
+    pub cluster_id: String,
+    /// Raft index of the last entry that changed this metadata (0: none yet).
+    pub applied_index: u64,
+    /// Node id of the raft leader (0: unknown). Not replicated: each node fills in what it sees.
+    pub controller_id: u64,
+    pub brokers: BTreeMap<u32, BrokerInfo>,
+    pub topics: BTreeMap<String, TopicInfo>,
+    pub next_topic_id: u64,
+}
+
+/// A registered broker.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BrokerInfo {
+    pub node_id: u32,
+    pub host: String,
+    /// Native protocol port of shard 0; shard `i` listens on `port + i`.
+    pub port: u16,
+    pub shards: u32,
+    pub kafka_port: Option<u16>,
+}
+
+/// A topic and its partition plan.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicInfo {
+    pub name: String,
+    pub id: u64,
+    pub partitions: Vec<PartitionInfo>,
+    pub configs: BTreeMap<String, String>,
+}
+
+/// One partition's replica plan.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionInfo {
+    pub partition: u32,
+    /// Broker node id of the leader.
+    pub leader: u32,
+    /// Shard of the leader broker that owns the partition.
+    pub shard: u32,
+    pub replicas: Vec<u32>,
+    pub isr: Vec<u32>,
+    pub leader_epoch: u32,
+}
+
+/// A replicated command (serde_json in the raft log; never renumber or rename variants).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Command {
+    RegisterBroker(BrokerInfo),
+    CreateTopic {
+        name: String,
+        partitions: u32,
+        replication_factor: u16,
+        configs: BTreeMap<String, String>,
+    },
+    DeleteTopic {
+        name: String,
+    },
+    /// Proposed by the controller itself when it first becomes leader of an empty cluster; sets
+    /// `cluster_id` once (later ones are rejected).
+    InitCluster {
+        cluster_id: String,
+    },
+}
+
+/// What an applied command did.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Applied {
+    BrokerRegistered,
+    TopicCreated(TopicInfo),
+    TopicDeleted(TopicInfo),
+    ClusterInitialized,
+}
+
+/// A command refused by validation.
+#[derive(thiserror::Error, Debug, Clone, PartialEq)]
+#[error("{message}")]
+pub struct MetadataError {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+impl MetadataError {
+    pub fn new(code: ErrorCode, message: impl fmt::Display) -> Self {
+        MetadataError {
+            code,
+            message: message.to_string(),
+        }
+    }
+}
+
+/// Limits applied by validation. Every voter must use the same limits.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MetadataLimits {
+    pub max_partitions_per_topic: u32,
+}
+
+impl Default for MetadataLimits {
+    fn default() -> Self {
+        MetadataLimits {
+            max_partitions_per_topic: 10_000,
+        }
+    }
+}
+
+/// Checks a topic name by Kafka's rules.
+pub fn validate_topic_name(name: &str) -> Result<(), MetadataError> {
+    let bad = |why: &str| {
+        Err(MetadataError::new(
+            ErrorCode::InvalidTopic,
+            format!("invalid topic name {name:?}: {why}"),
+        ))
+    };
+    if name.is_empty() {
+        return bad("it is empty");
+    }
+    if name == "." || name == ".." {
+        return bad("'.' and '..' are not allowed");
+    }
+    if name.len() > MAX_TOPIC_NAME_LEN {
+        return bad(&format!(
+            "{} characters, at most {MAX_TOPIC_NAME_LEN} allowed",
+            name.len()
+        ));
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+    {
+        return bad(&format!(
+            "character {c:?} is not allowed (only ASCII letters, digits, '.', '_' and '-')"
+        ));
+    }
+    Ok(())
+}
+
+impl ClusterMetadata {
+    /// The topic named `name`.
+    pub fn topic(&self, name: &str) -> Option<&TopicInfo> {
+        self.topics.get(name)
+    }
+
+    /// Checks `cmd` against the current state without changing anything.
+    pub fn validate(&self, cmd: &Command, limits: &MetadataLimits) -> Result<(), MetadataError> {
+        match cmd {
+            Command::RegisterBroker(b) => {
+                if b.shards == 0 {
+                    return Err(MetadataError::new(
+                        ErrorCode::InvalidRequest,
+                        format!("broker {} registered with 0 shards", b.node_id),
+                    ));
+                }
+                if b.host.is_empty() {
+                    return Err(MetadataError::new(
+                        ErrorCode::InvalidRequest,
+                        format!("broker {} registered without a host", b.node_id),
+                    ));
+                }
+                Ok(())
+            }
+            Command::CreateTopic {
+                name,
+                partitions,
+                replication_factor,
+                configs,
+            } => {
+                validate_topic_name(name)?;
+                if self.topics.contains_key(name) {
+                    return Err(MetadataError::new(
+                        ErrorCode::TopicAlreadyExists,
+                        format!("topic {name:?} already exists"),
+                    ));
+                }
+                let max = limits.max_partitions_per_topic;
+                if *partitions == 0 || *partitions > max {
+                    return Err(MetadataError::new(
+                        ErrorCode::InvalidPartitions,
+                        format!("topic {name:?}: {partitions} partitions, must be 1..={max}"),
+                    ));
+                }
+                let brokers = self.brokers.len();
+                if *replication_factor == 0 || usize::from(*replication_factor) > brokers {
+                    return Err(MetadataError::new(
+                        ErrorCode::InvalidReplicationFactor,
+                        format!(
+                            "topic {name:?}: replication factor {replication_factor} must be at \
+                             least 1 and at most the number of registered brokers, {brokers}"
+                        ),
+                    ));
+                }
+                if configs.keys().any(|k| k.trim().is_empty()) {
+                    return Err(MetadataError::new(
+                        ErrorCode::InvalidConfig,
+                        format!("topic {name:?}: a config has an empty key"),
+                    ));
+                }
+                Ok(())
+            }
+            Command::DeleteTopic { name } => {
+                if self.topics.contains_key(name) {
+                    Ok(())
+                } else {
+                    Err(MetadataError::new(
+                        ErrorCode::UnknownTopicOrPartition,
+                        format!("topic {name:?} does not exist"),
+                    ))
+                }
+            }
+            Command::InitCluster { cluster_id } => {
+                if !self.cluster_id.is_empty() {
+                    return Err(MetadataError::new(
+                        ErrorCode::InvalidRequest,
+                        format!("cluster id is already set to {:?}", self.cluster_id),
+                    ));
+                }
+                if cluster_id.is_empty() {
+                    return Err(MetadataError::new(
+                        ErrorCode::InvalidRequest,
+                        "empty cluster id",
+                    ));
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Applies `cmd`, committed at raft `index`. On error nothing changes.
+    pub fn apply(
+        &mut self,
+        index: u64,
+        cmd: &Command,
+        limits: &MetadataLimits,
+    ) -> Result<Applied, MetadataError> {
+        self.validate(cmd, limits)?;
+        let applied = match cmd {
+            Command::RegisterBroker(b) => {
+                self.register_broker(b);
+                Applied::BrokerRegistered
+            }
+            Command::CreateTopic {
+                name,
+                partitions,
+                replication_factor,
+                configs,
+            } => {
+                let id = self.next_topic_id.max(1);
+                self.next_topic_id = id + 1;
+                let topic = TopicInfo {
+                    name: name.clone(),
+                    id,
+                    partitions: self.place(id, *partitions, *replication_factor),
+                    configs: configs.clone(),
+                };
+                self.topics.insert(name.clone(), topic.clone());
+                Applied::TopicCreated(topic)
+            }
+            Command::DeleteTopic { name } => {
+                // validate() checked that it exists.
+                let topic = self.topics.remove(name).ok_or_else(|| {
+                    MetadataError::new(ErrorCode::UnknownTopicOrPartition, "topic vanished")
+                })?;
+                Applied::TopicDeleted(topic)
+            }
+            Command::InitCluster { cluster_id } => {
+                self.cluster_id = cluster_id.clone();
+                Applied::ClusterInitialized
+            }
+        };
+        self.applied_index = index;
+        Ok(applied)
+    }
+
+    fn register_broker(&mut self, b: &BrokerInfo) {
+        let shards = b.shards;
+        self.brokers.insert(b.node_id, b.clone());
+        for topic in self.topics.values_mut() {
+            for p in topic.partitions.iter_mut() {
+                if p.leader == b.node_id && p.shard >= shards {
+                    p.shard = shard_for(topic.id, p.partition, shards);
+                    p.leader_epoch += 1;
+                }
+            }
+        }
+    }
+
+    /// Replica plan for a new topic; the caller checked `1 <= rf <= brokers`.
+    fn place(&self, topic_id: u64, partitions: u32, rf: u16) -> Vec<PartitionInfo> {
+        let ids: Vec<u32> = self.brokers.keys().copied().collect();
+        let n = ids.len() as u64;
+        let start = topic_id % n;
+        (0..partitions)
+            .map(|p| {
+                let replicas: Vec<u32> = (0..u64::from(rf))
+                    .map(|j| ids[((start + u64::from(p) + j) % n) as usize])
+                    .collect();
+                let leader = replicas[0];
+                let shards = self.brokers[&leader].shards;
+                PartitionInfo {
+                    partition: p,
+                    leader,
+                    shard: shard_for(topic_id, p, shards),
+                    isr: replicas.clone(),
+                    replicas,
+                    leader_epoch: 0,
+                }
+            })
+            .collect()
+    }
+}
+
+/// The shard of the leader broker that owns partition `p` of topic `topic_id`.
+pub fn shard_for(topic_id: u64, partition: u32, shards: u32) -> u32 {
+    ((topic_id + u64::from(partition)) % u64::from(shards.max(1))) as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn broker(id: u32, shards: u32) -> Command {
+        Command::RegisterBroker(BrokerInfo {
+            node_id: id,
+            host: "127.0.0.1".into(),
+            port: 9292,
+            shards,
+            kafka_port: None,
+        })
+    }
+
+    fn create(name: &str, partitions: u32, rf: u16) -> Command {
+        Command::CreateTopic {
+            name: name.into(),
+            partitions,
+            replication_factor: rf,
+            configs: BTreeMap::new(),
+        }
+    }
+
+    fn code(md: &ClusterMetadata, cmd: Command) -> ErrorCode {
+        let mut copy = md.clone();
+        let err = copy
+            .apply(99, &cmd, &MetadataLimits::default())
+            .unwrap_err();
+        assert_eq!(&copy, md, "a rejected command changed the metadata");
+        err.code
+    }
+
+    #[test]
+    fn placement_spreads_over_brokers_and_shards() {
+        let limits = MetadataLimits::default();
+        let mut md = ClusterMetadata::default();
+        md.apply(1, &broker(1, 2), &limits).unwrap();
+        let Applied::TopicCreated(t) = md.apply(2, &create("t", 4, 1), &limits).unwrap() else {
+            panic!()
+        };
+        assert_eq!(t.id, 1);
+        let shards: Vec<u32> = t.partitions.iter().map(|p| p.shard).collect();
+        assert_eq!(shards, vec![1, 0, 1, 0]);
+        assert!(t.partitions.iter().all(|p| p.leader == 1));
+
+        md.apply(3, &broker(2, 1), &limits).unwrap();
+        md.apply(4, &broker(3, 1), &limits).unwrap();
+        let Applied::TopicCreated(t) = md.apply(5, &create("u", 3, 2), &limits).unwrap() else {
+            panic!()
+        };
+        assert_eq!(t.id, 2);
+        let replicas: Vec<Vec<u32>> = t.partitions.iter().map(|p| p.replicas.clone()).collect();
+        assert_eq!(replicas, vec![vec![3, 1], vec![1, 2], vec![2, 3]]);
+        assert_eq!(t.partitions[1].leader, 1);
+        assert_eq!(t.partitions[1].isr, vec![1, 2]);
+        assert_eq!(md.applied_index, 5);
+        assert_eq!(md.next_topic_id, 3);
+    }
+
+    #[test]
+    fn reregistering_with_fewer_shards_moves_only_out_of_range_partitions() {
+        let limits = MetadataLimits::default();
+        let mut md = ClusterMetadata::default();
+        md.apply(1, &broker(1, 4), &limits).unwrap();
+        md.apply(2, &create("t", 4, 1), &limits).unwrap();
+        let before: Vec<u32> = md.topics["t"].partitions.iter().map(|p| p.shard).collect();
+        assert_eq!(before, vec![1, 2, 3, 0]);
+        md.apply(3, &broker(1, 2), &limits).unwrap();
+        let after: Vec<(u32, u32)> = md.topics["t"]
+            .partitions
+            .iter()
+            .map(|p| (p.shard, p.leader_epoch))
+            .collect();
+        // Shard 1 and 0 still exist; 2 and 3 are re-placed by (id + p) % 2.
+        assert_eq!(after, vec![(1, 0), (0, 1), (1, 1), (0, 0)]);
+        // Growing again does not move anything.
+        md.apply(4, &broker(1, 8), &limits).unwrap();
+        let grown: Vec<u32> = md.topics["t"].partitions.iter().map(|p| p.shard).collect();
+        assert_eq!(grown, vec![1, 0, 1, 0]);
+    }
+
+    #[test]
+    fn validation_rules() {
+        let limits = MetadataLimits::default();
+        let mut md = ClusterMetadata::default();
+        assert_eq!(
+            code(&md, create("t", 1, 1)),
+            ErrorCode::InvalidReplicationFactor
+        );
+        md.apply(1, &broker(1, 1), &limits).unwrap();
+        md.apply(2, &create("t", 1, 1), &limits).unwrap();
+        for bad in ["", ".", "..", "a b", "é", &"x".repeat(250)] {
+            assert_eq!(
+                code(&md, create(bad, 1, 1)),
+                ErrorCode::InvalidTopic,
+                "{bad}"
+            );
+        }
+        let err = md.validate(&create("a/b", 1, 1), &limits).unwrap_err();
+        assert!(err.to_string().contains("\"a/b\""), "{err}");
+        md.validate(&create(&"x".repeat(249), 1, 1), &limits)
+            .unwrap();
+        md.validate(&create("A.b_c-9", 1, 1), &limits).unwrap();
+        assert_eq!(code(&md, create("t", 1, 1)), ErrorCode::TopicAlreadyExists);
+        assert_eq!(code(&md, create("u", 0, 1)), ErrorCode::InvalidPartitions);
+        assert_eq!(
+            code(&md, create("u", 10_001, 1)),
+            ErrorCode::InvalidPartitions
+        );
+        assert_eq!(
+            code(&md, create("u", 1, 0)),
+            ErrorCode::InvalidReplicationFactor
+        );
+        let err = md.validate(&create("u", 1, 2), &limits).unwrap_err();
+        assert_eq!(err.code, ErrorCode::InvalidReplicationFactor);
+        assert!(err.message.contains("brokers, 1"), "{err}");
+        let mut configs = BTreeMap::new();
+        configs.insert(String::new(), "x".into());
+        let cmd = Command::CreateTopic {
+            name: "u".into(),
+            partitions: 1,
+            replication_factor: 1,
+            configs,
+        };
+        assert_eq!(code(&md, cmd), ErrorCode::InvalidConfig);
+        assert_eq!(
+            code(
+                &md,
+                Command::DeleteTopic {
+                    name: "nope".into()
+                }
+            ),
+            ErrorCode::UnknownTopicOrPartition
+        );
+        assert_eq!(code(&md, broker(2, 0)), ErrorCode::InvalidRequest);
+    }
+
+    #[test]
+    fn commands_round_trip_through_json() {
+        let cmd = create("t", 3, 1);
+        let json = serde_json::to_vec(&cmd).unwrap();
+        assert_eq!(serde_json::from_slice::<Command>(&json).unwrap(), cmd);
+    }
+}

@@ -1,0 +1,155 @@
+//! Tests of the controller thread shell.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use super::*;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+fn config(dir: &std::path::Path) -> ControllerConfig {
+    let mut cfg = ControllerConfig::new(dir, 1);
+    cfg.tick = Duration::from_millis(10);
+    cfg
+}
+
+fn broker(id: u32) -> Command {
+    Command::RegisterBroker(BrokerInfo {
+        node_id: id,
+        host: "127.0.0.1".into(),
+        port: 9292,
+        shards: 2,
+        kafka_port: None,
+    })
+}
+
+fn create(name: &str) -> Command {
+    let mut configs = BTreeMap::new();
+    configs.insert("retention.ms".to_string(), "1000".to_string());
+    Command::CreateTopic {
+        name: name.into(),
+        partitions: 4,
+        replication_factor: 1,
+        configs,
+    }
+}
+
+#[test]
+fn start_propose_subscribe_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctl = start(config(dir.path())).unwrap();
+    let handle = ctl.handle();
+    let md = handle.wait_ready(WAIT).unwrap();
+    assert_eq!(md.controller_id, 1);
+    assert_eq!(md.cluster_id.len(), 32, "{}", md.cluster_id);
+    let cluster_id = md.cluster_id.clone();
+    assert!(dir
+        .path()
+        .join("controller")
+        .join(raft_log::LOG_FILE)
+        .exists());
+
+    let updates = handle.subscribe(16);
+    let first = updates.recv_timeout(WAIT).unwrap();
+    assert_eq!(first.cluster_id, cluster_id);
+
+    let res = handle.propose(broker(1)).recv_timeout(WAIT).unwrap();
+    assert_eq!(res, Ok(Applied::BrokerRegistered));
+    let res = handle.propose(create("orders")).recv_timeout(WAIT).unwrap();
+    let Ok(Applied::TopicCreated(topic)) = res else {
+        panic!("{res:?}")
+    };
+    assert_eq!(topic.name, "orders");
+    assert_eq!(topic.partitions.len(), 4);
+    assert_eq!(topic.configs["retention.ms"], "1000");
+
+    // The subscriber sees the broker, then the topic.
+    let seen = loop {
+        let md = updates.recv_timeout(WAIT).unwrap();
+        if md.topic("orders").is_some() {
+            break md;
+        }
+    };
+    assert_eq!(seen.topic("orders"), Some(&topic));
+    assert_eq!(handle.metadata().topic("orders"), Some(&topic));
+
+    // Errors come back with their code.
+    let err = handle
+        .propose(create("orders"))
+        .recv_timeout(WAIT)
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(err.code(), ErrorCode::TopicAlreadyExists);
+
+    let before = handle.metadata();
+    ctl.shutdown();
+    // The subscription closes and the handle reports the stop.
+    while updates.recv_timeout(WAIT).is_ok() {}
+    assert_eq!(handle.wait_ready(WAIT), Err(ControllerError::Stopped));
+    let err = handle
+        .propose(create("late"))
+        .recv_timeout(WAIT)
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(err, ControllerError::Stopped);
+
+    let ctl = start(config(dir.path())).unwrap();
+    let md = ctl.handle().wait_ready(WAIT).unwrap();
+    assert_eq!(md, before);
+    assert_eq!(md.topic("orders"), Some(&topic));
+    assert_eq!(md.cluster_id, cluster_id);
+    ctl.shutdown();
+}
+
+#[test]
+fn slow_subscriber_keeps_the_latest() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctl = start(config(dir.path())).unwrap();
+    let handle = ctl.handle();
+    handle.wait_ready(WAIT).unwrap();
+    let updates = handle.subscribe(1);
+    handle
+        .propose(broker(1))
+        .recv_timeout(WAIT)
+        .unwrap()
+        .unwrap();
+    for name in ["a", "b", "c"] {
+        handle
+            .propose(create(name))
+            .recv_timeout(WAIT)
+            .unwrap()
+            .unwrap();
+    }
+    // Capacity 1: only the newest update is queued.
+    let md = updates.try_recv().unwrap();
+    assert!(md.topic("c").is_some());
+    assert!(updates.try_recv().is_err());
+    drop(ctl);
+}
+
+#[test]
+fn multi_voter_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.voters = vec![(1, "127.0.0.1:9393".into()), (2, "127.0.0.1:9394".into())];
+    let err = start(cfg).err().unwrap();
+    assert!(
+        err.to_string()
+            .contains("multi-voter quorum not supported yet"),
+        "{err}"
+    );
+    let mut cfg = config(dir.path());
+    cfg.voters = vec![(1, "127.0.0.1:9393".into())];
+    start(cfg).unwrap().shutdown();
+}
+
+#[test]
+fn corrupt_log_is_a_storage_error_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let cdir = dir.path().join("controller");
+    std::fs::create_dir_all(&cdir).unwrap();
+    std::fs::write(cdir.join(raft_log::LOG_FILE), b"garbage garbage garbage").unwrap();
+    let err = start(config(dir.path())).err().unwrap();
+    assert_eq!(err.code(), ErrorCode::KafkaStorageError);
+    assert!(err.to_string().contains(raft_log::LOG_FILE), "{err}");
+}

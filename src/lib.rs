@@ -1,0 +1,9 @@
+//! rill: a persistent, partitioned, replicated log broker, thread-per-core on io_uring.
+pub mod batch;
+pub mod cli;
+pub mod client;
+pub mod controller;
+pub mod log;
+pub mod partition;
+pub mod protocol;
+pub mod server;

@@ -1,0 +1,12 @@
+//! Log storage: per partition a directory of segments with sparse offset and time indexes.
+pub mod error;
+pub mod fsync;
+pub mod index;
+pub mod partition_log;
+pub mod scan;
+pub mod segment;
+
+pub use error::LogError;
+pub use fsync::FsyncPolicy;
+pub use partition_log::{PartitionLog, ReadChunk};
+pub use segment::SegmentConfig;

@@ -1,0 +1,287 @@
+//! The segments of one partition and the order in which batches reach them.
+//!
+//! Appends are synchronous and only touch memory: the batch gets its offsets and waits in
+//! `pending`. The shard's group-commit task later hands all pending batches of all its
+//! partitions to the disk at once ([`flush`]), rolling segments as they fill. Only that task
+//! writes, so there is at most one write in flight per partition.
+
+use std::cell::RefCell;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use bytes::{Bytes, BytesMut};
+use rill_shards::rt::{DmaFile, ReadResult};
+
+use super::error::LogError;
+use super::segment::{
+    cut_and_sync, parse_segment_file_name, Segment, SegmentConfig, SegmentReader,
+};
+use crate::batch::HEADER_LEN;
+
+/// A piece of a fetch response payload: whole batches, from memory or from a segment file.
+pub enum ReadChunk {
+    Memory(Bytes),
+    File(ReadResult),
+}
+
+impl ReadChunk {
+    pub fn as_slice(&self) -> &[u8] {
+        match self {
+            ReadChunk::Memory(b) => b,
+            ReadChunk::File(r) => r,
+        }
+    }
+    pub fn len(&self) -> usize {
+        self.as_slice().len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// What opening a partition found.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Recovery {
+    pub segments: usize,
+    pub truncated_bytes: u64,
+}
+
+pub struct PartitionLog {
+    dir: PathBuf,
+    cfg: SegmentConfig,
+    /// Sorted by base offset; the last one is active.
+    segments: Vec<Segment>,
+    next_offset: u64,
+    pending: Vec<Bytes>,
+    /// Offsets below this are written to their segment files.
+    written_offset: u64,
+    failed: Option<String>,
+}
+
+impl PartitionLog {
+    /// Opens (or creates) the partition directory, validating the active segment's tail.
+    pub async fn open(
+        dir: PathBuf,
+        cfg: SegmentConfig,
+    ) -> Result<(PartitionLog, Recovery), LogError> {
+        std::fs::create_dir_all(&dir).map_err(|e| LogError::io(&dir, e))?;
+        let mut bases = Vec::new();
+        for entry in std::fs::read_dir(&dir).map_err(|e| LogError::io(&dir, e))? {
+            let entry = entry.map_err(|e| LogError::io(&dir, e))?;
+            if let Some(base) = entry.file_name().to_str().and_then(parse_segment_file_name) {
+                bases.push(base);
+            }
+        }
+        bases.sort_unstable();
+        let mut recovery = Recovery::default();
+        let mut segments: Vec<Segment> = Vec::with_capacity(bases.len().max(1));
+        for (i, base) in bases.iter().enumerate() {
+            let active = i + 1 == bases.len();
+            let hint = bases.get(i + 1).copied();
+            let path = dir.join(super::segment::segment_file_name(*base));
+            let (seg, cut) = Segment::open(path, *base, hint, active, &cfg).await?;
+            if let Some(prev) = segments.last() {
+                if prev.next_offset() != seg.base_offset {
+                    return Err(LogError::Corrupt {
+                        path: seg.path().to_path_buf(),
+                        position: 0,
+                        what: format!(
+                            "segment starts at offset {} but the previous one ends at {}",
+                            seg.base_offset,
+                            prev.next_offset()
+                        ),
+                    });
+                }
+            }
+            if cut > 0 {
+                log::warn!(
+                    "{}: cut {cut} bytes of torn or corrupt data from the tail",
+                    seg.path().display()
+                );
+            }
+            recovery.truncated_bytes += cut;
+            segments.push(seg);
+        }
+        if segments.is_empty() {
+            segments.push(Segment::create(&dir, 0, &cfg).await?);
+        }
+        recovery.segments = segments.len();
+        let next_offset = segments.last().map_or(0, Segment::next_offset);
+        Ok((
+            PartitionLog {
+                dir,
+                cfg,
+                segments,
+                next_offset,
+                pending: Vec::new(),
+                written_offset: next_offset,
+                failed: None,
+            },
+            recovery,
+        ))
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The first offset still stored.
+    pub fn log_start_offset(&self) -> u64 {
+        self.segments.first().map_or(0, |s| s.base_offset)
+    }
+
+    /// The offset the next appended record gets (log end offset).
+    pub fn next_offset(&self) -> u64 {
+        self.next_offset
+    }
+
+    /// Offsets below this are written to disk (not necessarily fsynced).
+    pub fn written_offset(&self) -> u64 {
+        self.written_offset
+    }
+
+    pub fn segment_count(&self) -> usize {
+        self.segments.len()
+    }
+
+    pub fn size_bytes(&self) -> u64 {
+        self.segments.iter().map(Segment::size).sum()
+    }
+
+    pub fn failure(&self) -> Option<&str> {
+        self.failed.as_deref()
+    }
+
+    /// Assigns offsets to a validated batch and queues it for the next flush. Returns the
+    /// stamped bytes (what will be on disk) for the tail cache.
+    pub fn append(
+        &mut self,
+        batch: &[u8],
+        append_time_ms: i64,
+        record_count: u32,
+    ) -> Result<Bytes, LogError> {
+        if let Some(f) = &self.failed {
+            return Err(LogError::Failed(f.clone()));
+        }
+        assert!(batch.len() >= HEADER_LEN && record_count > 0);
+        let base = self.next_offset;
+        let mut owned = BytesMut::with_capacity(batch.len());
+        owned.extend_from_slice(batch);
+        crate::batch::stamp_batch(&mut owned, base, append_time_ms);
+        let bytes = owned.freeze();
+        self.next_offset = base + u64::from(record_count);
+        self.pending.push(bytes.clone());
+        Ok(bytes)
+    }
+
+    pub fn has_pending(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
+    /// Files with writes not yet covered by an fdatasync.
+    pub fn take_unsynced(&mut self) -> Vec<(Rc<DmaFile>, Rc<Path>)> {
+        self.segments
+            .iter_mut()
+            .filter_map(Segment::take_unsynced)
+            .collect()
+    }
+
+    /// Marks the log failed: appends are refused from now on, reads continue.
+    pub fn fail(&mut self, why: String) {
+        log::error!("{}: storage failed: {why}", self.dir.display());
+        self.failed.get_or_insert(why);
+    }
+
+    /// A reader for the segment holding `offset`, if it is stored.
+    pub fn reader_for_offset(&self, offset: u64) -> Result<SegmentReader, LogError> {
+        let i = self.segments.partition_point(|s| s.base_offset <= offset);
+        if i == 0 || offset >= self.next_offset {
+            return Err(LogError::OffsetOutOfRange {
+                offset,
+                start: self.log_start_offset(),
+                end: self.next_offset,
+            });
+        }
+        Ok(self.segments[i - 1].reader_for_offset(offset))
+    }
+
+    /// A reader for the first segment that may hold a record at or after `ts`.
+    pub fn reader_for_timestamp(&self, ts: i64) -> Option<SegmentReader> {
+        self.segments
+            .iter()
+            .find_map(|s| s.reader_for_timestamp(ts))
+    }
+
+    /// Persists the active segment's indexes on a clean shutdown.
+    pub fn on_shutdown(&self) {}
+}
+
+/// Writes every pending batch of the partition to its segments, rolling as they fill.
+/// Returns the new written offset, or `None` when nothing was pending.
+pub async fn flush(cell: &RefCell<PartitionLog>) -> Result<Option<u64>, LogError> {
+    let batches = {
+        let mut log = cell.borrow_mut();
+        if let Some(f) = &log.failed {
+            return Err(LogError::Failed(f.clone()));
+        }
+        if log.pending.is_empty() {
+            return Ok(None);
+        }
+        std::mem::take(&mut log.pending)
+    };
+    match write_batches(cell, &batches).await {
+        Ok(next) => {
+            let mut log = cell.borrow_mut();
+            assert!(next >= log.written_offset, "written offset must grow");
+            log.written_offset = next;
+            Ok(Some(next))
+        }
+        Err(e) => {
+            cell.borrow_mut().fail(e.to_string());
+            Err(e)
+        }
+    }
+}
+
+async fn write_batches(cell: &RefCell<PartitionLog>, batches: &[Bytes]) -> Result<u64, LogError> {
+    let mut i = 0;
+    let mut next = cell.borrow().written_offset;
+    while i < batches.len() {
+        let roll = {
+            let log = cell.borrow();
+            let active = log.segments.last().expect("a log has an active segment");
+            !active.is_empty() && active.size() + batches[i].len() as u64 > log.cfg.segment_bytes
+        };
+        if roll {
+            let (file, path, len) = cell.borrow().segments.last().expect("active").begin_close();
+            cut_and_sync(file, path, len).await?;
+            let (dir, cfg, base) = {
+                let mut log = cell.borrow_mut();
+                let base = log.segments.last().expect("active").next_offset();
+                log.segments.last_mut().expect("active").finish_close()?;
+                (log.dir.clone(), log.cfg.clone(), base)
+            };
+            let seg = Segment::create(&dir, base, &cfg).await?;
+            cell.borrow_mut().segments.push(seg);
+        }
+        let (job, j) = {
+            let mut log = cell.borrow_mut();
+            let limit = log.cfg.segment_bytes;
+            let active = log.segments.last_mut().expect("active");
+            let mut size = active.size();
+            let mut j = i;
+            while j < batches.len() && (j == i || size + batches[j].len() as u64 <= limit) {
+                size += batches[j].len() as u64;
+                j += 1;
+            }
+            (active.prepare_write(&batches[i..j]), j)
+        };
+        let new_size = job.run().await?;
+        let mut log = cell.borrow_mut();
+        let active = log.segments.last_mut().expect("active");
+        active.complete_write(new_size);
+        next = active.next_offset();
+        i = j;
+    }
+    Ok(next)
+}

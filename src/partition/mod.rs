@@ -1,0 +1,217 @@
+//! A partition on its shard: its log, its high watermark, and who waits on it.
+//!
+//! Single node (until replication): the high watermark is the offset below which data is as
+//! durable as `--fsync` promises (fsynced for `always`, written for `interval`/`never`).
+//! Producers are acknowledged and consumers see records only below it, so a consumer never
+//! reads a record that a crash could take back.
+
+pub mod group_commit;
+pub mod tail_cache;
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::rc::Rc;
+
+use event_listener::Event;
+
+use crate::batch::BatchView;
+use crate::log::partition_log::{self, PartitionLog};
+use crate::log::{FsyncPolicy, LogError, ReadChunk};
+use crate::protocol::ErrorCode;
+use tail_cache::TailCache;
+
+/// A producer waiting for its batch to reach the high watermark.
+struct AckWaiter {
+    offset: u64,
+    done: flume::Sender<Result<(), ErrorCode>>,
+}
+
+pub struct Partition {
+    pub topic: Rc<str>,
+    pub topic_id: u64,
+    pub index: u32,
+    /// Shard-unique key of this partition in the tail cache.
+    pub cache_key: u64,
+    pub log: RefCell<PartitionLog>,
+    high_watermark: Cell<u64>,
+    acks: RefCell<VecDeque<AckWaiter>>,
+    /// Fetches long-polling this partition; notified when the high watermark moves.
+    data: Event,
+    fsync: FsyncPolicy,
+    deleted: Cell<bool>,
+}
+
+/// Limits on a fetch of one partition.
+#[derive(Debug, Clone, Copy)]
+pub struct ReadLimits {
+    pub max_bytes: usize,
+}
+
+impl Partition {
+    pub fn new(
+        topic: Rc<str>,
+        topic_id: u64,
+        index: u32,
+        cache_key: u64,
+        log: PartitionLog,
+        fsync: FsyncPolicy,
+    ) -> Partition {
+        let hw = log.written_offset();
+        Partition {
+            topic,
+            topic_id,
+            index,
+            cache_key,
+            log: RefCell::new(log),
+            high_watermark: Cell::new(hw),
+            acks: RefCell::new(VecDeque::new()),
+            data: Event::new(),
+            fsync,
+            deleted: Cell::new(false),
+        }
+    }
+
+    pub fn high_watermark(&self) -> u64 {
+        self.high_watermark.get()
+    }
+
+    pub fn log_start_offset(&self) -> u64 {
+        self.log.borrow().log_start_offset()
+    }
+
+    pub fn log_end_offset(&self) -> u64 {
+        self.log.borrow().next_offset()
+    }
+
+    pub fn fsync(&self) -> FsyncPolicy {
+        self.fsync
+    }
+
+    /// Appends validated batches (the payload of one produce for this partition). Returns the
+    /// base offset of the first and the offset after the last.
+    pub fn append(
+        &self,
+        batches: &[BatchView<'_>],
+        now_ms: i64,
+        cache: &TailCache,
+    ) -> Result<(u64, u64), LogError> {
+        if self.deleted.get() {
+            return Err(LogError::Failed("partition is being deleted".into()));
+        }
+        let mut log = self.log.borrow_mut();
+        let first = log.next_offset();
+        for b in batches {
+            let base = log.next_offset();
+            let stored = log.append(b.bytes(), now_ms, b.header().record_count)?;
+            cache.insert(self.cache_key, base, log.next_offset(), stored);
+        }
+        Ok((first, log.next_offset()))
+    }
+
+    /// A receiver that completes when `offset` is below the high watermark.
+    pub fn wait_for_ack(&self, offset: u64) -> flume::Receiver<Result<(), ErrorCode>> {
+        let (tx, rx) = flume::bounded(1);
+        if offset < self.high_watermark.get() {
+            let _ = tx.send(Ok(()));
+        } else if let Some(f) = self.log.borrow().failure() {
+            log::debug!("ack refused: {f}");
+            let _ = tx.send(Err(ErrorCode::KafkaStorageError));
+        } else {
+            self.acks
+                .borrow_mut()
+                .push_back(AckWaiter { offset, done: tx });
+        }
+        rx
+    }
+
+    /// Moves the high watermark to `hw` and wakes acks and fetches below it.
+    pub fn advance(&self, hw: u64) {
+        let old = self.high_watermark.get();
+        assert!(hw >= old, "high watermark never goes back ({old} -> {hw})");
+        assert!(
+            hw <= self.log.borrow().next_offset(),
+            "high watermark <= log end"
+        );
+        if hw == old {
+            return;
+        }
+        self.high_watermark.set(hw);
+        let mut acks = self.acks.borrow_mut();
+        while acks.front().is_some_and(|w| w.offset < hw) {
+            if let Some(w) = acks.pop_front() {
+                let _ = w.done.send(Ok(()));
+            }
+        }
+        drop(acks);
+        self.data.notify(usize::MAX);
+    }
+
+    /// Fails every waiting producer (storage fault or deletion).
+    pub fn fail_waiters(&self, code: ErrorCode) {
+        for w in self.acks.borrow_mut().drain(..) {
+            let _ = w.done.send(Err(code));
+        }
+        self.data.notify(usize::MAX);
+    }
+
+    pub fn mark_deleted(&self) {
+        self.deleted.set(true);
+        self.fail_waiters(ErrorCode::UnknownTopicOrPartition);
+    }
+
+    pub fn is_deleted(&self) -> bool {
+        self.deleted.get()
+    }
+
+    /// A listener that fires when new data becomes visible.
+    pub fn listen(&self) -> event_listener::EventListener {
+        self.data.listen()
+    }
+
+    /// Reads whole batches from `offset`, below the high watermark: from the tail cache when
+    /// it holds them, else from the segment file.
+    pub async fn read(
+        &self,
+        offset: u64,
+        limits: ReadLimits,
+        cache: &TailCache,
+    ) -> Result<Vec<ReadChunk>, LogError> {
+        let hw = self.high_watermark.get();
+        let start = self.log_start_offset();
+        if offset < start || offset > hw {
+            return Err(LogError::OffsetOutOfRange {
+                offset,
+                start,
+                end: hw,
+            });
+        }
+        if offset == hw {
+            return Ok(Vec::new());
+        }
+        if let Some(chunks) = cache.read(self.cache_key, offset, hw, limits.max_bytes) {
+            return Ok(chunks.into_iter().map(ReadChunk::Memory).collect());
+        }
+        let reader = self.log.borrow().reader_for_offset(offset)?;
+        Ok(reader
+            .read(offset, limits.max_bytes, hw)
+            .await?
+            .map(ReadChunk::File)
+            .into_iter()
+            .collect())
+    }
+
+    /// The first offset with a timestamp at or after `ts` (below the high watermark).
+    pub async fn offset_for_timestamp(&self, ts: i64) -> Result<Option<(u64, i64)>, LogError> {
+        let hw = self.high_watermark.get();
+        let reader = self.log.borrow().reader_for_timestamp(ts);
+        match reader {
+            Some(r) => r.find_timestamp(ts, hw).await,
+            None => Ok(None),
+        }
+    }
+
+    /// Writes pending batches; see [`partition_log::flush`].
+    pub async fn flush(&self) -> Result<Option<u64>, LogError> {
+        partition_log::flush(&self.log).await
+    }
+}

@@ -1,0 +1,40 @@
+//! API keys and the versions this broker speaks.
+
+/// A native API. The numbers are the wire values; never renumber.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u16)]
+pub enum ApiKey {
+    ApiVersions = 0,
+    Metadata = 1,
+    CreateTopics = 2,
+    DeleteTopics = 3,
+    Produce = 4,
+    Fetch = 5,
+    ListOffsets = 6,
+}
+
+impl ApiKey {
+    pub const ALL: &'static [ApiKey] = &[
+        ApiKey::ApiVersions,
+        ApiKey::Metadata,
+        ApiKey::CreateTopics,
+        ApiKey::DeleteTopics,
+        ApiKey::Produce,
+        ApiKey::Fetch,
+        ApiKey::ListOffsets,
+    ];
+
+    pub fn from_u16(v: u16) -> Option<ApiKey> {
+        ApiKey::ALL.iter().copied().find(|k| *k as u16 == v)
+    }
+
+    /// The inclusive range of versions served.
+    pub fn versions(self) -> (u16, u16) {
+        (0, 0)
+    }
+
+    pub fn supports(self, version: u16) -> bool {
+        let (lo, hi) = self.versions();
+        (lo..=hi).contains(&version)
+    }
+}

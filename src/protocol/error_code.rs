@@ -1,0 +1,149 @@
+//! Stable numeric error codes carried on the wire.
+//!
+//! The numbers are Kafka's own (`org.apache.kafka.common.protocol.Errors`), so the Kafka listener
+//! maps them one to one and operators who know Kafka read them without a table. Never renumber.
+
+use std::fmt;
+
+/// A wire error code. `NONE` (0) means success.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(i16)]
+pub enum ErrorCode {
+    UnknownServerError = -1,
+    None = 0,
+    OffsetOutOfRange = 1,
+    CorruptMessage = 2,
+    UnknownTopicOrPartition = 3,
+    InvalidFetchSize = 4,
+    NotLeaderOrFollower = 6,
+    RequestTimedOut = 7,
+    MessageTooLarge = 10,
+    InvalidTopic = 17,
+    RecordListTooLarge = 18,
+    NotEnoughReplicas = 19,
+    InvalidRequiredAcks = 21,
+    UnsupportedVersion = 35,
+    TopicAlreadyExists = 36,
+    InvalidPartitions = 37,
+    InvalidReplicationFactor = 38,
+    InvalidConfig = 40,
+    NotController = 41,
+    InvalidRequest = 42,
+    PolicyViolation = 44,
+    OutOfOrderSequenceNumber = 45,
+    DuplicateSequenceNumber = 46,
+    InvalidTimestamp = 32,
+    KafkaStorageError = 56,
+    UnknownTopicId = 100,
+}
+
+impl ErrorCode {
+    pub const ALL: &'static [ErrorCode] = &[
+        ErrorCode::UnknownServerError,
+        ErrorCode::None,
+        ErrorCode::OffsetOutOfRange,
+        ErrorCode::CorruptMessage,
+        ErrorCode::UnknownTopicOrPartition,
+        ErrorCode::InvalidFetchSize,
+        ErrorCode::NotLeaderOrFollower,
+        ErrorCode::RequestTimedOut,
+        ErrorCode::MessageTooLarge,
+        ErrorCode::InvalidTopic,
+        ErrorCode::RecordListTooLarge,
+        ErrorCode::NotEnoughReplicas,
+        ErrorCode::InvalidRequiredAcks,
+        ErrorCode::UnsupportedVersion,
+        ErrorCode::TopicAlreadyExists,
+        ErrorCode::InvalidPartitions,
+        ErrorCode::InvalidReplicationFactor,
+        ErrorCode::InvalidConfig,
+        ErrorCode::NotController,
+        ErrorCode::InvalidRequest,
+        ErrorCode::PolicyViolation,
+        ErrorCode::OutOfOrderSequenceNumber,
+        ErrorCode::DuplicateSequenceNumber,
+        ErrorCode::InvalidTimestamp,
+        ErrorCode::KafkaStorageError,
+        ErrorCode::UnknownTopicId,
+    ];
+
+    pub fn code(self) -> i16 {
+        self as i16
+    }
+
+    /// Decodes a wire value; unknown numbers (from a newer peer) become `UnknownServerError`.
+    pub fn from_code(code: i16) -> ErrorCode {
+        ErrorCode::ALL
+            .iter()
+            .copied()
+            .find(|c| c.code() == code)
+            .unwrap_or(ErrorCode::UnknownServerError)
+    }
+
+    /// Whether a client may retry the same request (after a metadata refresh where it applies).
+    pub fn is_retriable(self) -> bool {
+        matches!(
+            self,
+            ErrorCode::NotLeaderOrFollower
+                | ErrorCode::RequestTimedOut
+                | ErrorCode::UnknownTopicOrPartition
+                | ErrorCode::NotEnoughReplicas
+                | ErrorCode::KafkaStorageError
+                | ErrorCode::NotController
+                | ErrorCode::CorruptMessage
+        )
+    }
+
+    /// The upper-snake name Kafka uses, printed in one-line CLI errors.
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrorCode::UnknownServerError => "UNKNOWN_SERVER_ERROR",
+            ErrorCode::None => "NONE",
+            ErrorCode::OffsetOutOfRange => "OFFSET_OUT_OF_RANGE",
+            ErrorCode::CorruptMessage => "CORRUPT_MESSAGE",
+            ErrorCode::UnknownTopicOrPartition => "UNKNOWN_TOPIC_OR_PARTITION",
+            ErrorCode::InvalidFetchSize => "INVALID_FETCH_SIZE",
+            ErrorCode::NotLeaderOrFollower => "NOT_LEADER_OR_FOLLOWER",
+            ErrorCode::RequestTimedOut => "REQUEST_TIMED_OUT",
+            ErrorCode::MessageTooLarge => "MESSAGE_TOO_LARGE",
+            ErrorCode::InvalidTopic => "INVALID_TOPIC_EXCEPTION",
+            ErrorCode::RecordListTooLarge => "RECORD_LIST_TOO_LARGE",
+            ErrorCode::NotEnoughReplicas => "NOT_ENOUGH_REPLICAS",
+            ErrorCode::InvalidRequiredAcks => "INVALID_REQUIRED_ACKS",
+            ErrorCode::UnsupportedVersion => "UNSUPPORTED_VERSION",
+            ErrorCode::TopicAlreadyExists => "TOPIC_ALREADY_EXISTS",
+            ErrorCode::InvalidPartitions => "INVALID_PARTITIONS",
+            ErrorCode::InvalidReplicationFactor => "INVALID_REPLICATION_FACTOR",
+            ErrorCode::InvalidConfig => "INVALID_CONFIG",
+            ErrorCode::NotController => "NOT_CONTROLLER",
+            ErrorCode::InvalidRequest => "INVALID_REQUEST",
+            ErrorCode::PolicyViolation => "POLICY_VIOLATION",
+            ErrorCode::OutOfOrderSequenceNumber => "OUT_OF_ORDER_SEQUENCE_NUMBER",
+            ErrorCode::DuplicateSequenceNumber => "DUPLICATE_SEQUENCE_NUMBER",
+            ErrorCode::InvalidTimestamp => "INVALID_TIMESTAMP",
+            ErrorCode::KafkaStorageError => "KAFKA_STORAGE_ERROR",
+            ErrorCode::UnknownTopicId => "UNKNOWN_TOPIC_ID",
+        }
+    }
+}
+
+impl fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", self.name(), self.code())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_round_trip_and_are_unique() {
+        let mut seen = std::collections::HashSet::new();
+        for c in ErrorCode::ALL {
+            assert!(seen.insert(c.code()), "duplicate code {}", c.code());
+            assert_eq!(ErrorCode::from_code(c.code()), *c);
+        }
+        assert_eq!(ErrorCode::from_code(12345), ErrorCode::UnknownServerError);
+    }
+}

@@ -1,0 +1,206 @@
+//! Request and response meta bodies, archived with rkyv.
+//!
+//! Batches never travel inside these archives: a produce request or fetch response carries them
+//! in the frame's payload section and the meta names them by (offset, length) in that section,
+//! so the broker stores and serves the producer's bytes without re-encoding them.
+
+use rkyv::{Archive, Deserialize, Serialize};
+
+/// The meta of a response whose header carries a frame-level error.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct ErrorBody {
+    pub message: String,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
+pub struct ApiVersionsRequest {}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct ApiVersionRange {
+    pub api_key: u16,
+    pub min_version: u16,
+    pub max_version: u16,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct ApiVersionsResponse {
+    pub apis: Vec<ApiVersionRange>,
+    pub broker_version: String,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
+pub struct MetadataRequest {
+    /// `None`: every topic.
+    pub topics: Option<Vec<String>>,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct BrokerMeta {
+    pub node_id: u32,
+    pub host: String,
+    /// Shard `i` listens on `port + i`.
+    pub port: u16,
+    pub shards: u32,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct PartitionMeta {
+    pub partition: u32,
+    pub error_code: i16,
+    pub leader: u32,
+    pub shard: u32,
+    pub leader_epoch: u32,
+    pub replicas: Vec<u32>,
+    pub isr: Vec<u32>,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct TopicMeta {
+    pub name: String,
+    pub id: u64,
+    pub error_code: i16,
+    pub partitions: Vec<PartitionMeta>,
+    pub configs: Vec<(String, String)>,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct MetadataResponse {
+    pub cluster_id: String,
+    pub controller_id: u64,
+    pub brokers: Vec<BrokerMeta>,
+    pub topics: Vec<TopicMeta>,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct CreatableTopic {
+    pub name: String,
+    pub partitions: u32,
+    pub replication_factor: u16,
+    pub configs: Vec<(String, String)>,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct CreateTopicsRequest {
+    pub topics: Vec<CreatableTopic>,
+    pub timeout_ms: u32,
+}
+
+/// Outcome for one topic of a create or delete.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct TopicResult {
+    pub name: String,
+    pub error_code: i16,
+    pub message: String,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct TopicResults {
+    pub topics: Vec<TopicResult>,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct DeleteTopicsRequest {
+    pub topics: Vec<String>,
+    pub timeout_ms: u32,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct ProducePartition {
+    pub topic: String,
+    pub partition: u32,
+    /// Where this partition's batches sit in the frame's payload section (16-aligned offset).
+    pub payload_offset: u32,
+    pub payload_len: u32,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct ProduceRequest {
+    /// 0, 1 or -1 (all).
+    pub acks: i16,
+    pub timeout_ms: u32,
+    pub partitions: Vec<ProducePartition>,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct ProducePartitionResult {
+    pub topic: String,
+    pub partition: u32,
+    pub error_code: i16,
+    pub message: String,
+    pub base_offset: i64,
+    pub log_append_time_ms: i64,
+    pub log_start_offset: i64,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct ProduceResponse {
+    pub partitions: Vec<ProducePartitionResult>,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct FetchPartition {
+    pub topic: String,
+    pub partition: u32,
+    pub offset: u64,
+    pub max_bytes: u32,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct FetchRequest {
+    pub max_wait_ms: u32,
+    pub min_bytes: u32,
+    pub max_bytes: u32,
+    pub partitions: Vec<FetchPartition>,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct FetchPartitionResult {
+    pub topic: String,
+    pub partition: u32,
+    pub error_code: i16,
+    pub message: String,
+    pub high_watermark: u64,
+    pub log_start_offset: u64,
+    /// Whole batches for this partition in the response payload (16-aligned offset).
+    pub payload_offset: u32,
+    pub payload_len: u32,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct FetchResponse {
+    pub partitions: Vec<FetchPartitionResult>,
+}
+
+/// Special timestamps of a ListOffsets query, as Kafka.
+pub const LATEST_TIMESTAMP: i64 = -1;
+pub const EARLIEST_TIMESTAMP: i64 = -2;
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct ListOffsetsPartition {
+    pub topic: String,
+    pub partition: u32,
+    /// `LATEST_TIMESTAMP`, `EARLIEST_TIMESTAMP`, or a time in ms: the first offset whose
+    /// timestamp is at or after it.
+    pub timestamp: i64,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct ListOffsetsRequest {
+    pub partitions: Vec<ListOffsetsPartition>,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct ListOffsetsPartitionResult {
+    pub topic: String,
+    pub partition: u32,
+    pub error_code: i16,
+    pub message: String,
+    /// -1 when no record is at or after the timestamp.
+    pub offset: i64,
+    pub timestamp: i64,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct ListOffsetsResponse {
+    pub partitions: Vec<ListOffsetsPartitionResult>,
+}

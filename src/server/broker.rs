@@ -1,0 +1,229 @@
+//! Starting a broker: lock the data dir, start the controller, register, start the shards.
+
+use std::os::unix::io::AsRawFd;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rill_shards::rt::{spawn_local, TcpListener};
+use rill_shards::{start_shards, ShardConfig, ShardContext};
+
+use super::config::BrokerConfig;
+use super::connection;
+use super::shard::{remove_orphan_topic_dirs, AppliedIndexes, Shard};
+use crate::controller::metadata::{BrokerInfo, Command, MetadataLimits};
+use crate::controller::{self, ControllerConfig, ControllerError};
+use crate::log::FsyncPolicy;
+use crate::partition::group_commit::GroupCommit;
+
+#[derive(Debug, thiserror::Error)]
+pub enum BrokerError {
+    #[error("data dir {path}: {source}")]
+    DataDir {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("data dir {0} is in use by another rill broker")]
+    Locked(String),
+    #[error("controller: {0}")]
+    Controller(#[from] ControllerError),
+    #[error("{0}")]
+    Shards(#[from] rill_shards::ShardError),
+    #[error("cannot listen on {addr}: {why}")]
+    Listen { addr: String, why: String },
+    #[error("{0}")]
+    Config(String),
+}
+
+/// Metadata updates a shard may lag behind before older ones are dropped (it needs only the
+/// newest).
+const METADATA_QUEUE: usize = 64;
+
+/// Runs a broker until the process is stopped.
+pub fn run_broker(cfg: BrokerConfig) -> Result<(), BrokerError> {
+    let shards = cfg.cores.len();
+    let last_port = u32::from(cfg.listen.port()) + shards as u32 - 1;
+    if shards == 0 || last_port > u32::from(u16::MAX) {
+        return Err(BrokerError::Config(format!(
+            "{} shards from port {} do not fit below 65536",
+            shards,
+            cfg.listen.port()
+        )));
+    }
+    let dir = cfg.data_dir.clone();
+    let dir_err = |source| BrokerError::DataDir {
+        path: dir.display().to_string(),
+        source,
+    };
+    std::fs::create_dir_all(&dir).map_err(dir_err)?;
+    let _lock = lock_data_dir(&cfg)?;
+
+    let mut ccfg = ControllerConfig::new(&cfg.data_dir, u64::from(cfg.node_id));
+    ccfg.limits = MetadataLimits {
+        max_partitions_per_topic: cfg.max_partitions_per_topic,
+    };
+    let controller = controller::start(ccfg)?;
+    let handle = controller.handle();
+    handle.wait_ready(Duration::from_secs(60))?;
+    let registration = Command::RegisterBroker(BrokerInfo {
+        node_id: cfg.node_id,
+        host: cfg.advertised_host.clone(),
+        port: cfg.listen.port(),
+        shards: shards as u32,
+        kafka_port: cfg.kafka_listen.map(|a| a.port()),
+    });
+    handle
+        .propose(registration)
+        .recv_timeout(Duration::from_secs(60))
+        .map_err(|_| ControllerError::Timeout)??;
+    let md = handle.metadata();
+    remove_orphan_topic_dirs(&cfg.data_dir, &md);
+
+    let cfg = Arc::new(cfg);
+    let applied = AppliedIndexes::new(shards);
+    let (bound_tx, bound_rx) = flume::bounded::<Result<(), BrokerError>>(shards);
+    let scfg = ShardConfig {
+        cpus: cfg.cores.clone(),
+        io_memory_bytes: cfg.io_memory_bytes,
+        spin_before_park: cfg.spin_before_park,
+        prime_dir: cfg.data_dir.clone(),
+        name: "rill-shard".into(),
+    };
+    let shard_cfg = cfg.clone();
+    let set = start_shards(scfg, move |ctx: ShardContext| {
+        let cfg = shard_cfg.clone();
+        let handle = handle.clone();
+        let applied = applied.clone();
+        let bound_tx = bound_tx.clone();
+        async move { run_shard(ctx, cfg, handle, applied, bound_tx).await }
+    })?;
+    for _ in 0..shards {
+        match bound_rx.recv() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(e),
+            Err(_) => break,
+        }
+    }
+    eprintln!(
+        "rill: broker {} ready: native protocol on {}:{}..{} ({} shards), fsync {}, data in {}",
+        cfg.node_id,
+        cfg.listen.ip(),
+        cfg.listen.port(),
+        last_port,
+        shards,
+        cfg.fsync,
+        cfg.data_dir.display()
+    );
+    if cfg.kafka_listen.is_some() {
+        log::warn!("the Kafka protocol listener is not built yet; --kafka-listen is ignored");
+    }
+    for (i, r) in set.join().into_iter().enumerate() {
+        if let Err(e) = r {
+            log::error!("shard {i} stopped: {e}");
+        }
+    }
+    controller.shutdown();
+    Ok(())
+}
+
+async fn run_shard(
+    ctx: ShardContext,
+    cfg: Arc<BrokerConfig>,
+    handle: controller::ControllerHandle,
+    applied: Arc<AppliedIndexes>,
+    bound: flume::Sender<Result<(), BrokerError>>,
+) {
+    let addr = std::net::SocketAddr::new(cfg.listen.ip(), cfg.listen.port() + ctx.id as u16);
+    let listener = match TcpListener::bind(addr) {
+        Ok(l) => l,
+        Err(e) => {
+            let _ = bound.send(Err(BrokerError::Listen {
+                addr: addr.to_string(),
+                why: e.to_string(),
+            }));
+            return;
+        }
+    };
+    let updates = handle.subscribe(METADATA_QUEUE);
+    let shard = Shard::new(
+        ctx.id,
+        ctx.count,
+        cfg.clone(),
+        handle.clone(),
+        applied,
+        ctx.deadlines.clone(),
+    );
+    shard.apply_metadata(handle.metadata()).await;
+    spawn_local(shard.group_commit.clone().run()).detach();
+    if let FsyncPolicy::Interval(every) = cfg.fsync {
+        let s = shard.clone();
+        spawn_local(async move {
+            loop {
+                rill_shards::rt::sleep(every).await;
+                GroupCommit::sync_all(&s.all_partitions()).await;
+            }
+        })
+        .detach();
+    }
+    let s = shard.clone();
+    spawn_local(async move {
+        while let Ok(md) = updates.recv_async().await {
+            // Only the newest matters: skip to it.
+            let md = updates.drain().last().unwrap_or(md);
+            s.apply_metadata(md).await;
+        }
+    })
+    .detach();
+    let _ = bound.send(Ok(()));
+    accept_loop(shard, listener).await;
+}
+
+async fn accept_loop(shard: Rc<Shard>, listener: TcpListener) {
+    loop {
+        match listener.accept().await {
+            Ok(stream) => {
+                if shard.connections.get() >= shard.cfg.max_connections_per_shard {
+                    log::warn!(
+                        "shard {}: refusing a connection: --max-connections-per-shard {} reached",
+                        shard.id,
+                        shard.cfg.max_connections_per_shard
+                    );
+                    drop(stream);
+                    continue;
+                }
+                shard.connections.set(shard.connections.get() + 1);
+                let s = shard.clone();
+                spawn_local(async move {
+                    connection::serve(s.clone(), stream).await;
+                    s.connections.set(s.connections.get() - 1);
+                })
+                .detach();
+            }
+            Err(e) => {
+                // Out of file descriptors and the like: back off instead of spinning.
+                log::warn!("shard {}: accept failed: {e}", shard.id);
+                shard.deadlines.sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// An exclusive advisory lock on `<data-dir>/.lock`, held for the life of the process.
+fn lock_data_dir(cfg: &BrokerConfig) -> Result<std::fs::File, BrokerError> {
+    let path = cfg.data_dir.join(".lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|source| BrokerError::DataDir {
+            path: path.display().to_string(),
+            source,
+        })?;
+    // SAFETY: flock on a valid, owned descriptor.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc != 0 {
+        return Err(BrokerError::Locked(cfg.data_dir.display().to_string()));
+    }
+    Ok(file)
+}

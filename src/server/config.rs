@@ -1,0 +1,60 @@
+//! What a broker is started with (built from CLI flags, `RILL_*` variables and `--config`).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::log::FsyncPolicy;
+
+#[derive(Debug, Clone)]
+pub struct BrokerConfig {
+    pub data_dir: PathBuf,
+    /// Shard `i` listens on `listen.port() + i`.
+    pub listen: SocketAddr,
+    /// The host clients are told to connect to (defaults to the listen address).
+    pub advertised_host: String,
+    pub node_id: u32,
+    /// One shard per entry, pinned to that cpu.
+    pub cores: Vec<usize>,
+    pub kafka_listen: Option<SocketAddr>,
+    pub fsync: FsyncPolicy,
+    pub segment_bytes: u64,
+    pub index_interval_bytes: u32,
+    pub preallocate: bool,
+    pub max_frame_bytes: usize,
+    pub tail_cache_bytes: usize,
+    /// Upper bound on how long a fetch may long-poll, whatever the client asks.
+    pub max_fetch_wait: Duration,
+    /// Upper bound on a produce's wait for its acknowledgement.
+    pub max_produce_timeout: Duration,
+    pub max_connections_per_shard: usize,
+    pub max_partitions_per_topic: u32,
+    pub io_memory_bytes: usize,
+    pub spin_before_park: Option<Duration>,
+}
+
+impl BrokerConfig {
+    /// Defaults for a broker on `listen` with `shards` shards; used by tests and the CLI.
+    pub fn new(data_dir: PathBuf, listen: SocketAddr, cores: Vec<usize>) -> BrokerConfig {
+        BrokerConfig {
+            data_dir,
+            advertised_host: listen.ip().to_string(),
+            listen,
+            node_id: 1,
+            cores,
+            kafka_listen: None,
+            fsync: FsyncPolicy::Always,
+            segment_bytes: 128 << 20,
+            index_interval_bytes: 4096,
+            preallocate: true,
+            max_frame_bytes: 64 << 20,
+            tail_cache_bytes: 64 << 20,
+            max_fetch_wait: Duration::from_secs(30),
+            max_produce_timeout: Duration::from_secs(30),
+            max_connections_per_shard: 10_000,
+            max_partitions_per_topic: 10_000,
+            io_memory_bytes: 10 << 20,
+            spin_before_park: None,
+        }
+    }
+}

@@ -1,0 +1,91 @@
+//! ApiVersions and Metadata: answered from the shard's copy of the cluster metadata.
+
+use std::rc::Rc;
+
+use super::Reply;
+use crate::protocol::frame::RequestFrame;
+use crate::protocol::messages::{
+    ApiVersionRange, ApiVersionsResponse, BrokerMeta, MetadataRequest, MetadataResponse,
+    PartitionMeta, TopicMeta,
+};
+use crate::protocol::{ApiKey, ErrorCode};
+use crate::server::shard::Shard;
+
+pub fn api_versions() -> Reply {
+    Reply::meta(&ApiVersionsResponse {
+        apis: ApiKey::ALL
+            .iter()
+            .map(|k| {
+                let (lo, hi) = k.versions();
+                ApiVersionRange {
+                    api_key: *k as u16,
+                    min_version: lo,
+                    max_version: hi,
+                }
+            })
+            .collect(),
+        broker_version: env!("CARGO_PKG_VERSION").to_string(),
+    })
+}
+
+pub fn metadata(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
+    let req: MetadataRequest = match frame.decode_meta() {
+        Ok(r) => r,
+        Err(e) => return e.into(),
+    };
+    let md = shard.metadata.borrow().clone();
+    let topic_meta = |t: &crate::controller::metadata::TopicInfo| TopicMeta {
+        name: t.name.clone(),
+        id: t.id,
+        error_code: 0,
+        partitions: t
+            .partitions
+            .iter()
+            .map(|p| PartitionMeta {
+                partition: p.partition,
+                error_code: 0,
+                leader: p.leader,
+                shard: p.shard,
+                leader_epoch: p.leader_epoch,
+                replicas: p.replicas.clone(),
+                isr: p.isr.clone(),
+            })
+            .collect(),
+        configs: t
+            .configs
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+    };
+    let topics = match &req.topics {
+        None => md.topics.values().map(topic_meta).collect(),
+        Some(names) => names
+            .iter()
+            .map(|n| match md.topic(n) {
+                Some(t) => topic_meta(t),
+                None => TopicMeta {
+                    name: n.clone(),
+                    id: 0,
+                    error_code: ErrorCode::UnknownTopicOrPartition.code(),
+                    partitions: Vec::new(),
+                    configs: Vec::new(),
+                },
+            })
+            .collect(),
+    };
+    Reply::meta(&MetadataResponse {
+        cluster_id: md.cluster_id.clone(),
+        controller_id: md.controller_id,
+        brokers: md
+            .brokers
+            .values()
+            .map(|b| BrokerMeta {
+                node_id: b.node_id,
+                host: b.host.clone(),
+                port: b.port,
+                shards: b.shards,
+            })
+            .collect(),
+        topics,
+    })
+}

@@ -1,0 +1,127 @@
+//! Request handlers: decode the meta, act on the shard, encode the reply.
+
+mod fetch;
+mod list_offsets;
+mod metadata;
+mod produce;
+
+pub use produce::now_ms;
+mod topics;
+
+use std::rc::Rc;
+
+use super::shard::Shard;
+use crate::log::ReadChunk;
+use crate::protocol::frame::{encode_meta, FrameError, RequestFrame};
+use crate::protocol::{ApiKey, ErrorCode};
+
+/// What a handler answers.
+pub enum Reply {
+    /// Nothing (a produce with acks=0).
+    None,
+    /// A frame-level error.
+    Error(ErrorCode, String),
+    /// An encoded meta body and payload chunks.
+    Meta(Vec<u8>, Vec<ReadChunk>),
+}
+
+impl Reply {
+    fn meta<T>(value: &T) -> Reply
+    where
+        T: for<'a> rkyv::Serialize<
+            rkyv::api::high::HighSerializer<
+                rkyv::util::AlignedVec,
+                rkyv::ser::allocator::ArenaHandle<'a>,
+                rkyv::rancor::BoxedError,
+            >,
+        >,
+    {
+        Reply::with_payload(value, Vec::new())
+    }
+
+    fn with_payload<T>(value: &T, chunks: Vec<ReadChunk>) -> Reply
+    where
+        T: for<'a> rkyv::Serialize<
+            rkyv::api::high::HighSerializer<
+                rkyv::util::AlignedVec,
+                rkyv::ser::allocator::ArenaHandle<'a>,
+                rkyv::rancor::BoxedError,
+            >,
+        >,
+    {
+        match encode_meta(value) {
+            Ok(m) => Reply::Meta(m.to_vec(), chunks),
+            Err(e) => Reply::Error(ErrorCode::UnknownServerError, e.to_string()),
+        }
+    }
+}
+
+impl From<FrameError> for Reply {
+    fn from(e: FrameError) -> Reply {
+        Reply::Error(e.code(), e.to_string())
+    }
+}
+
+pub async fn dispatch(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
+    let h = &frame.header;
+    let Some(api) = ApiKey::from_u16(h.api_key) else {
+        return Reply::Error(
+            ErrorCode::InvalidRequest,
+            format!("unknown api key {}", h.api_key),
+        );
+    };
+    if !api.supports(h.api_version) {
+        let (lo, hi) = api.versions();
+        return Reply::Error(
+            ErrorCode::UnsupportedVersion,
+            format!(
+                "{api:?} version {} is not supported (supported: {lo}..={hi})",
+                h.api_version
+            ),
+        );
+    }
+    match api {
+        ApiKey::ApiVersions => metadata::api_versions(),
+        ApiKey::Metadata => metadata::metadata(shard, frame),
+        ApiKey::CreateTopics => topics::create(shard, frame).await,
+        ApiKey::DeleteTopics => topics::delete(shard, frame).await,
+        ApiKey::Produce => produce::produce(shard, frame).await,
+        ApiKey::Fetch => fetch::fetch(shard, frame).await,
+        ApiKey::ListOffsets => list_offsets::list_offsets(shard, frame).await,
+    }
+}
+
+/// Why a partition cannot be served here: unknown topic, or owned by another shard/broker.
+fn locate_error(shard: &Shard, topic: &str, partition: u32) -> (ErrorCode, String) {
+    let md = shard.metadata.borrow();
+    match md.topic(topic) {
+        None => (
+            ErrorCode::UnknownTopicOrPartition,
+            format!("unknown topic '{topic}'"),
+        ),
+        Some(t) if partition as usize >= t.partitions.len() => (
+            ErrorCode::UnknownTopicOrPartition,
+            format!(
+                "topic '{topic}' has {} partitions, no partition {partition}",
+                t.partitions.len()
+            ),
+        ),
+        Some(t) => {
+            let p = &t.partitions[partition as usize];
+            if p.leader == shard.cfg.node_id && p.shard as usize == shard.id {
+                (
+                    ErrorCode::UnknownTopicOrPartition,
+                    format!("{topic}-{partition} is not open yet"),
+                )
+            } else {
+                (
+                    ErrorCode::NotLeaderOrFollower,
+                    format!(
+                        "{topic}-{partition} is on broker {} shard {}",
+                        p.leader, p.shard
+                    ),
+                )
+            }
+        }
+    }
+}

@@ -1,0 +1,15 @@
+//! The broker process: the controller, the shards, their listeners and request handlers.
+//!
+//! Each shard is a pinned executor that owns the partitions placed on it and serves its own
+//! port. Handlers run on the shard that owns the data; only metadata changes cross cores.
+
+pub mod broker;
+pub mod config;
+pub mod connection;
+pub mod handlers;
+pub mod shard;
+
+pub use broker::{run_broker, BrokerError};
+pub use config::BrokerConfig;
+
+pub use handlers::now_ms as handlers_now_ms;

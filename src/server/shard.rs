@@ -1,0 +1,217 @@
+//! One shard's state: the partitions it owns, its tail cache and group commit, and the
+//! metadata it last applied.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use rill_shards::Deadlines;
+
+use super::config::BrokerConfig;
+use crate::controller::metadata::ClusterMetadata;
+use crate::controller::ControllerHandle;
+use crate::log::{PartitionLog, SegmentConfig};
+use crate::partition::group_commit::GroupCommit;
+use crate::partition::tail_cache::TailCache;
+use crate::partition::Partition;
+
+/// How far each shard has applied the controller's metadata, shared across shards so that a
+/// CreateTopics answers only once every shard has opened its new partitions.
+pub struct AppliedIndexes(Vec<AtomicU64>);
+
+impl AppliedIndexes {
+    pub fn new(shards: usize) -> Arc<AppliedIndexes> {
+        Arc::new(AppliedIndexes(
+            (0..shards).map(|_| AtomicU64::new(0)).collect(),
+        ))
+    }
+    pub fn set(&self, shard: usize, index: u64) {
+        self.0[shard].store(index, Ordering::Release);
+    }
+    pub fn all_at_least(&self, index: u64) -> bool {
+        self.0.iter().all(|a| a.load(Ordering::Acquire) >= index)
+    }
+}
+
+/// Topic name -> partition index -> the partition, where this shard owns it.
+type PartitionMap = HashMap<Rc<str>, Vec<Option<Rc<Partition>>>>;
+
+pub struct Shard {
+    pub id: usize,
+    pub count: usize,
+    pub cfg: Arc<BrokerConfig>,
+    pub controller: ControllerHandle,
+    pub applied: Arc<AppliedIndexes>,
+    pub deadlines: Deadlines,
+    pub cache: TailCache,
+    pub group_commit: Rc<GroupCommit>,
+    pub metadata: RefCell<Arc<ClusterMetadata>>,
+    partitions: RefCell<PartitionMap>,
+    next_cache_key: Cell<u64>,
+    pub connections: Cell<usize>,
+}
+
+/// Where a topic's partition lives on disk. The topic id keeps a re-created topic from
+/// finding the files of a deleted one.
+pub fn partition_dir(
+    data_dir: &std::path::Path,
+    topic: &str,
+    topic_id: u64,
+    partition: u32,
+) -> PathBuf {
+    data_dir
+        .join("topics")
+        .join(format!("{topic}~{topic_id}"))
+        .join(partition.to_string())
+}
+
+impl Shard {
+    pub fn new(
+        id: usize,
+        count: usize,
+        cfg: Arc<BrokerConfig>,
+        controller: ControllerHandle,
+        applied: Arc<AppliedIndexes>,
+        deadlines: Deadlines,
+    ) -> Rc<Shard> {
+        Rc::new(Shard {
+            id,
+            count,
+            cache: TailCache::new(cfg.tail_cache_bytes / count.max(1)),
+            group_commit: GroupCommit::new(cfg.fsync),
+            cfg,
+            controller,
+            applied,
+            deadlines,
+            metadata: RefCell::new(Arc::new(ClusterMetadata::default())),
+            partitions: RefCell::new(HashMap::new()),
+            next_cache_key: Cell::new(1),
+            connections: Cell::new(0),
+        })
+    }
+
+    pub fn partition(&self, topic: &str, index: u32) -> Option<Rc<Partition>> {
+        self.partitions
+            .borrow()
+            .get(topic)
+            .and_then(|v| v.get(index as usize).cloned().flatten())
+    }
+
+    pub fn all_partitions(&self) -> Vec<Rc<Partition>> {
+        self.partitions
+            .borrow()
+            .values()
+            .flat_map(|v| v.iter().flatten().cloned())
+            .collect()
+    }
+
+    fn segment_config(&self) -> SegmentConfig {
+        SegmentConfig {
+            segment_bytes: self.cfg.segment_bytes,
+            index_interval_bytes: self.cfg.index_interval_bytes,
+            preallocate: self.cfg.preallocate,
+        }
+    }
+
+    /// Brings the shard's partitions in line with `md`: opens new ones placed here, drops and
+    /// deletes the files of those whose topic is gone. Runs in metadata order, one at a time.
+    pub async fn apply_metadata(self: &Rc<Self>, md: Arc<ClusterMetadata>) {
+        let node = self.cfg.node_id;
+        // Deletions first: a deleted and re-created topic gets a new id, so its new files
+        // never collide with the old ones.
+        let gone: Vec<Rc<Partition>> = {
+            let parts = self.partitions.borrow();
+            parts
+                .iter()
+                .filter(|(name, v)| {
+                    let id = v.iter().flatten().next().map(|p| p.topic_id);
+                    md.topic(name).map(|t| t.id) != id
+                })
+                .flat_map(|(_, v)| v.iter().flatten().cloned())
+                .collect()
+        };
+        for p in gone {
+            p.mark_deleted();
+            self.cache.forget(p.cache_key);
+            self.partitions.borrow_mut().remove(&*p.topic);
+            let dir = p.log.borrow().dir().to_path_buf();
+            if let Err(e) = std::fs::remove_dir_all(&dir) {
+                log::warn!("removing {}: {e}", dir.display());
+            }
+            if let Some(topic_dir) = dir.parent() {
+                let _ = std::fs::remove_dir(topic_dir);
+            }
+        }
+        for topic in md.topics.values() {
+            for pi in &topic.partitions {
+                if pi.leader != node || pi.shard as usize != self.id {
+                    continue;
+                }
+                if self.partition(&topic.name, pi.partition).is_some() {
+                    continue;
+                }
+                let dir = partition_dir(&self.cfg.data_dir, &topic.name, topic.id, pi.partition);
+                match PartitionLog::open(dir.clone(), self.segment_config()).await {
+                    Ok((log, rec)) => {
+                        log::info!(
+                            "shard {}: opened {}-{} ({} segments, log end {}{})",
+                            self.id,
+                            topic.name,
+                            pi.partition,
+                            rec.segments,
+                            log.next_offset(),
+                            if rec.truncated_bytes > 0 {
+                                format!(", cut {} torn bytes", rec.truncated_bytes)
+                            } else {
+                                String::new()
+                            }
+                        );
+                        let key = self.next_cache_key.get();
+                        self.next_cache_key.set(key + 1);
+                        let name: Rc<str> = Rc::from(topic.name.as_str());
+                        let p = Rc::new(Partition::new(
+                            name.clone(),
+                            topic.id,
+                            pi.partition,
+                            key,
+                            log,
+                            self.cfg.fsync,
+                        ));
+                        let mut parts = self.partitions.borrow_mut();
+                        let v = parts.entry(name).or_default();
+                        if v.len() <= pi.partition as usize {
+                            v.resize(pi.partition as usize + 1, None);
+                        }
+                        v[pi.partition as usize] = Some(p);
+                    }
+                    Err(e) => log::error!("shard {}: cannot open {}: {e}", self.id, dir.display()),
+                }
+            }
+        }
+        self.applied.set(self.id, md.applied_index);
+        *self.metadata.borrow_mut() = md;
+    }
+}
+
+/// Removes topic directories whose topic no longer exists (deleted while this broker was
+/// down). Runs once at start, before the shards, so it never races a topic being created.
+pub fn remove_orphan_topic_dirs(data_dir: &std::path::Path, md: &ClusterMetadata) {
+    let Ok(entries) = std::fs::read_dir(data_dir.join("topics")) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let Some((topic, id)) = name.rsplit_once('~') else {
+            continue;
+        };
+        let live = md.topic(topic).is_some_and(|t| t.id.to_string() == id);
+        if !live {
+            log::info!("removing files of deleted topic {name}");
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
