@@ -117,7 +117,10 @@ impl SparseIndex {
         tidx: &[u8],
         segment_len: u64,
     ) -> Option<SparseIndex> {
-        if idx.len() < 16 || !(idx.len() - 16).is_multiple_of(INDEX_ENTRY) || !tidx.len().is_multiple_of(TIME_ENTRY) {
+        if idx.len() < 16
+            || !(idx.len() - 16).is_multiple_of(INDEX_ENTRY)
+            || !tidx.len().is_multiple_of(TIME_ENTRY)
+        {
             return None;
         }
         let n = (idx.len() - 16) / INDEX_ENTRY;

@@ -1,0 +1,363 @@
+//! The data path end to end against real broker processes: keyed produce and consume,
+//! durability across restarts and SIGKILL, torn-tail recovery, replay, long polling.
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{partition_dir, segment_files, TestBroker, DEADLINE};
+use rill::client::{Acks, ConsumedRecord, Consumer, Producer, ProducerConfig, StartFrom};
+
+fn consume_exactly(
+    b: &TestBroker,
+    topic: &str,
+    from: StartFrom,
+    expected: usize,
+) -> Vec<ConsumedRecord> {
+    let mut c = Consumer::assign(b.client(), topic, None, from).expect("consumer");
+    let mut out = Vec::new();
+    let start = Instant::now();
+    while out.len() < expected {
+        out.extend(c.poll(Duration::from_millis(200)).expect("poll"));
+        assert!(
+            start.elapsed() < DEADLINE,
+            "only {} of {expected} messages",
+            out.len()
+        );
+    }
+    // Nothing beyond what was produced.
+    out.extend(c.poll(Duration::from_millis(100)).expect("poll"));
+    assert_eq!(out.len(), expected, "more messages than produced");
+    out
+}
+
+fn producer(b: &TestBroker, batch_bytes: usize) -> Producer {
+    Producer::new(
+        b.client(),
+        ProducerConfig {
+            acks: Acks::All,
+            linger: Duration::from_millis(2),
+            batch_bytes,
+            ..ProducerConfig::default()
+        },
+    )
+}
+
+#[test]
+fn hundred_thousand_keyed_messages_come_back_complete_in_per_key_order() {
+    let b = TestBroker::start(2, &[]);
+    let mut client = b.client();
+    client.create_topic("keyed", 4, 1, vec![]).unwrap();
+    // Metadata: partitions on both shards, each shard on its own port.
+    let md = client.metadata().clone();
+    let routes: Vec<_> = (0..4).map(|p| md.route("keyed", p).unwrap()).collect();
+    let shards: HashSet<u32> = routes.iter().map(|r| r.shard).collect();
+    assert_eq!(shards, HashSet::from([0, 1]));
+    for r in &routes {
+        assert_eq!(u32::from(r.addr.port()), u32::from(b.port) + r.shard);
+    }
+
+    let mut p = producer(&b, 64 << 10);
+    const N: usize = 100_000;
+    const KEYS: usize = 97;
+    let mut delivered = 0u32;
+    for i in 0..N {
+        let key = format!("key-{}", i % KEYS);
+        let value = format!("{}:{}", i % KEYS, i / KEYS);
+        for d in p
+            .send(
+                "keyed",
+                None,
+                Some(key.as_bytes()),
+                value.as_bytes(),
+                &[],
+                &[],
+                1_700_000_000_000,
+            )
+            .unwrap()
+        {
+            delivered += d.records;
+        }
+    }
+    for d in p.flush().unwrap() {
+        delivered += d.records;
+    }
+    assert_eq!(delivered as usize, N);
+
+    let got = consume_exactly(&b, "keyed", StartFrom::Beginning, N);
+    let mut next_seq: HashMap<String, usize> = HashMap::new();
+    let mut key_partition: HashMap<Vec<u8>, u32> = HashMap::new();
+    let mut seen_partitions = HashSet::new();
+    for r in &got {
+        let key = r.key.clone().unwrap();
+        seen_partitions.insert(r.partition);
+        // One key, one partition (murmur2), as Kafka's partitioner.
+        let part = *key_partition.entry(key.clone()).or_insert(r.partition);
+        assert_eq!(part, r.partition);
+        assert_eq!(
+            rill::client::murmur2::partition_for_key(&key, 4),
+            r.partition
+        );
+        let value = String::from_utf8(r.value.clone()).unwrap();
+        let (k, seq) = value.split_once(':').unwrap();
+        let want = next_seq.entry(k.to_string()).or_insert(0);
+        assert_eq!(seq.parse::<usize>().unwrap(), *want, "key {k} out of order");
+        *want += 1;
+    }
+    assert_eq!(next_seq.len(), KEYS);
+    assert_eq!(seen_partitions.len(), 4);
+}
+
+#[test]
+fn acknowledged_messages_survive_clean_restart_and_sigkill() {
+    let mut b = TestBroker::start(2, &["--fsync", "always"]);
+    b.client().create_topic("durable", 2, 1, vec![]).unwrap();
+    let mut p = producer(&b, 4 << 10);
+    for i in 0..500 {
+        p.send(
+            "durable",
+            Some(i % 2),
+            None,
+            format!("a{i}").as_bytes(),
+            &[],
+            &[],
+            1,
+        )
+        .unwrap();
+    }
+    p.flush().unwrap();
+    drop(p);
+    b.restart();
+    let got = consume_exactly(&b, "durable", StartFrom::Beginning, 500);
+    let values: HashSet<_> = got.iter().map(|r| r.value.clone()).collect();
+    assert_eq!(values.len(), 500);
+
+    // Produce from a thread, recording what was acknowledged, and SIGKILL the broker mid-run.
+    let acked: Arc<Mutex<Vec<String>>> = Arc::new(Mutex::new(Vec::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let bootstrap = b.bootstrap();
+    let (acked2, stop2) = (acked.clone(), stop.clone());
+    let t = std::thread::spawn(move || {
+        let client =
+            rill::client::Client::connect(rill::client::ClientConfig::new(bootstrap)).unwrap();
+        let mut p = Producer::new(
+            client,
+            ProducerConfig {
+                acks: Acks::All,
+                linger: Duration::ZERO,
+                batch_bytes: 1,
+                retries: 0,
+                ..ProducerConfig::default()
+            },
+        );
+        let mut i = 0u64;
+        while !stop2.load(Ordering::Relaxed) {
+            let v = format!("b{i}");
+            match p.send(
+                "durable",
+                Some((i % 2) as u32),
+                None,
+                v.as_bytes(),
+                &[],
+                &[],
+                1,
+            ) {
+                Ok(ds) if !ds.is_empty() => acked2.lock().unwrap().push(v),
+                Ok(_) => {}
+                Err(_) => break,
+            }
+            i += 1;
+        }
+    });
+    let start = Instant::now();
+    while acked.lock().unwrap().len() < 300 {
+        assert!(start.elapsed() < DEADLINE, "producer made no progress");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    b.kill();
+    stop.store(true, Ordering::Relaxed);
+    t.join().unwrap();
+    let acked = acked.lock().unwrap().clone();
+    b.restart();
+    let mut c = Consumer::assign(b.client(), "durable", None, StartFrom::Beginning).unwrap();
+    let mut seen = HashSet::new();
+    let mut per_partition: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
+    let start = Instant::now();
+    loop {
+        let batch = c.poll(Duration::from_millis(200)).unwrap();
+        if batch.is_empty() && acked.iter().all(|v| seen.contains(v.as_bytes())) {
+            break;
+        }
+        for r in batch {
+            per_partition.entry(r.partition).or_default().push(r.offset);
+            seen.insert(r.value);
+        }
+        assert!(
+            start.elapsed() < DEADLINE,
+            "acknowledged messages missing after SIGKILL"
+        );
+    }
+    for v in &acked {
+        assert!(seen.contains(v.as_bytes()), "acknowledged {v} lost");
+    }
+    for offsets in per_partition.values() {
+        assert!(
+            offsets.windows(2).all(|w| w[1] == w[0] + 1),
+            "offsets not contiguous"
+        );
+    }
+}
+
+#[test]
+fn garbage_at_the_active_segment_tail_is_cut_and_appends_continue() {
+    let mut b = TestBroker::start(1, &[]);
+    b.client().create_topic("torn", 1, 1, vec![]).unwrap();
+    let mut p = producer(&b, 1 << 10);
+    for i in 0..100 {
+        p.send(
+            "torn",
+            Some(0),
+            None,
+            format!("m{i}").as_bytes(),
+            &[],
+            &[],
+            1,
+        )
+        .unwrap();
+    }
+    p.flush().unwrap();
+    drop(p);
+    b.kill();
+    // Find where the valid batches end and write garbage there, as a torn write would.
+    let dir = partition_dir(&b.data_dir(), "torn", 0);
+    let seg = segment_files(&dir).pop().unwrap();
+    let bytes = std::fs::read(&seg).unwrap();
+    let mut aligned = rkyv::util::AlignedVec::<16>::new();
+    aligned.extend_from_slice(&bytes);
+    let end: usize = rill::batch::BatchIter::new(&aligned)
+        .map_while(Result::ok)
+        .map(|v| v.len())
+        .sum();
+    assert!(end > 0);
+    let mut f = std::fs::OpenOptions::new().write(true).open(&seg).unwrap();
+    use std::io::{Seek, SeekFrom};
+    f.seek(SeekFrom::Start(end as u64)).unwrap();
+    let garbage: Vec<u8> = (0..3000u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8 | 1)
+        .collect();
+    f.write_all(&garbage).unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    b.restart();
+    assert!(
+        b.log_text().contains("torn or corrupt"),
+        "recovery did not report the cut"
+    );
+    let got = consume_exactly(&b, "torn", StartFrom::Beginning, 100);
+    assert_eq!(got.last().unwrap().value, b"m99");
+    let mut p = producer(&b, 1 << 10);
+    for i in 100..110 {
+        p.send(
+            "torn",
+            Some(0),
+            None,
+            format!("m{i}").as_bytes(),
+            &[],
+            &[],
+            1,
+        )
+        .unwrap();
+    }
+    p.flush().unwrap();
+    let got = consume_exactly(&b, "torn", StartFrom::Beginning, 110);
+    let values: Vec<String> = got
+        .iter()
+        .map(|r| String::from_utf8(r.value.clone()).unwrap())
+        .collect();
+    let want: Vec<String> = (0..110).map(|i| format!("m{i}")).collect();
+    assert_eq!(values, want);
+    assert_eq!(got.last().unwrap().offset, 109);
+}
+
+#[test]
+fn replay_from_beginning_offset_and_timestamp() {
+    let b = TestBroker::start(2, &["--segment-bytes", "65536"]);
+    b.client().create_topic("replay", 1, 1, vec![]).unwrap();
+    let mut p = producer(&b, 2 << 10);
+    // Three runs of records with client timestamps 1000 apart.
+    for (run, ts) in [(0, 10_000i64), (1, 11_000), (2, 12_000)] {
+        for i in 0..400 {
+            let v = format!("r{run}-{i}-{}", "x".repeat(100));
+            p.send("replay", Some(0), None, v.as_bytes(), &[], &[], ts + i)
+                .unwrap();
+        }
+    }
+    p.flush().unwrap();
+    let dir = partition_dir(&b.data_dir(), "replay", 0);
+    assert!(segment_files(&dir).len() > 1, "expected several segments");
+    let first = consume_exactly(&b, "replay", StartFrom::Beginning, 1200);
+    let second = consume_exactly(&b, "replay", StartFrom::Beginning, 1200);
+    assert_eq!(first, second);
+    assert!(first.iter().enumerate().all(|(i, r)| r.offset == i as u64));
+    let from_offset = consume_exactly(&b, "replay", StartFrom::Offset(777), 1200 - 777);
+    assert_eq!(from_offset[0].offset, 777);
+    assert_eq!(from_offset[..], first[777..]);
+    // Before everything, between runs, inside a run, after everything.
+    let at = |ts| {
+        let mut c = b.client();
+        c.list_offset("replay", 0, ts).unwrap()
+    };
+    assert_eq!(at(1), Some(0));
+    assert_eq!(at(10_500), Some(400));
+    assert_eq!(at(11_000), Some(400));
+    assert_eq!(at(11_123), Some(523));
+    assert_eq!(at(99_999), None);
+    let from_ts = consume_exactly(&b, "replay", StartFrom::Timestamp(12_000), 400);
+    assert_eq!(from_ts[..], first[800..]);
+}
+
+#[test]
+fn long_poll_returns_the_message_produced_while_it_waits() {
+    let b = TestBroker::start(1, &[]);
+    let mut client = b.client();
+    client.create_topic("poll", 1, 1, vec![]).unwrap();
+    let bootstrap = b.bootstrap();
+    let (started_tx, started_rx) = std::sync::mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        let mut c =
+            rill::client::Client::connect(rill::client::ClientConfig::new(bootstrap)).unwrap();
+        started_tx.send(()).unwrap();
+        // Waits up to 60 s for one byte: returns early only because data arrived.
+        let (r, frame) = c
+            .fetch("poll", 0, 0, Duration::from_secs(60), 1, 1 << 20)
+            .unwrap();
+        let payload = frame
+            .payload_slice(r.payload_offset, r.payload_len)
+            .unwrap()
+            .to_vec();
+        let mut aligned = rkyv::util::AlignedVec::<16>::new();
+        aligned.extend_from_slice(&payload);
+        let values: Vec<Vec<u8>> = rill::batch::BatchIter::new(&aligned)
+            .flat_map(|b| {
+                b.unwrap()
+                    .records()
+                    .unwrap()
+                    .map(|r| r.value().to_vec())
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        values
+    });
+    started_rx.recv().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let mut p = producer(&b, 1);
+    p.send("poll", Some(0), None, b"wake-up", &[], &[], 5)
+        .unwrap();
+    p.flush().unwrap();
+    let values = waiter.join().unwrap();
+    assert_eq!(values, vec![b"wake-up".to_vec()]);
+}

@@ -1,0 +1,199 @@
+//! Test harness: real `rill broker` processes on 127.0.0.1 with their own free ports and data
+//! dirs, stopped (SIGKILL) when the test ends. Waits are on conditions with generous deadlines.
+#![allow(dead_code)]
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rill::client::{Client, ClientConfig};
+
+/// Generous: CI is a loaded 2-core machine.
+pub const DEADLINE: Duration = Duration::from_secs(120);
+
+pub struct TestBroker {
+    pub dir: tempfile::TempDir,
+    pub port: u16,
+    pub shards: usize,
+    pub extra: Vec<String>,
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+/// A port P such that P..P+n are free right now.
+fn free_ports(n: usize) -> u16 {
+    for _ in 0..200 {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let p = l.local_addr().unwrap().port();
+        if u32::from(p) + n as u32 >= 65535 {
+            continue;
+        }
+        let rest: Vec<_> = (1..n)
+            .map(|i| TcpListener::bind(("127.0.0.1", p + i as u16)))
+            .collect();
+        if rest.iter().all(|r| r.is_ok()) {
+            return p;
+        }
+    }
+    panic!("no free port range");
+}
+
+impl TestBroker {
+    pub fn start(shards: usize, extra: &[&str]) -> TestBroker {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let port = free_ports(shards);
+        let log = dir.path().join("broker.log");
+        let mut b = TestBroker {
+            dir,
+            port,
+            shards,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            child: None,
+            log,
+        };
+        b.spawn();
+        b
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    pub fn bootstrap(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("log file");
+        let child = Command::new(env!("CARGO_BIN_EXE_rill"))
+            .arg("broker")
+            .arg("--data-dir")
+            .arg(self.data_dir())
+            .arg("--listen")
+            .arg(self.bootstrap())
+            .arg("--shards")
+            .arg(self.shards.to_string())
+            .arg("--kafka-listen")
+            .arg("off")
+            .args(&self.extra)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("spawn rill broker");
+        self.child = Some(child);
+        self.wait_ready();
+    }
+
+    /// Until every shard accepts connections and metadata answers.
+    pub fn wait_ready(&mut self) {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                panic!("broker exited with {status}: {}", self.log_text());
+            }
+            let all_up = (0..self.shards).all(|i| {
+                let addr: SocketAddr = format!("127.0.0.1:{}", self.port + i as u16)
+                    .parse()
+                    .unwrap();
+                TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
+            });
+            if all_up && Client::connect(ClientConfig::new(self.bootstrap())).is_ok() {
+                return;
+            }
+            assert!(
+                start.elapsed() < DEADLINE,
+                "broker not ready: {}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    pub fn client(&self) -> Client {
+        Client::connect(ClientConfig::new(self.bootstrap())).expect("client")
+    }
+
+    /// Runs the `rill` CLI against this broker.
+    pub fn cli(&self, args: &[&str], stdin: Option<&str>) -> std::process::Output {
+        cli(&self.bootstrap(), args, stdin)
+    }
+}
+
+impl Drop for TestBroker {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+pub fn cli(bootstrap: &str, args: &[&str], stdin: Option<&str>) -> std::process::Output {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rill"))
+        .arg("-b")
+        .arg(bootstrap)
+        .args(args)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn rill");
+    if let Some(input) = stdin {
+        let mut s = child.stdin.take().unwrap();
+        s.write_all(input.as_bytes()).unwrap();
+    }
+    child.wait_with_output().expect("rill output")
+}
+
+/// The segment files of a partition directory, sorted.
+pub fn segment_files(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "log"))
+        .collect();
+    v.sort();
+    v
+}
+
+/// The directory of `topic`'s partition `p` under a broker's data dir.
+pub fn partition_dir(data: &Path, topic: &str, p: u32) -> PathBuf {
+    let topics = data.join("topics");
+    let prefix = format!("{topic}~");
+    let entry = std::fs::read_dir(&topics)
+        .unwrap()
+        .flatten()
+        .find(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+        .expect("topic dir");
+    entry.path().join(p.to_string())
+}
