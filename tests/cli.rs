@@ -1,0 +1,103 @@
+//! The `rill` CLI as users drive it: produce stdin lines, consume them back, and one-line errors.
+
+mod common;
+
+use common::{cli, TestBroker};
+
+fn text(o: &std::process::Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn produce_and_consume_lines_with_keys() {
+    let b = TestBroker::start(2, &[]);
+    let o = b.cli(&["topic", "create", "lines", "--partitions", "3"], None);
+    assert!(o.status.success(), "{:?}", text(&o));
+    let input: String = (0..300)
+        .map(|i| format!("user{}|event {i}\n", i % 7))
+        .collect();
+    let o = b.cli(
+        &["produce", "lines", "--key-separator", "|", "--acks", "all"],
+        Some(&input),
+    );
+    assert!(o.status.success(), "{:?}", text(&o));
+    let o = b.cli(
+        &[
+            "consume",
+            "lines",
+            "--from",
+            "beginning",
+            "-n",
+            "300",
+            "--print-key",
+            "--timeout-ms",
+            "20000",
+        ],
+        None,
+    );
+    assert!(o.status.success(), "{:?}", text(&o));
+    let (out, _) = text(&o);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 300);
+    // Per key, events come back in the order produced.
+    for k in 0..7 {
+        let prefix = format!("user{k}\t");
+        let events: Vec<usize> = lines
+            .iter()
+            .filter_map(|l| l.strip_prefix(&prefix))
+            .map(|e| e.trim_start_matches("event ").parse().unwrap())
+            .collect();
+        let want: Vec<usize> = (0..300).filter(|i| i % 7 == k).collect();
+        assert_eq!(events, want, "key user{k}");
+    }
+    // --timeout-ms ends a consume that has nothing more to read.
+    let o = b.cli(
+        &["consume", "lines", "--from", "end", "--timeout-ms", "300"],
+        None,
+    );
+    assert!(o.status.success());
+    assert_eq!(text(&o).0, "");
+    let o = b.cli(&["topic", "list"], None);
+    assert_eq!(text(&o).0.trim(), "lines");
+}
+
+fn assert_one_line_error(o: &std::process::Output, needle: &str) {
+    let (out, err) = text(o);
+    assert!(!o.status.success(), "should fail: {out}{err}");
+    assert_eq!(
+        err.trim_end().lines().count(),
+        1,
+        "one line expected: {err:?}"
+    );
+    assert!(err.contains(needle), "{err:?} should name {needle:?}");
+}
+
+#[test]
+fn cli_errors_are_one_line_and_exit_non_zero() {
+    // Unreachable broker: nothing listens on a port we just freed.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let o = cli(&format!("127.0.0.1:{port}"), &["topic", "list"], None);
+    assert_one_line_error(&o, "cannot reach broker");
+    let b = TestBroker::start(1, &[]);
+    let o = b.cli(&["consume", "nope", "-n", "1"], None);
+    assert_one_line_error(&o, "unknown topic 'nope'");
+    let o = b.cli(&["produce", "nope"], Some("x\n"));
+    assert_one_line_error(&o, "unknown topic 'nope'");
+    let o = b.cli(&["topic", "--bogus"], None);
+    assert_one_line_error(&o, "--bogus");
+    let o = b.cli(&["topic", "create", "bad name!", "--partitions", "1"], None);
+    assert_one_line_error(&o, "bad name!");
+    let o = b.cli(&["topic", "create", "zero", "--partitions", "0"], None);
+    assert_one_line_error(&o, "INVALID_PARTITIONS");
+    let o = b.cli(&["produce", "x", "--acks", "2"], None);
+    assert_one_line_error(&o, "acks");
+    let o = cli("127.0.0.1:1", &["broker", "--fsync", "sometimes"], None);
+    assert_one_line_error(&o, "fsync");
+}
