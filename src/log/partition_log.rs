@@ -64,7 +64,20 @@ impl PartitionLog {
         dir: PathBuf,
         cfg: SegmentConfig,
     ) -> Result<(PartitionLog, Recovery), LogError> {
-        std::fs::create_dir_all(&dir).map_err(|e| LogError::io(&dir, e))?;
+        if !dir.exists() {
+            std::fs::create_dir_all(&dir).map_err(|e| LogError::io(&dir, e))?;
+            // Make the new directory chain durable up to the data dir's topics folder.
+            let mut d = dir.as_path();
+            for _ in 0..3 {
+                match d.parent() {
+                    Some(parent) => {
+                        super::segment::sync_dir(parent)?;
+                        d = parent;
+                    }
+                    None => break,
+                }
+            }
+        }
         let mut bases = Vec::new();
         for entry in std::fs::read_dir(&dir).map_err(|e| LogError::io(&dir, e))? {
             let entry = entry.map_err(|e| LogError::io(&dir, e))?;
@@ -211,9 +224,6 @@ impl PartitionLog {
             .iter()
             .find_map(|s| s.reader_for_timestamp(ts))
     }
-
-    /// Persists the active segment's indexes on a clean shutdown.
-    pub fn on_shutdown(&self) {}
 }
 
 /// Writes every pending batch of the partition to its segments, rolling as they fill.

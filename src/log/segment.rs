@@ -119,6 +119,9 @@ impl Segment {
                 .await
                 .map_err(|e| LogError::io(&path, e))?;
         }
+        // The new file's directory entry must be durable before anything acknowledged lives
+        // in it. A rare, small metadata sync: done inline.
+        sync_dir(dir)?;
         Ok(Segment {
             base_offset,
             path: path.into(),
@@ -350,8 +353,7 @@ impl Segment {
         write_synced(&idx_path, &idx)
     }
 
-    /// Persists the indexes of the active segment on a clean shutdown (recovery rebuilds
-    /// them anyway; this keeps the files current for tools).
+    /// Deletes the segment's index files.
     pub fn remove_index_files(&self) {
         let (a, b) = index_paths(&self.path);
         let _ = std::fs::remove_file(a);
@@ -540,6 +542,13 @@ pub async fn cut_and_sync(file: Rc<DmaFile>, path: Rc<Path>, len: u64) -> Result
         .await
         .map_err(|e| LogError::io(&*path, e))?;
     file.fdatasync().await.map_err(|e| LogError::io(&*path, e))
+}
+
+/// fsyncs a directory so that entries created or removed in it survive a power loss.
+pub fn sync_dir(dir: &Path) -> Result<(), LogError> {
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| LogError::io(dir, e))
 }
 
 fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), LogError> {

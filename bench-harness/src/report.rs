@@ -1,0 +1,91 @@
+//! Results: a human summary and the `--json` shape tests and scripts rely on.
+
+use std::path::Path;
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+#[derive(Serialize, Debug, Clone)]
+pub struct Latency {
+    pub p50: f64,
+    pub p99: f64,
+    pub p999: f64,
+    pub p9999: f64,
+    pub max: f64,
+}
+
+#[derive(Serialize, Debug, Clone)]
+pub struct Report {
+    pub workload: String,
+    pub messages: u64,
+    pub bytes: u64,
+    pub seconds: f64,
+    pub msgs_per_sec: f64,
+    pub mb_per_sec: f64,
+    pub latency_us: Latency,
+    /// The settings the run used, for RESULTS.md.
+    pub settings: serde_json::Value,
+}
+
+/// A histogram of microseconds, 1 us to 1 h, 3 significant figures.
+pub fn new_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds")
+}
+
+pub fn record(h: &mut Histogram<u64>, d: Duration) {
+    let us = (d.as_micros() as u64).clamp(1, 3_600_000_000);
+    h.saturating_record(us);
+}
+
+impl Report {
+    pub fn new(
+        workload: &str,
+        messages: u64,
+        bytes: u64,
+        elapsed: Duration,
+        h: &Histogram<u64>,
+        settings: serde_json::Value,
+    ) -> Report {
+        let seconds = elapsed.as_secs_f64().max(1e-9);
+        let q = |x: f64| h.value_at_quantile(x) as f64;
+        Report {
+            workload: workload.to_string(),
+            messages,
+            bytes,
+            seconds,
+            msgs_per_sec: messages as f64 / seconds,
+            mb_per_sec: bytes as f64 / seconds / 1e6,
+            latency_us: Latency {
+                p50: q(0.5),
+                p99: q(0.99),
+                p999: q(0.999),
+                p9999: q(0.9999),
+                max: h.max() as f64,
+            },
+            settings,
+        }
+    }
+
+    pub fn print(&self) {
+        println!(
+            "{}: {} messages, {:.1} MB in {:.2} s: {:.0} msg/s, {:.1} MB/s; latency us p50 {:.0} p99 {:.0} p99.9 {:.0} p99.99 {:.0} max {:.0}",
+            self.workload,
+            self.messages,
+            self.bytes as f64 / 1e6,
+            self.seconds,
+            self.msgs_per_sec,
+            self.mb_per_sec,
+            self.latency_us.p50,
+            self.latency_us.p99,
+            self.latency_us.p999,
+            self.latency_us.p9999,
+            self.latency_us.max
+        );
+    }
+
+    pub fn write_json(&self, path: &Path) -> std::io::Result<()> {
+        let text = serde_json::to_string_pretty(self).map_err(std::io::Error::other)?;
+        std::fs::write(path, text)
+    }
+}
