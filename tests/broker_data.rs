@@ -284,8 +284,34 @@ fn garbage_at_the_active_segment_tail_is_cut_and_appends_continue() {
 }
 
 #[test]
-fn replay_from_beginning_offset_and_timestamp() {
-    let b = TestBroker::start(2, &["--segment-bytes", "65536"]);
+fn replay_from_the_tail_cache() {
+    replay_from_beginning_offset_and_timestamp(&[]);
+}
+
+#[test]
+fn replay_from_segment_files_by_copy() {
+    replay_from_beginning_offset_and_timestamp(&[
+        "--tail-cache-bytes",
+        "0",
+        "--file-reads",
+        "copy",
+    ]);
+}
+
+#[test]
+fn replay_from_segment_files_by_sendfile() {
+    replay_from_beginning_offset_and_timestamp(&[
+        "--tail-cache-bytes",
+        "0",
+        "--file-reads",
+        "sendfile",
+    ]);
+}
+
+fn replay_from_beginning_offset_and_timestamp(extra: &[&str]) {
+    let mut flags = vec!["--segment-bytes", "65536"];
+    flags.extend_from_slice(extra);
+    let b = TestBroker::start(2, &flags);
     b.client().create_topic("replay", 1, 1, vec![]).unwrap();
     let mut p = producer(&b, 2 << 10);
     // Three runs of records with client timestamps 1000 apart.

@@ -79,6 +79,10 @@ pub struct BrokerArgs {
     /// always | never | interval:MS
     #[arg(long, env = "RILL_FSYNC", default_value = "always")]
     pub fsync: String,
+    /// How fetches read data older than the tail cache: copy (O_DIRECT read, then write) or
+    /// sendfile (page cache to socket, off the shard's thread).
+    #[arg(long, env = "RILL_FILE_READS", default_value = "copy")]
+    pub file_reads: String,
     #[arg(long, env = "RILL_SEGMENT_BYTES", default_value_t = 128 << 20)]
     pub segment_bytes: u64,
     /// Bytes of log between two sparse index entries.

@@ -95,6 +95,10 @@ pub fn config_from_args(a: &BrokerArgs) -> Result<BrokerConfig, String> {
     c.node_id = a.node_id;
     c.kafka_listen = kafka_listen;
     c.fsync = fsync;
+    c.file_reads = a
+        .file_reads
+        .parse()
+        .map_err(|e| format!("--file-reads: {e}"))?;
     c.segment_bytes = a.segment_bytes;
     c.index_interval_bytes = a.index_interval_bytes.max(1);
     c.preallocate = a.preallocate;

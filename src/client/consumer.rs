@@ -159,9 +159,17 @@ impl Consumer {
                     .map_err(|e| ClientError::Invalid(e.to_string()))?;
                 let mut next = self.positions[&r.partition];
                 for batch in BatchIter::new(payload) {
-                    let batch = batch.map_err(|e| {
-                        ClientError::broker(ErrorCode::CorruptMessage, e.to_string())
-                    })?;
+                    let batch = match batch {
+                        Ok(b) => b,
+                        // A sendfile range may end inside a batch: the rest comes next fetch.
+                        Err(crate::batch::BatchError::Truncated { .. }) => break,
+                        Err(e) => {
+                            return Err(ClientError::broker(
+                                ErrorCode::CorruptMessage,
+                                e.to_string(),
+                            ))
+                        }
+                    };
                     let records = batch.records().map_err(|e| {
                         ClientError::broker(ErrorCode::CorruptMessage, e.to_string())
                     })?;

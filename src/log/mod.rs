@@ -8,5 +8,5 @@ pub mod segment;
 
 pub use error::LogError;
 pub use fsync::FsyncPolicy;
-pub use partition_log::{PartitionLog, ReadChunk};
+pub use partition_log::{FileReads, Flushed, PartitionLog, ReadChunk};
 pub use segment::SegmentConfig;

@@ -14,7 +14,7 @@ use rill_shards::rt::{DmaFile, ReadResult};
 
 use super::error::LogError;
 use super::segment::{
-    cut_and_sync, parse_segment_file_name, Segment, SegmentConfig, SegmentReader,
+    cut_and_sync, parse_segment_file_name, FileRange, Segment, SegmentConfig, SegmentReader,
 };
 use crate::batch::HEADER_LEN;
 
@@ -22,20 +22,63 @@ use crate::batch::HEADER_LEN;
 pub enum ReadChunk {
     Memory(Bytes),
     File(ReadResult),
+    /// A file range for sendfile; may end inside a batch.
+    Sendfile(FileRange),
 }
 
 impl ReadChunk {
-    pub fn as_slice(&self) -> &[u8] {
+    /// The bytes, for chunks held in memory.
+    pub fn as_slice(&self) -> Option<&[u8]> {
         match self {
-            ReadChunk::Memory(b) => b,
-            ReadChunk::File(r) => r,
+            ReadChunk::Memory(b) => Some(b),
+            ReadChunk::File(r) => Some(r),
+            ReadChunk::Sendfile(_) => None,
         }
     }
     pub fn len(&self) -> usize {
-        self.as_slice().len()
+        match self {
+            ReadChunk::Memory(b) => b.len(),
+            ReadChunk::File(r) => r.len(),
+            ReadChunk::Sendfile(f) => f.len,
+        }
     }
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+/// Largest single DMA write (unless one batch is larger): big writes need big DMA buffers
+/// outside glommio's registered pool, and measured slower than several moderate ones.
+const MAX_WRITE_BYTES: usize = 2 << 20;
+
+/// Where a flush left the log: every offset below `offset` is written, and the data ends at
+/// byte `position` of the segment starting at `segment_base`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Flushed {
+    pub offset: u64,
+    pub segment_base: u64,
+    pub position: u64,
+}
+
+/// How fetches read segment files (`--file-reads`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileReads {
+    /// O_DIRECT read into memory, then written to the socket (measured faster on loopback).
+    Copy,
+    /// sendfile from the page cache to the socket, never through user space.
+    Sendfile,
+}
+
+impl std::str::FromStr for FileReads {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "copy" => Ok(FileReads::Copy),
+            "sendfile" => Ok(FileReads::Sendfile),
+            _ => Err(format!(
+                "bad file read mode '{s}': expected copy or sendfile"
+            )),
+        }
     }
 }
 
@@ -153,6 +196,16 @@ impl PartitionLog {
         self.written_offset
     }
 
+    /// Where the written data ends.
+    pub fn end_position(&self) -> Flushed {
+        let active = self.segments.last().expect("a log has an active segment");
+        Flushed {
+            offset: self.written_offset,
+            segment_base: active.base_offset,
+            position: active.written(),
+        }
+    }
+
     pub fn segment_count(&self) -> usize {
         self.segments.len()
     }
@@ -228,7 +281,7 @@ impl PartitionLog {
 
 /// Writes every pending batch of the partition to its segments, rolling as they fill.
 /// Returns the new written offset, or `None` when nothing was pending.
-pub async fn flush(cell: &RefCell<PartitionLog>) -> Result<Option<u64>, LogError> {
+pub async fn flush(cell: &RefCell<PartitionLog>) -> Result<Option<Flushed>, LogError> {
     let batches = {
         let mut log = cell.borrow_mut();
         if let Some(f) = &log.failed {
@@ -244,7 +297,7 @@ pub async fn flush(cell: &RefCell<PartitionLog>) -> Result<Option<u64>, LogError
             let mut log = cell.borrow_mut();
             assert!(next >= log.written_offset, "written offset must grow");
             log.written_offset = next;
-            Ok(Some(next))
+            Ok(Some(log.end_position()))
         }
         Err(e) => {
             cell.borrow_mut().fail(e.to_string());
@@ -280,8 +333,14 @@ async fn write_batches(cell: &RefCell<PartitionLog>, batches: &[Bytes]) -> Resul
             let active = log.segments.last_mut().expect("active");
             let mut size = active.size();
             let mut j = i;
-            while j < batches.len() && (j == i || size + batches[j].len() as u64 <= limit) {
+            let mut chunk = 0usize;
+            while j < batches.len()
+                && (j == i
+                    || (size + batches[j].len() as u64 <= limit
+                        && chunk + batches[j].len() <= MAX_WRITE_BYTES))
+            {
                 size += batches[j].len() as u64;
+                chunk += batches[j].len();
                 j += 1;
             }
             (active.prepare_write(&batches[i..j]), j)

@@ -9,6 +9,7 @@
 
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use rill_shards::rt::{DmaFile, DmaOpenOptions, ReadResult};
@@ -81,6 +82,8 @@ impl WriteJob {
 
 pub struct Segment {
     pub base_offset: u64,
+    /// A buffered (page cache) descriptor for sendfile reads; writes stay O_DIRECT.
+    read_fd: Arc<std::fs::File>,
     path: Rc<Path>,
     file: Rc<DmaFile>,
     /// Bytes assigned to batches (including those handed to a write not yet completed).
@@ -122,8 +125,10 @@ impl Segment {
         // The new file's directory entry must be durable before anything acknowledged lives
         // in it. A rare, small metadata sync: done inline.
         sync_dir(dir)?;
+        let read_fd = open_read_fd(&path)?;
         Ok(Segment {
             base_offset,
+            read_fd,
             path: path.into(),
             file: Rc::new(file),
             assigned: 0,
@@ -169,7 +174,7 @@ impl Segment {
                     file_len.max(1),
                 ) {
                     let mut seg =
-                        Segment::from_parts(path, file, base_offset, file_len, next, index);
+                        Segment::from_parts(path, file, base_offset, file_len, next, index)?;
                     seg.closed = true;
                     return Ok((seg, 0));
                 }
@@ -194,7 +199,7 @@ impl Segment {
             }
             file.fdatasync().await.map_err(|e| LogError::io(&path, e))?;
         }
-        let mut seg = Segment::from_parts(path, file, base_offset, end, next, index);
+        let mut seg = Segment::from_parts(path, file, base_offset, end, next, index)?;
         if !active {
             seg.closed = true;
             seg.write_index_files()?;
@@ -211,9 +216,10 @@ impl Segment {
         size: u64,
         next_offset: u64,
         index: SparseIndex,
-    ) -> Segment {
-        Segment {
+    ) -> Result<Segment, LogError> {
+        Ok(Segment {
             base_offset,
+            read_fd: open_read_fd(&path)?,
             path: path.into(),
             file: Rc::new(file),
             assigned: size,
@@ -223,7 +229,7 @@ impl Segment {
             tail_page: Vec::new(),
             closed: false,
             unsynced: false,
-        }
+        })
     }
 
     async fn load_tail_page(&mut self) -> Result<(), LogError> {
@@ -363,7 +369,9 @@ impl Segment {
     /// A reader positioned by the offset index for `offset`.
     pub fn reader_for_offset(&self, offset: u64) -> SegmentReader {
         SegmentReader {
+            base_offset: self.base_offset,
             file: self.file.clone(),
+            read_fd: self.read_fd.clone(),
             path: self.path.clone(),
             written: self.written,
             position: u64::from(self.index.position_for_offset(offset)),
@@ -376,7 +384,9 @@ impl Segment {
             return None;
         }
         Some(SegmentReader {
+            base_offset: self.base_offset,
             file: self.file.clone(),
+            read_fd: self.read_fd.clone(),
             path: self.path.clone(),
             written: self.written,
             position: u64::from(self.index.position_for_timestamp(ts)),
@@ -393,13 +403,73 @@ impl Segment {
 /// A snapshot of what a read of one segment needs, so no borrow of the log is held across
 /// the I/O. Reads never go past the bytes written when the snapshot was taken.
 pub struct SegmentReader {
+    pub base_offset: u64,
     file: Rc<DmaFile>,
+    read_fd: Arc<std::fs::File>,
     path: Rc<Path>,
     written: u64,
     position: u64,
 }
 
+/// A byte range of a segment file to hand to sendfile.
+#[derive(Debug, Clone)]
+pub struct FileRange {
+    pub file: Arc<std::fs::File>,
+    pub position: u64,
+    pub len: usize,
+}
+
 impl SegmentReader {
+    /// For sendfile: the byte range from the batch holding `offset`, `max_bytes` long (at least
+    /// that whole batch), ending at or before `limit_position` (the high watermark's byte
+    /// position). Only headers are read (through the page cache); the range may end in the
+    /// middle of a batch, which consumers drop, as Kafka's do.
+    pub fn file_range(
+        &self,
+        offset: u64,
+        max_bytes: usize,
+        limit_position: u64,
+    ) -> Result<Option<FileRange>, LogError> {
+        use std::os::unix::fs::FileExt;
+        let limit = limit_position.min(self.written);
+        let mut position = self.position;
+        let mut header = [0u8; crate::batch::HEADER_LEN];
+        loop {
+            if position + crate::batch::HEADER_LEN as u64 > limit {
+                return Ok(None);
+            }
+            self.read_fd
+                .read_exact_at(&mut header, position)
+                .map_err(|e| LogError::io(&*self.path, e))?;
+            let h =
+                crate::batch::BatchHeader::decode(&header).ok_or_else(|| LogError::Corrupt {
+                    path: self.path.to_path_buf(),
+                    position,
+                    what: "short header".into(),
+                })?;
+            if h.magic != crate::batch::MAGIC || (h.length as usize) <= crate::batch::HEADER_LEN {
+                return Err(LogError::Corrupt {
+                    path: self.path.to_path_buf(),
+                    position,
+                    what: "not a batch header".into(),
+                });
+            }
+            let len = u64::from(h.length);
+            if h.next_offset() > offset {
+                if position + len > limit {
+                    return Ok(None);
+                }
+                let end = (position + (max_bytes as u64).max(len)).min(limit);
+                return Ok(Some(FileRange {
+                    file: self.read_fd.clone(),
+                    position,
+                    len: (end - position) as usize,
+                }));
+            }
+            position += len;
+        }
+    }
+
     /// Reads whole batches starting with the one holding `offset`, up to `max_bytes` (at least
     /// one batch), stopping before `limit_offset`. Returns the bytes as read from the file.
     pub async fn read(
@@ -542,6 +612,12 @@ pub async fn cut_and_sync(file: Rc<DmaFile>, path: Rc<Path>, len: u64) -> Result
         .await
         .map_err(|e| LogError::io(&*path, e))?;
     file.fdatasync().await.map_err(|e| LogError::io(&*path, e))
+}
+
+fn open_read_fd(path: &Path) -> Result<Arc<std::fs::File>, LogError> {
+    std::fs::File::open(path)
+        .map(Arc::new)
+        .map_err(|e| LogError::io(path, e))
 }
 
 /// fsyncs a directory so that entries created or removed in it survive a power loss.

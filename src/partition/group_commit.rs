@@ -83,9 +83,9 @@ impl GroupCommit {
                 }
             }
         }
-        for (p, next) in written {
+        for (p, flushed) in written {
             if p.log.borrow().failure().is_none() {
-                p.advance(next);
+                p.advance(flushed);
             }
         }
     }

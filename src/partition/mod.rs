@@ -16,7 +16,7 @@ use event_listener::Event;
 
 use crate::batch::BatchView;
 use crate::log::partition_log::{self, PartitionLog};
-use crate::log::{FsyncPolicy, LogError, ReadChunk};
+use crate::log::{FileReads, Flushed, FsyncPolicy, LogError, ReadChunk};
 use crate::protocol::ErrorCode;
 use tail_cache::TailCache;
 
@@ -34,6 +34,8 @@ pub struct Partition {
     pub cache_key: u64,
     pub log: RefCell<PartitionLog>,
     high_watermark: Cell<u64>,
+    /// Where the data below the high watermark ends on disk (for sendfile ranges).
+    hw_position: Cell<Flushed>,
     acks: RefCell<VecDeque<AckWaiter>>,
     /// Fetches long-polling this partition; notified when the high watermark moves.
     data: Event,
@@ -45,6 +47,7 @@ pub struct Partition {
 #[derive(Debug, Clone, Copy)]
 pub struct ReadLimits {
     pub max_bytes: usize,
+    pub file_reads: FileReads,
 }
 
 impl Partition {
@@ -56,8 +59,10 @@ impl Partition {
         log: PartitionLog,
         fsync: FsyncPolicy,
     ) -> Partition {
-        let hw = log.written_offset();
+        let end = log.end_position();
+        let hw = end.offset;
         Partition {
+            hw_position: Cell::new(end),
             topic,
             topic_id,
             index,
@@ -124,8 +129,10 @@ impl Partition {
         rx
     }
 
-    /// Moves the high watermark to `hw` and wakes acks and fetches below it.
-    pub fn advance(&self, hw: u64) {
+    /// Moves the high watermark to where a flush left the log and wakes acks and fetches
+    /// below it.
+    pub fn advance(&self, to: Flushed) {
+        let hw = to.offset;
         let old = self.high_watermark.get();
         assert!(hw >= old, "high watermark never goes back ({old} -> {hw})");
         assert!(
@@ -136,6 +143,7 @@ impl Partition {
             return;
         }
         self.high_watermark.set(hw);
+        self.hw_position.set(to);
         let mut acks = self.acks.borrow_mut();
         while acks.front().is_some_and(|w| w.offset < hw) {
             if let Some(w) = acks.pop_front() {
@@ -192,6 +200,20 @@ impl Partition {
             return Ok(chunks.into_iter().map(ReadChunk::Memory).collect());
         }
         let reader = self.log.borrow().reader_for_offset(offset)?;
+        if limits.file_reads == FileReads::Sendfile {
+            let hw_at = self.hw_position.get();
+            // Segments before the high watermark's segment are wholly below it.
+            let limit = if reader.base_offset < hw_at.segment_base {
+                u64::MAX
+            } else {
+                hw_at.position
+            };
+            return Ok(reader
+                .file_range(offset, limits.max_bytes, limit)?
+                .map(ReadChunk::Sendfile)
+                .into_iter()
+                .collect());
+        }
         Ok(reader
             .read(offset, limits.max_bytes, hw)
             .await?
@@ -211,7 +233,7 @@ impl Partition {
     }
 
     /// Writes pending batches; see [`partition_log::flush`].
-    pub async fn flush(&self) -> Result<Option<u64>, LogError> {
+    pub async fn flush(&self) -> Result<Option<Flushed>, LogError> {
         partition_log::flush(&self.log).await
     }
 }

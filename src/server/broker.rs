@@ -10,10 +10,11 @@ use rill_shards::{start_shards, ShardConfig, ShardContext};
 
 use super::config::BrokerConfig;
 use super::connection;
+use super::sendfile::SendfileWorker;
 use super::shard::{remove_orphan_topic_dirs, AppliedIndexes, Shard};
 use crate::controller::metadata::{BrokerInfo, Command, MetadataLimits};
 use crate::controller::{self, ControllerConfig, ControllerError};
-use crate::log::FsyncPolicy;
+use crate::log::{FileReads, FsyncPolicy};
 use crate::partition::group_commit::GroupCommit;
 
 #[derive(Debug, thiserror::Error)]
@@ -145,6 +146,18 @@ async fn run_shard(
         }
     };
     let updates = handle.subscribe(METADATA_QUEUE);
+    let sendfile = match cfg.file_reads {
+        FileReads::Copy => None,
+        FileReads::Sendfile => match SendfileWorker::start(ctx.id) {
+            Ok(w) => Some(w),
+            Err(e) => {
+                let _ = bound.send(Err(BrokerError::Config(format!(
+                    "cannot start the sendfile worker: {e}"
+                ))));
+                return;
+            }
+        },
+    };
     let shard = Shard::new(
         ctx.id,
         ctx.count,
@@ -152,6 +165,7 @@ async fn run_shard(
         handle.clone(),
         applied,
         ctx.deadlines.clone(),
+        sendfile,
     );
     shard.apply_metadata(handle.metadata()).await;
     spawn_local(shard.group_commit.clone().run()).detach();

@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::log::FsyncPolicy;
+use crate::log::{FileReads, FsyncPolicy};
 
 #[derive(Debug, Clone)]
 pub struct BrokerConfig {
@@ -18,6 +18,8 @@ pub struct BrokerConfig {
     pub cores: Vec<usize>,
     pub kafka_listen: Option<SocketAddr>,
     pub fsync: FsyncPolicy,
+    /// How fetches read data not in the tail cache.
+    pub file_reads: FileReads,
     pub segment_bytes: u64,
     pub index_interval_bytes: u32,
     pub preallocate: bool,
@@ -44,6 +46,7 @@ impl BrokerConfig {
             cores,
             kafka_listen: None,
             fsync: FsyncPolicy::Always,
+            file_reads: FileReads::Copy,
             segment_bytes: 128 << 20,
             index_interval_bytes: 4096,
             preallocate: true,

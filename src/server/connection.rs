@@ -48,7 +48,7 @@ pub async fn serve(shard: Rc<Shard>, mut stream: TcpStream) {
             Reply::Meta(meta, chunks) => {
                 let payload_len = chunks.iter().map(|c| c.len()).sum();
                 let head = encode_response_head(correlation, ErrorCode::None, &meta, payload_len);
-                write_all(&mut stream, &head, &chunks).await
+                write_all(&shard, &mut stream, &head, &chunks).await
             }
         };
         if let Err(e) = result {
@@ -59,13 +59,30 @@ pub async fn serve(shard: Rc<Shard>, mut stream: TcpStream) {
 }
 
 async fn write_all(
+    shard: &Shard,
     stream: &mut TcpStream,
     head: &[u8],
     chunks: &[crate::log::ReadChunk],
 ) -> std::io::Result<()> {
+    use std::os::unix::io::AsRawFd;
     stream.write_all(head).await?;
     for c in chunks {
-        stream.write_all(c.as_slice()).await?;
+        match (c, &shard.sendfile) {
+            (crate::log::ReadChunk::Sendfile(range), Some(worker)) => {
+                stream.flush().await?;
+                worker.send(stream.as_raw_fd(), range.clone()).await?;
+            }
+            (crate::log::ReadChunk::Sendfile(_), None) => {
+                return Err(std::io::Error::other(
+                    "sendfile range without a sendfile worker",
+                ));
+            }
+            (other, _) => {
+                stream
+                    .write_all(other.as_slice().unwrap_or_default())
+                    .await?;
+            }
+        }
     }
     stream.flush().await
 }

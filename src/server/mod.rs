@@ -7,6 +7,7 @@ pub mod broker;
 pub mod config;
 pub mod connection;
 pub mod handlers;
+pub mod sendfile;
 pub mod shard;
 
 pub use broker::{run_broker, BrokerError};

@@ -52,6 +52,8 @@ pub struct Shard {
     partitions: RefCell<PartitionMap>,
     next_cache_key: Cell<u64>,
     pub connections: Cell<usize>,
+    /// Present with `--file-reads sendfile`.
+    pub sendfile: Option<super::sendfile::SendfileWorker>,
 }
 
 /// Where a topic's partition lives on disk. The topic id keeps a re-created topic from
@@ -76,6 +78,7 @@ impl Shard {
         controller: ControllerHandle,
         applied: Arc<AppliedIndexes>,
         deadlines: Deadlines,
+        sendfile: Option<super::sendfile::SendfileWorker>,
     ) -> Rc<Shard> {
         Rc::new(Shard {
             id,
@@ -90,6 +93,7 @@ impl Shard {
             partitions: RefCell::new(HashMap::new()),
             next_cache_key: Cell::new(1),
             connections: Cell::new(0),
+            sendfile,
         })
     }
 

@@ -61,6 +61,7 @@ pub async fn fetch(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
             if room > 0 || total == 0 {
                 let limits = ReadLimits {
                     max_bytes: (fp.max_bytes as usize).min(room).max(1),
+                    file_reads: shard.cfg.file_reads,
                 };
                 match p.read(fp.offset, limits, &shard.cache).await {
                     Ok(got) => {
