@@ -1,5 +1,6 @@
 //! rill-bench: load generator and latency recorder.
 
+mod client_load;
 mod report;
 mod storage;
 
@@ -25,6 +26,10 @@ struct Cli {
 enum Workload {
     /// The log alone: appends through group commit on one shard, no network.
     Storage(storage::StorageArgs),
+    /// Produce to a running broker and record acknowledgement latency.
+    Produce(client_load::ProduceArgs),
+    /// Consume a topic from the beginning and record throughput.
+    Consume(client_load::ConsumeArgs),
 }
 
 fn main() {
@@ -44,6 +49,8 @@ fn main() {
     };
     let result = match cli.workload {
         Workload::Storage(a) => storage::run(a),
+        Workload::Produce(a) => client_load::produce(a),
+        Workload::Consume(a) => client_load::consume(a),
     };
     match result {
         Ok(report) => {

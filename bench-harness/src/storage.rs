@@ -61,7 +61,8 @@ pub fn run(a: StorageArgs) -> Result<Report, String> {
         .tempdir_in(&a.dir)
         .map_err(|e| format!("--dir {}: {e}", a.dir.display()))?;
     let batch = build_batch(a.batch_bytes, a.record_bytes);
-    let n = (a.total_bytes / batch.len() as u64).max(1);
+    let batch_len = batch.len() as u64;
+    let n = (a.total_bytes / batch_len).max(1);
     let cfg = ShardConfig {
         cpus: vec![a.core],
         prime_dir: dir.path().to_path_buf(),
@@ -128,9 +129,9 @@ pub fn run(a: StorageArgs) -> Result<Report, String> {
         .next()
         .ok_or("no shard")?
         .map_err(|e| e.to_string())??;
-    let bytes = n * a.batch_bytes as u64;
+    let bytes = n * batch_len;
     let settings = serde_json::json!({
-        "batch_bytes": a.batch_bytes, "record_bytes": a.record_bytes, "fsync": a.fsync,
+        "batch_bytes": a.batch_bytes, "encoded_batch_bytes": batch_len, "record_bytes": a.record_bytes, "fsync": a.fsync,
         "window": window, "batches": n, "segment_bytes": a.segment_bytes,
     });
     Ok(Report::new(

@@ -63,9 +63,11 @@ pub struct Flushed {
 /// How fetches read segment files (`--file-reads`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FileReads {
-    /// O_DIRECT read into memory, then written to the socket (measured faster on loopback).
+    /// O_DIRECT read into memory, then written to the socket. Every read goes to the device
+    /// (O_DIRECT bypasses the page cache).
     Copy,
-    /// sendfile from the page cache to the socket, never through user space.
+    /// sendfile from the page cache to the socket, never through user space; the default
+    /// (bench-harness/RESULTS.md: 1.7x the consume throughput of `Copy` on this machine).
     Sendfile,
 }
 

@@ -46,7 +46,7 @@ impl BrokerConfig {
             cores,
             kafka_listen: None,
             fsync: FsyncPolicy::Always,
-            file_reads: FileReads::Copy,
+            file_reads: FileReads::Sendfile,
             segment_bytes: 128 << 20,
             index_interval_bytes: 4096,
             preallocate: true,
