@@ -101,3 +101,64 @@ fn cli_errors_are_one_line_and_exit_non_zero() {
     let o = cli("127.0.0.1:1", &["broker", "--fsync", "sometimes"], None);
     assert_one_line_error(&o, "fsync");
 }
+
+#[test]
+fn delete_topic_removes_its_files_and_a_new_topic_of_that_name_starts_empty() {
+    let b = TestBroker::start(2, &[]);
+    assert!(b
+        .cli(&["topic", "create", "gone", "--partitions", "2"], None)
+        .status
+        .success());
+    let o = b.cli(&["produce", "gone"], Some("one\ntwo\nthree\n"));
+    assert!(o.status.success(), "{:?}", text(&o));
+    let topic_dirs = || -> Vec<String> {
+        std::fs::read_dir(b.data_dir().join("topics"))
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    assert_eq!(topic_dirs().len(), 1);
+    let o = b.cli(&["topic", "delete", "gone"], None);
+    assert!(o.status.success(), "{:?}", text(&o));
+    assert!(topic_dirs().is_empty(), "files left: {:?}", topic_dirs());
+    let o = b.cli(&["consume", "gone", "-n", "1"], None);
+    assert_one_line_error(&o, "unknown topic 'gone'");
+    let o = b.cli(&["topic", "delete", "gone"], None);
+    assert_one_line_error(&o, "UNKNOWN_TOPIC_OR_PARTITION");
+    assert!(b
+        .cli(&["topic", "create", "gone", "--partitions", "2"], None)
+        .status
+        .success());
+    let o = b.cli(&["consume", "gone", "--timeout-ms", "500"], None);
+    assert!(o.status.success());
+    assert_eq!(
+        text(&o).0,
+        "",
+        "a re-created topic must not see the old records"
+    );
+}
+
+#[test]
+fn broker_flags_come_from_a_config_file_and_rill_variables() {
+    // Precedence: flag > RILL_* variable > --config file > default.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("broker.toml");
+    std::fs::write(&file, "fsync = \"interval:50\"\nsegment_bytes = 1048576\n").unwrap();
+    let path = file.to_str().unwrap().to_string();
+    let b = TestBroker::start(1, &["--config", &path]);
+    assert!(
+        b.log_text().contains("fsync interval:50"),
+        "{}",
+        b.log_text()
+    );
+    drop(b);
+    let b = TestBroker::start_with_env(1, &["--config", &path], &[("RILL_FSYNC", "never")]);
+    assert!(b.log_text().contains("fsync never"), "{}", b.log_text());
+    drop(b);
+    std::fs::write(&file, "no_such_flag = 1\n").unwrap();
+    let o = cli("127.0.0.1:1", &["broker", "--config", &path], None);
+    assert_one_line_error(&o, "unknown key 'no_such_flag'");
+}

@@ -17,6 +17,7 @@ pub struct TestBroker {
     pub port: u16,
     pub shards: usize,
     pub extra: Vec<String>,
+    pub env: Vec<(String, String)>,
     child: Option<Child>,
     log: PathBuf,
 }
@@ -41,6 +42,11 @@ fn free_ports(n: usize) -> u16 {
 
 impl TestBroker {
     pub fn start(shards: usize, extra: &[&str]) -> TestBroker {
+        Self::start_with_env(shards, extra, &[])
+    }
+
+    /// Starts a broker with extra environment variables (for `RILL_*` flags).
+    pub fn start_with_env(shards: usize, extra: &[&str], env: &[(&str, &str)]) -> TestBroker {
         let dir = tempfile::tempdir().expect("tempdir");
         let port = free_ports(shards);
         let log = dir.path().join("broker.log");
@@ -49,6 +55,10 @@ impl TestBroker {
             port,
             shards,
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
             child: None,
             log,
         };
@@ -82,6 +92,7 @@ impl TestBroker {
             .arg("off")
             .args(&self.extra)
             .env("RUST_LOG", "info")
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
