@@ -5,11 +5,11 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{TestBroker, DEADLINE};
+use common::{consume_exactly, produce_values, values, TestBroker};
 use rill::batch::BatchBuilder;
-use rill::client::{Acks, Consumer, Producer, ProducerConfig, StartFrom};
+use rill::client::StartFrom;
 use rill::protocol::frame::{
     encode_meta, encode_request, read_frame_blocking, RequestHeader, ResponseFrame,
 };
@@ -77,26 +77,7 @@ fn hostile_input_is_refused_and_the_broker_keeps_serving() {
     let b = TestBroker::start(1, &["--max-frame-bytes", "1048576"]);
     let mut client = b.client();
     client.create_topic("safe", 1, 1, vec![]).unwrap();
-    let mut p = Producer::new(
-        b.client(),
-        ProducerConfig {
-            acks: Acks::All,
-            ..ProducerConfig::default()
-        },
-    );
-    for i in 0..50 {
-        p.send(
-            "safe",
-            Some(0),
-            None,
-            format!("keep-{i}").as_bytes(),
-            &[],
-            &[],
-            1,
-        )
-        .unwrap();
-    }
-    p.flush().unwrap();
+    produce_values(&b, "safe", 0, (0..50).map(|i| format!("keep-{i}")));
 
     // Random bytes: a garbage length prefix far over the limit, or a garbage header.
     let mut seed = 0x2545F4914F6CDD1Du64;
@@ -190,31 +171,8 @@ fn hostile_input_is_refused_and_the_broker_keeps_serving() {
     assert!(msg.contains("missing"), "{msg}");
 
     // The broker still serves, and the stored data is exactly what was acknowledged.
-    for i in 50..60 {
-        p.send(
-            "safe",
-            Some(0),
-            None,
-            format!("keep-{i}").as_bytes(),
-            &[],
-            &[],
-            1,
-        )
-        .unwrap();
-    }
-    p.flush().unwrap();
-    let mut c = Consumer::assign(b.client(), "safe", None, StartFrom::Beginning).unwrap();
-    let mut got = Vec::new();
-    let start = Instant::now();
-    while got.len() < 60 {
-        got.extend(c.poll(Duration::from_millis(200)).unwrap());
-        assert!(start.elapsed() < DEADLINE);
-    }
-    got.extend(c.poll(Duration::from_millis(100)).unwrap());
-    let values: Vec<String> = got
-        .iter()
-        .map(|r| String::from_utf8(r.value.clone()).unwrap())
-        .collect();
+    produce_values(&b, "safe", 0, (50..60).map(|i| format!("keep-{i}")));
+    let got = values(&consume_exactly(&b, "safe", StartFrom::Beginning, 60));
     let want: Vec<String> = (0..60).map(|i| format!("keep-{i}")).collect();
-    assert_eq!(values, want);
+    assert_eq!(got, want);
 }

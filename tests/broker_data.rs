@@ -9,43 +9,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{partition_dir, segment_files, TestBroker, DEADLINE};
-use rill::client::{Acks, ConsumedRecord, Consumer, Producer, ProducerConfig, StartFrom};
-
-fn consume_exactly(
-    b: &TestBroker,
-    topic: &str,
-    from: StartFrom,
-    expected: usize,
-) -> Vec<ConsumedRecord> {
-    let mut c = Consumer::assign(b.client(), topic, None, from).expect("consumer");
-    let mut out = Vec::new();
-    let start = Instant::now();
-    while out.len() < expected {
-        out.extend(c.poll(Duration::from_millis(200)).expect("poll"));
-        assert!(
-            start.elapsed() < DEADLINE,
-            "only {} of {expected} messages",
-            out.len()
-        );
-    }
-    // Nothing beyond what was produced.
-    out.extend(c.poll(Duration::from_millis(100)).expect("poll"));
-    assert_eq!(out.len(), expected, "more messages than produced");
-    out
-}
-
-fn producer(b: &TestBroker, batch_bytes: usize) -> Producer {
-    Producer::new(
-        b.client(),
-        ProducerConfig {
-            acks: Acks::All,
-            linger: Duration::from_millis(2),
-            batch_bytes,
-            ..ProducerConfig::default()
-        },
-    )
-}
+use common::{
+    consume_exactly, partition_dir, produce_values, producer, segment_files, values, TestBroker,
+    DEADLINE,
+};
+use rill::client::{Acks, Consumer, Producer, ProducerConfig, StartFrom};
 
 #[test]
 fn hundred_thousand_keyed_messages_come_back_complete_in_per_key_order() {
@@ -216,21 +184,7 @@ fn acknowledged_messages_survive_clean_restart_and_sigkill() {
 fn garbage_at_the_active_segment_tail_is_cut_and_appends_continue() {
     let mut b = TestBroker::start(1, &[]);
     b.client().create_topic("torn", 1, 1, vec![]).unwrap();
-    let mut p = producer(&b, 1 << 10);
-    for i in 0..100 {
-        p.send(
-            "torn",
-            Some(0),
-            None,
-            format!("m{i}").as_bytes(),
-            &[],
-            &[],
-            1,
-        )
-        .unwrap();
-    }
-    p.flush().unwrap();
-    drop(p);
+    produce_values(&b, "torn", 0, (0..100).map(|i| format!("m{i}")));
     b.kill();
     // Find where the valid batches end and write garbage there, as a torn write would.
     let dir = partition_dir(&b.data_dir(), "torn", 0);
@@ -259,27 +213,10 @@ fn garbage_at_the_active_segment_tail_is_cut_and_appends_continue() {
     );
     let got = consume_exactly(&b, "torn", StartFrom::Beginning, 100);
     assert_eq!(got.last().unwrap().value, b"m99");
-    let mut p = producer(&b, 1 << 10);
-    for i in 100..110 {
-        p.send(
-            "torn",
-            Some(0),
-            None,
-            format!("m{i}").as_bytes(),
-            &[],
-            &[],
-            1,
-        )
-        .unwrap();
-    }
-    p.flush().unwrap();
+    produce_values(&b, "torn", 0, (100..110).map(|i| format!("m{i}")));
     let got = consume_exactly(&b, "torn", StartFrom::Beginning, 110);
-    let values: Vec<String> = got
-        .iter()
-        .map(|r| String::from_utf8(r.value.clone()).unwrap())
-        .collect();
     let want: Vec<String> = (0..110).map(|i| format!("m{i}")).collect();
-    assert_eq!(values, want);
+    assert_eq!(values(&got), want);
     assert_eq!(got.last().unwrap().offset, 109);
 }
 

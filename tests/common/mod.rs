@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use rill::client::{Client, ClientConfig};
+use rill::client::{
+    Acks, Client, ClientConfig, ConsumedRecord, Consumer, Producer, ProducerConfig, StartFrom,
+};
 
 /// Generous: CI is a loaded 2-core machine.
 pub const DEADLINE: Duration = Duration::from_secs(120);
@@ -207,4 +209,63 @@ pub fn partition_dir(data: &Path, topic: &str, p: u32) -> PathBuf {
         .find(|e| e.file_name().to_string_lossy().starts_with(&prefix))
         .expect("topic dir");
     entry.path().join(p.to_string())
+}
+
+/// A producer with acks=all and a small linger.
+pub fn producer(b: &TestBroker, batch_bytes: usize) -> Producer {
+    Producer::new(
+        b.client(),
+        ProducerConfig {
+            acks: Acks::All,
+            linger: Duration::from_millis(2),
+            batch_bytes,
+            ..ProducerConfig::default()
+        },
+    )
+}
+
+/// Produces `values` to one partition and waits for every acknowledgement.
+pub fn produce_values(
+    b: &TestBroker,
+    topic: &str,
+    partition: u32,
+    values: impl IntoIterator<Item = String>,
+) {
+    let mut p = producer(b, 1 << 10);
+    for v in values {
+        p.send(topic, Some(partition), None, v.as_bytes(), &[], &[], 1)
+            .unwrap();
+    }
+    p.flush().unwrap();
+}
+
+/// Reads exactly `expected` records from every partition of `topic` and checks none follow.
+pub fn consume_exactly(
+    b: &TestBroker,
+    topic: &str,
+    from: StartFrom,
+    expected: usize,
+) -> Vec<ConsumedRecord> {
+    let mut c = Consumer::assign(b.client(), topic, None, from).expect("consumer");
+    let mut out = Vec::new();
+    let start = Instant::now();
+    while out.len() < expected {
+        out.extend(c.poll(Duration::from_millis(200)).expect("poll"));
+        assert!(
+            start.elapsed() < DEADLINE,
+            "only {} of {expected} messages",
+            out.len()
+        );
+    }
+    out.extend(c.poll(Duration::from_millis(100)).expect("poll"));
+    assert_eq!(out.len(), expected, "more messages than produced");
+    out
+}
+
+/// The values of records as strings.
+pub fn values(records: &[ConsumedRecord]) -> Vec<String> {
+    records
+        .iter()
+        .map(|r| String::from_utf8(r.value.clone()).unwrap())
+        .collect()
 }
