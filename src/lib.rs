@@ -2,6 +2,7 @@
 pub mod batch;
 pub mod cli;
 pub mod client;
+pub mod clock;
 pub mod controller;
 pub mod log;
 pub mod partition;

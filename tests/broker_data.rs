@@ -13,7 +13,7 @@ use common::{
     consume_exactly, partition_dir, produce_values, producer, segment_files, values, TestBroker,
     DEADLINE,
 };
-use rill::client::{Acks, Consumer, Producer, ProducerConfig, StartFrom};
+use rill::client::{Acks, Consumer, Producer, ProducerConfig, ProducerRecord, StartFrom};
 
 #[test]
 fn hundred_thousand_keyed_messages_come_back_complete_in_per_key_order() {
@@ -29,34 +29,34 @@ fn hundred_thousand_keyed_messages_come_back_complete_in_per_key_order() {
         assert_eq!(u32::from(r.addr.port()), u32::from(b.port) + r.shard);
     }
 
-    let mut p = producer(&b, 64 << 10);
+    let p = producer(&b, 64 << 10);
     const N: usize = 100_000;
     const KEYS: usize = 97;
-    let mut delivered = 0u32;
+    let mut reports = Vec::with_capacity(N);
     for i in 0..N {
         let key = format!("key-{}", i % KEYS);
         let value = format!("{}:{}", i % KEYS, i / KEYS);
-        for d in p
-            .send(
-                "keyed",
-                None,
-                Some(key.as_bytes()),
-                value.as_bytes(),
-                &[],
-                &[],
-                1_700_000_000_000,
-            )
-            .unwrap()
-        {
-            delivered += d.records;
-        }
+        let record = ProducerRecord::new("keyed", value.as_bytes())
+            .key(key.as_bytes())
+            .timestamp(1_700_000_000_000);
+        let report = p.send(record).unwrap();
+        reports.push((value, report));
     }
-    for d in p.flush().unwrap() {
-        delivered += d.records;
+    p.flush().unwrap();
+    // Every delivery report names the offset the consumer finds the record at.
+    let mut reported: HashMap<(u32, u64), String> = HashMap::new();
+    for (value, report) in reports {
+        let md = report.wait().unwrap();
+        assert!(reported
+            .insert((md.partition, md.offset.unwrap()), value)
+            .is_none());
     }
-    assert_eq!(delivered as usize, N);
+    assert_eq!(reported.len(), N);
 
     let got = consume_exactly(&b, "keyed", StartFrom::Beginning, N);
+    for r in &got {
+        assert_eq!(reported[&(r.partition, r.offset)].as_bytes(), &r.value[..]);
+    }
     let mut next_seq: HashMap<String, usize> = HashMap::new();
     let mut key_partition: HashMap<Vec<u8>, u32> = HashMap::new();
     let mut seen_partitions = HashSet::new();
@@ -84,21 +84,8 @@ fn hundred_thousand_keyed_messages_come_back_complete_in_per_key_order() {
 fn acknowledged_messages_survive_clean_restart_and_sigkill() {
     let mut b = TestBroker::start(2, &["--fsync", "always"]);
     b.client().create_topic("durable", 2, 1, vec![]).unwrap();
-    let mut p = producer(&b, 4 << 10);
-    for i in 0..500 {
-        p.send(
-            "durable",
-            Some(i % 2),
-            None,
-            format!("a{i}").as_bytes(),
-            &[],
-            &[],
-            1,
-        )
-        .unwrap();
-    }
-    p.flush().unwrap();
-    drop(p);
+    produce_values(&b, "durable", 0, (0..250).map(|i| format!("a{i}")));
+    produce_values(&b, "durable", 1, (250..500).map(|i| format!("a{i}")));
     b.restart();
     let got = consume_exactly(&b, "durable", StartFrom::Beginning, 500);
     let values: HashSet<_> = got.iter().map(|r| r.value.clone()).collect();
@@ -110,32 +97,23 @@ fn acknowledged_messages_survive_clean_restart_and_sigkill() {
     let bootstrap = b.bootstrap();
     let (acked2, stop2) = (acked.clone(), stop.clone());
     let t = std::thread::spawn(move || {
-        let client =
-            rill::client::Client::connect(rill::client::ClientConfig::new(bootstrap)).unwrap();
-        let mut p = Producer::new(
-            client,
+        let p = Producer::new(
+            rill::client::ClientConfig::new(bootstrap),
             ProducerConfig {
                 acks: Acks::All,
                 linger: Duration::ZERO,
-                batch_bytes: 1,
                 retries: 0,
                 ..ProducerConfig::default()
             },
-        );
+        )
+        .unwrap();
         let mut i = 0u64;
         while !stop2.load(Ordering::Relaxed) {
             let v = format!("b{i}");
-            match p.send(
-                "durable",
-                Some((i % 2) as u32),
-                None,
-                v.as_bytes(),
-                &[],
-                &[],
-                1,
-            ) {
-                Ok(ds) if !ds.is_empty() => acked2.lock().unwrap().push(v),
-                Ok(_) => {}
+            let sent =
+                p.send(ProducerRecord::new("durable", v.as_bytes()).partition((i % 2) as u32));
+            match sent.and_then(|r| r.wait()) {
+                Ok(_) => acked2.lock().unwrap().push(v),
                 Err(_) => break,
             }
             i += 1;
@@ -250,13 +228,17 @@ fn replay_from_beginning_offset_and_timestamp(extra: &[&str]) {
     flags.extend_from_slice(extra);
     let b = TestBroker::start(2, &flags);
     b.client().create_topic("replay", 1, 1, vec![]).unwrap();
-    let mut p = producer(&b, 2 << 10);
+    let p = producer(&b, 2 << 10);
     // Three runs of records with client timestamps 1000 apart.
     for (run, ts) in [(0, 10_000i64), (1, 11_000), (2, 12_000)] {
         for i in 0..400 {
             let v = format!("r{run}-{i}-{}", "x".repeat(100));
-            p.send("replay", Some(0), None, v.as_bytes(), &[], &[], ts + i)
-                .unwrap();
+            p.send(
+                ProducerRecord::new("replay", v.as_bytes())
+                    .partition(0)
+                    .timestamp(ts + i),
+            )
+            .unwrap();
         }
     }
     p.flush().unwrap();
@@ -317,10 +299,11 @@ fn long_poll_returns_the_message_produced_while_it_waits() {
     });
     started_rx.recv().unwrap();
     std::thread::sleep(Duration::from_millis(300));
-    let mut p = producer(&b, 1);
-    p.send("poll", Some(0), None, b"wake-up", &[], &[], 5)
+    let p = producer(&b, 1);
+    let report = p
+        .send(ProducerRecord::new("poll", b"wake-up").partition(0))
         .unwrap();
-    p.flush().unwrap();
+    report.wait().unwrap();
     let values = waiter.join().unwrap();
     assert_eq!(values, vec![b"wake-up".to_vec()]);
 }

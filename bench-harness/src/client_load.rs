@@ -4,7 +4,10 @@
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use rill::client::{Acks, Client, ClientConfig, Consumer, Producer, ProducerConfig, StartFrom};
+use rill::client::{
+    Acks, Client, ClientConfig, Consumer, DeliveryFuture, Producer, ProducerConfig, ProducerRecord,
+    StartFrom,
+};
 
 use crate::report::{new_histogram, record, Report};
 
@@ -66,54 +69,43 @@ pub fn produce(a: ProduceArgs) -> Result<Report, String> {
         .map(|id| {
             let a = a.clone();
             std::thread::spawn(move || -> Result<_, String> {
-                let client = connect(&a.bootstrap)?;
-                let mut p = Producer::new(
-                    client,
+                let p = Producer::new(
+                    ClientConfig::new(&a.bootstrap),
                     ProducerConfig {
                         acks,
                         linger: Duration::from_millis(a.linger_ms),
                         batch_bytes: a.batch_bytes,
                         ..ProducerConfig::default()
                     },
-                );
+                )
+                .map_err(|e| e.to_string())?;
+                // A waiter thread takes the reports in send order and records when each
+                // resolved, so the sending loop never blocks on acknowledgements.
+                let (tx, rx) = flume::bounded::<(Instant, DeliveryFuture)>(1 << 16);
+                let waiter = std::thread::spawn(move || -> Result<_, String> {
+                    let mut h = new_histogram();
+                    for (sent, report) in rx.iter() {
+                        report.wait().map_err(|e| e.to_string())?;
+                        record(&mut h, sent.elapsed());
+                    }
+                    Ok(h)
+                });
                 let value = vec![b'v'; a.message_bytes];
-                let mut h = new_histogram();
-                // Enqueue time of the first message of the batch in progress, per partition.
-                let mut first_at: std::collections::HashMap<u32, Instant> = Default::default();
-                let record_deliveries =
-                    |ds: Vec<rill::client::producer::Delivery>,
-                     h: &mut hdrhistogram::Histogram<u64>,
-                     first_at: &mut std::collections::HashMap<u32, Instant>| {
-                        for d in ds {
-                            if let Some(t) = first_at.remove(&d.partition) {
-                                for _ in 0..d.records {
-                                    record(h, t.elapsed());
-                                }
-                            }
-                        }
-                    };
                 for i in 0..per {
                     let key = a.keyed.then(|| format!("k{id}-{}", i % 1024));
-                    let part = p
-                        .choose_partition(&a.topic, None, key.as_deref().map(str::as_bytes))
-                        .map_err(|e| e.to_string())?;
-                    first_at.entry(part).or_insert_with(Instant::now);
-                    let ds = p
-                        .send(
-                            &a.topic,
-                            Some(part),
-                            key.as_deref().map(str::as_bytes),
-                            &value,
-                            &[],
-                            &[],
-                            0,
-                        )
-                        .map_err(|e| e.to_string())?;
-                    record_deliveries(ds, &mut h, &mut first_at);
+                    let mut rec = ProducerRecord::new(&a.topic, &value);
+                    rec.key = key.as_deref().map(str::as_bytes);
+                    let sent = Instant::now();
+                    let report = p.send(rec).map_err(|e| e.to_string())?;
+                    if tx.send((sent, report)).is_err() {
+                        break;
+                    }
                 }
-                let ds = p.flush().map_err(|e| e.to_string())?;
-                record_deliveries(ds, &mut h, &mut first_at);
-                Ok(h)
+                drop(tx);
+                p.flush().map_err(|e| e.to_string())?;
+                waiter
+                    .join()
+                    .map_err(|_| "waiter thread panicked".to_string())?
             })
         })
         .collect();
@@ -130,7 +122,7 @@ pub fn produce(a: ProduceArgs) -> Result<Report, String> {
         "topic": a.topic, "partitions": a.partitions, "message_bytes": a.message_bytes,
         "producers": producers, "acks": a.acks, "linger_ms": a.linger_ms,
         "batch_bytes": a.batch_bytes, "keyed": a.keyed,
-        "latency": "per message, from enqueue of its batch's first message to the acknowledgement",
+        "latency": "per message, from send() to its delivery report",
     });
     Ok(Report::new(
         "produce",

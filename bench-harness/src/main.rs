@@ -1,8 +1,12 @@
 //! rill-bench: load generator and latency recorder.
 
 mod client_load;
+mod histogram_log;
+mod plot;
+mod progress;
 mod report;
 mod storage;
+mod sweep_table;
 
 use std::path::PathBuf;
 

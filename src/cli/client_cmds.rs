@@ -4,8 +4,10 @@ use std::io::{BufRead, Write};
 use std::time::{Duration, Instant};
 
 use super::args::{ClusterCommand, Command, ConsumeArgs, GroupCommand, ProduceArgs, TopicCommand};
-use crate::client::{Acks, Client, ClientConfig, Consumer, Producer, ProducerConfig, StartFrom};
-use crate::server::handlers_now_ms as now_ms;
+use crate::client::{
+    Acks, Client, ClientConfig, Consumer, DeliveryFuture, Producer, ProducerConfig, ProducerRecord,
+    StartFrom,
+};
 
 pub fn run(bootstrap: &str, cmd: Command) -> Result<(), String> {
     match cmd {
@@ -157,59 +159,53 @@ fn produce(bootstrap: &str, a: ProduceArgs) -> Result<(), String> {
         .iter()
         .map(|h| parse_kv("header", h))
         .collect::<Result<_, _>>()?;
-    let client = connect(bootstrap)?;
     let cfg = ProducerConfig {
         acks,
         linger: Duration::from_millis(a.linger_ms),
         batch_bytes: a.batch_bytes,
         ..ProducerConfig::default()
     };
-    let mut producer = Producer::new(client, cfg);
+    let producer = Producer::new(ClientConfig::new(bootstrap), cfg).map_err(|e| e.to_string())?;
     // Fail before reading stdin if the topic or partition does not exist.
-    producer
-        .choose_partition(&a.topic, a.partition, None)
+    let n = producer
+        .partitions_for(&a.topic)
         .map_err(|e| e.to_string())?;
-    // stdin is read on its own thread so that lingering batches go out while it blocks.
-    let (tx, rx) = flume::bounded::<std::io::Result<String>>(4096);
-    std::thread::spawn(move || {
-        for line in std::io::stdin().lock().lines() {
-            let stop = line.is_err();
-            if tx.send(line).is_err() || stop {
-                break;
-            }
-        }
-    });
-    let linger = Duration::from_millis(a.linger_ms.max(1));
-    loop {
-        match rx.recv_timeout(linger) {
-            Ok(line) => {
-                let line = line.map_err(|e| format!("reading stdin: {e}"))?;
-                let (key, value) = match &a.key_separator {
-                    Some(sep) if !sep.is_empty() => match line.split_once(sep.as_str()) {
-                        Some((k, v)) => (Some(k.as_bytes()), v.as_bytes()),
-                        None => (None, line.as_bytes()),
-                    },
-                    _ => (None, line.as_bytes()),
-                };
-                producer
-                    .send(
-                        &a.topic,
-                        a.partition,
-                        key,
-                        value,
-                        &headers,
-                        &a.tags,
-                        now_ms(),
-                    )
-                    .map_err(|e| e.to_string())?;
-            }
-            Err(flume::RecvTimeoutError::Timeout) => {
-                producer.send_lingered().map_err(|e| e.to_string())?;
-            }
-            Err(flume::RecvTimeoutError::Disconnected) => break,
+    if let Some(p) = a.partition.filter(|p| *p >= n) {
+        return Err(format!(
+            "topic '{}' has {n} partitions, no partition {p}",
+            a.topic
+        ));
+    }
+    // Reports are checked in order as they come in, so a failure stops the run early and
+    // memory stays bounded by the producer's buffer.
+    let mut reports = std::collections::VecDeque::new();
+    let check = |r: DeliveryFuture| r.wait().map(|_| ()).map_err(|e| e.to_string());
+    for line in std::io::stdin().lock().lines() {
+        let line = line.map_err(|e| format!("reading stdin: {e}"))?;
+        let (key, value) = match &a.key_separator {
+            Some(sep) if !sep.is_empty() => match line.split_once(sep.as_str()) {
+                Some((k, v)) => (Some(k.as_bytes()), v.as_bytes()),
+                None => (None, line.as_bytes()),
+            },
+            _ => (None, line.as_bytes()),
+        };
+        let mut record = ProducerRecord::new(&a.topic, value)
+            .headers(&headers)
+            .tags(&a.tags);
+        record.key = key;
+        record.partition = a.partition;
+        reports.push_back(producer.send(record).map_err(|e| e.to_string())?);
+        while reports
+            .front()
+            .is_some_and(|r: &DeliveryFuture| r.try_get().is_some())
+        {
+            check(reports.pop_front().expect("checked"))?;
         }
     }
     producer.flush().map_err(|e| e.to_string())?;
+    for r in reports {
+        check(r)?;
+    }
     Ok(())
 }
 

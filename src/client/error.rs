@@ -30,6 +30,8 @@ pub enum ClientError {
     Timeout(String),
     #[error("{0}")]
     Invalid(String),
+    #[error("delivery failed: {0}")]
+    Delivery(String),
 }
 
 impl ClientError {

@@ -8,6 +8,7 @@ pub mod connection;
 pub mod consumer;
 pub mod error;
 pub mod murmur2;
+pub mod pipeline;
 pub mod producer;
 
 use std::collections::HashMap;
@@ -17,7 +18,9 @@ use std::time::{Duration, Instant};
 pub use connection::Connection;
 pub use consumer::{ConsumedRecord, Consumer, StartFrom};
 pub use error::ClientError;
-pub use producer::{Acks, Delivery, Producer, ProducerConfig};
+pub use producer::{
+    Acks, DeliveryFuture, Producer, ProducerConfig, ProducerRecord, RecordMetadata,
+};
 
 use crate::protocol::messages::*;
 use crate::protocol::{ApiKey, ErrorCode, ResponseFrame};

@@ -1,17 +1,32 @@
-//! A batching producer: per-partition batches, Kafka's key partitioner, a sticky partition
-//! for unkeyed records, and retries on retriable errors.
+//! The producer: per-partition accumulators with the latency/throughput dial (`linger`,
+//! `batch_bytes`), a sender thread that ships ready batches over pipelined connections, retries
+//! with backoff inside a delivery timeout, bounded buffer memory with back-pressure, and a
+//! delivery report per record.
+//!
+//! Ordering: a partition has at most one request in flight, and a batch that fails with a
+//! retriable error goes back to the head of its partition's queue, so per-key order holds
+//! across retries and broker restarts. Several partitions (of one shard) share a request, and
+//! `max_in_flight` requests may be pipelined on a connection.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use event_listener::{Event, EventListener, Listener};
+
 use super::murmur2::partition_for_key;
-use super::{Client, ClientError};
+use super::pipeline::{Completion, PipelinedConnection};
+use super::{Client, ClientConfig, ClientError, MetadataCache};
 use crate::batch::BatchBuilder;
+use crate::protocol::frame::encode_meta;
+use crate::protocol::messages::{ProducePartition, ProduceRequest, ProduceResponse};
+use crate::protocol::{ApiKey, ErrorCode, ResponseFrame};
 
 /// The durability a producer asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Acks {
-    /// Fire and forget: no response.
+    /// Fire and forget: no response, no offset in the delivery report.
     None,
     /// The leader stored it as durably as its `--fsync` promises.
     Leader,
@@ -41,18 +56,26 @@ impl std::str::FromStr for Acks {
     }
 }
 
+/// Producer settings (Kafka's names where they exist).
 #[derive(Debug, Clone)]
 pub struct ProducerConfig {
     pub acks: Acks,
-    /// How long a batch may wait for more records before it is sent.
+    /// How long a batch waits for more records before it is sent (`linger.ms`).
     pub linger: Duration,
-    /// A batch is sent once its records reach this many bytes.
+    /// A batch is sent once its records reach this many bytes (`batch.size`).
     pub batch_bytes: usize,
+    /// Requests awaiting an answer per connection (`max.in.flight.requests.per.connection`).
+    pub max_in_flight: usize,
     /// Retries of a retriable failure, within `delivery_timeout`.
     pub retries: u32,
     pub retry_backoff: Duration,
+    /// A record fails if not acknowledged this long after `send` (`delivery.timeout.ms`).
     pub delivery_timeout: Duration,
     pub request_timeout: Duration,
+    /// Bytes of records buffered before `send` blocks (`buffer.memory`).
+    pub buffer_memory: usize,
+    /// How long `send` blocks for buffer memory or metadata before failing (`max.block.ms`).
+    pub max_block: Duration,
 }
 
 impl Default for ProducerConfig {
@@ -61,182 +84,836 @@ impl Default for ProducerConfig {
             acks: Acks::All,
             linger: Duration::from_millis(5),
             batch_bytes: 256 << 10,
-            retries: 10,
+            max_in_flight: 5,
+            retries: u32::MAX,
             retry_backoff: Duration::from_millis(100),
             delivery_timeout: Duration::from_secs(120),
             request_timeout: Duration::from_secs(30),
+            buffer_memory: 64 << 20,
+            max_block: Duration::from_secs(60),
         }
     }
 }
 
-/// Where a sent batch landed.
+/// One record to send. Build with [`ProducerRecord::new`] and the setters.
+#[derive(Debug, Clone, Copy)]
+pub struct ProducerRecord<'a> {
+    pub topic: &'a str,
+    pub partition: Option<u32>,
+    pub key: Option<&'a [u8]>,
+    pub value: &'a [u8],
+    pub headers: &'a [(String, Vec<u8>)],
+    pub tags: &'a [String],
+    /// Milliseconds since the epoch; now when `None`.
+    pub timestamp_ms: Option<i64>,
+}
+
+impl<'a> ProducerRecord<'a> {
+    pub fn new(topic: &'a str, value: &'a [u8]) -> Self {
+        ProducerRecord {
+            topic,
+            partition: None,
+            key: None,
+            value,
+            headers: &[],
+            tags: &[],
+            timestamp_ms: None,
+        }
+    }
+    pub fn key(mut self, key: &'a [u8]) -> Self {
+        self.key = Some(key);
+        self
+    }
+    pub fn partition(mut self, p: u32) -> Self {
+        self.partition = Some(p);
+        self
+    }
+    pub fn headers(mut self, h: &'a [(String, Vec<u8>)]) -> Self {
+        self.headers = h;
+        self
+    }
+    pub fn tags(mut self, t: &'a [String]) -> Self {
+        self.tags = t;
+        self
+    }
+    pub fn timestamp(mut self, ms: i64) -> Self {
+        self.timestamp_ms = Some(ms);
+        self
+    }
+    fn size(&self) -> usize {
+        self.key.map_or(0, <[u8]>::len)
+            + self.value.len()
+            + self
+                .headers
+                .iter()
+                .map(|(k, v)| k.len() + v.len())
+                .sum::<usize>()
+            + self.tags.iter().map(String::len).sum::<usize>()
+            + 32
+    }
+}
+
+/// Where a record landed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Delivery {
-    pub topic: String,
+pub struct RecordMetadata {
+    pub topic: Arc<str>,
     pub partition: u32,
-    /// `None` with acks=0.
-    pub base_offset: Option<u64>,
-    pub records: u32,
+    /// `None` with acks=0 (the broker does not answer).
+    pub offset: Option<u64>,
+    /// The record's own timestamp.
+    pub timestamp_ms: i64,
+    /// When the broker appended it (-1 with acks=0).
+    pub append_time_ms: i64,
 }
 
-struct Pending {
+/// A custom partitioner: (topic, key, partition count) -> partition, or `None` for the default.
+pub type Partitioner = Arc<dyn Fn(&str, Option<&[u8]>, u32) -> Option<u32> + Send + Sync>;
+
+#[derive(Debug, Clone)]
+struct BatchAck {
+    base_offset: Option<u64>,
+    timestamp_ms: i64,
+}
+
+#[derive(Debug, Clone)]
+struct DeliveryFailure {
+    code: Option<ErrorCode>,
+    message: String,
+}
+
+/// The outcome of one batch, shared by the delivery reports of its records.
+struct BatchSlot {
+    result: OnceLock<Result<BatchAck, DeliveryFailure>>,
+    done: Event,
+}
+
+impl BatchSlot {
+    fn new() -> Arc<BatchSlot> {
+        Arc::new(BatchSlot {
+            result: OnceLock::new(),
+            done: Event::new(),
+        })
+    }
+    fn complete(&self, r: Result<BatchAck, DeliveryFailure>) {
+        let _ = self.result.set(r);
+        self.done.notify(usize::MAX);
+    }
+}
+
+/// The delivery report of one record: wait for it blocking ([`wait`](Self::wait)) or `.await` it.
+pub struct DeliveryFuture {
+    slot: Arc<BatchSlot>,
+    index: u32,
+    topic: Arc<str>,
+    partition: u32,
+    timestamp_ms: i64,
+    listener: Option<EventListener>,
+}
+
+impl DeliveryFuture {
+    fn resolve(
+        &self,
+        r: &Result<BatchAck, DeliveryFailure>,
+    ) -> Result<RecordMetadata, ClientError> {
+        match r {
+            Ok(ack) => Ok(RecordMetadata {
+                topic: self.topic.clone(),
+                partition: self.partition,
+                offset: ack.base_offset.map(|b| b + u64::from(self.index)),
+                timestamp_ms: self.timestamp_ms,
+                append_time_ms: ack.timestamp_ms,
+            }),
+            Err(f) => Err(match f.code {
+                Some(code) => ClientError::broker(code, f.message.clone()),
+                None => ClientError::Delivery(f.message.clone()),
+            }),
+        }
+    }
+
+    /// The report, if it is in.
+    pub fn try_get(&self) -> Option<Result<RecordMetadata, ClientError>> {
+        self.slot.result.get().map(|r| self.resolve(r))
+    }
+
+    /// Blocks until the record is acknowledged or failed.
+    pub fn wait(self) -> Result<RecordMetadata, ClientError> {
+        loop {
+            if let Some(r) = self.try_get() {
+                return r;
+            }
+            let listener = self.slot.done.listen();
+            if let Some(r) = self.try_get() {
+                return r;
+            }
+            listener.wait();
+        }
+    }
+}
+
+impl std::future::Future for DeliveryFuture {
+    type Output = Result<RecordMetadata, ClientError>;
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        loop {
+            if let Some(r) = self.try_get() {
+                return Poll::Ready(r);
+            }
+            match self.listener.as_mut() {
+                None => self.listener = Some(self.slot.done.listen()),
+                Some(l) => match std::pin::Pin::new(l).poll(cx) {
+                    Poll::Ready(()) => self.listener = None,
+                    Poll::Pending => {
+                        return match self.try_get() {
+                            Some(r) => Poll::Ready(r),
+                            None => Poll::Pending,
+                        }
+                    }
+                },
+            }
+        }
+    }
+}
+
+struct OpenBatch {
     builder: BatchBuilder,
-    since: Instant,
+    slot: Arc<BatchSlot>,
+    created: Instant,
+    bytes: usize,
 }
 
-pub struct Producer {
-    client: Client,
-    cfg: ProducerConfig,
-    batches: HashMap<(String, u32), Pending>,
+struct SealedBatch {
+    encoded: Arc<Vec<u8>>,
+    slot: Arc<BatchSlot>,
+    created: Instant,
+    bytes: usize,
+    attempts: u32,
+    not_before: Instant,
+}
+
+#[derive(Default)]
+struct PartitionQueue {
+    open: Option<OpenBatch>,
+    ready: VecDeque<SealedBatch>,
+    in_flight: bool,
+}
+
+#[derive(Default)]
+struct State {
+    queues: HashMap<(Arc<str>, u32), PartitionQueue>,
+    buffered: usize,
+    /// Batches sent and not yet answered, plus batches queued.
+    outstanding: usize,
     sticky: HashMap<String, u32>,
-    sticky_seq: u32,
+    metadata: Arc<MetadataCache>,
+    /// Counts successful metadata refreshes.
+    metadata_version: u64,
+    metadata_wanted: bool,
+    flush_wanted: bool,
+    closed: bool,
+}
+
+struct Shared {
+    cfg: ProducerConfig,
+    client_cfg: ClientConfig,
+    state: Mutex<State>,
+    /// Signalled when memory frees, metadata arrives or a batch completes.
+    changed: Condvar,
+    wake_tx: flume::Sender<()>,
+    partitioner: Option<Partitioner>,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+    fn wake(&self) {
+        let _ = self.wake_tx.try_send(());
+    }
+}
+
+/// A thread-safe producer: share it (`Arc`) between threads and tasks.
+pub struct Producer {
+    shared: Arc<Shared>,
+    sender: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Producer {
-    pub fn new(client: Client, cfg: ProducerConfig) -> Producer {
-        Producer {
-            client,
+    /// Connects (for metadata) and starts the sender thread.
+    pub fn new(client_cfg: ClientConfig, cfg: ProducerConfig) -> Result<Producer, ClientError> {
+        Self::with_partitioner(client_cfg, cfg, None)
+    }
+
+    /// Like [`new`](Self::new), with a custom partitioner consulted before the default one.
+    pub fn with_partitioner(
+        client_cfg: ClientConfig,
+        cfg: ProducerConfig,
+        partitioner: Option<Partitioner>,
+    ) -> Result<Producer, ClientError> {
+        if cfg.batch_bytes == 0 || cfg.buffer_memory == 0 {
+            return Err(ClientError::Invalid(
+                "batch bytes and buffer memory must be at least 1".into(),
+            ));
+        }
+        let client = Client::connect(client_cfg.clone())?;
+        let (wake_tx, wake_rx) = flume::bounded(1);
+        let shared = Arc::new(Shared {
             cfg,
-            batches: HashMap::new(),
-            sticky: HashMap::new(),
-            sticky_seq: 0,
+            client_cfg,
+            state: Mutex::new(State {
+                metadata: Arc::new(client.metadata().clone()),
+                ..State::default()
+            }),
+            changed: Condvar::new(),
+            wake_tx,
+            partitioner,
+        });
+        let s = shared.clone();
+        let sender = std::thread::Builder::new()
+            .name("rill-producer".into())
+            .spawn(move || Sender::new(s, client, wake_rx).run())
+            .map_err(|e| ClientError::Invalid(format!("cannot start the producer thread: {e}")))?;
+        Ok(Producer {
+            shared,
+            sender: Some(sender),
+        })
+    }
+
+    /// Partitions of `topic`. An unknown topic gets one metadata refresh (waited for up to
+    /// `max_block`); if the refreshed metadata does not list it either, it does not exist.
+    pub fn partitions_for(&self, topic: &str) -> Result<u32, ClientError> {
+        let deadline = Instant::now() + self.shared.cfg.max_block;
+        let mut st = self.shared.lock();
+        let asked_at = st.metadata_version;
+        loop {
+            if let Ok(n) = st.metadata.partitions(topic) {
+                return Ok(n);
+            }
+            if Instant::now() >= deadline || st.closed || st.metadata_version > asked_at {
+                return Err(ClientError::UnknownTopic(topic.to_string()));
+            }
+            st.metadata_wanted = true;
+            self.shared.wake();
+            st = self
+                .shared
+                .changed
+                .wait_timeout(st, Duration::from_millis(100))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
         }
     }
 
-    pub fn client(&mut self) -> &mut Client {
-        &mut self.client
-    }
-
-    /// The partition a record goes to: explicit, by key hash, or the topic's sticky one.
-    pub fn choose_partition(
-        &mut self,
-        topic: &str,
-        partition: Option<u32>,
-        key: Option<&[u8]>,
-    ) -> Result<u32, ClientError> {
-        let n = match self.client.metadata().partitions(topic) {
-            Ok(n) => n,
-            Err(_) => {
-                self.client.refresh_metadata()?;
-                self.client.metadata().partitions(topic)?
+    /// Buffers a record for its partition's next batch. Blocks while buffer memory is full (up
+    /// to `max_block`). The returned report resolves when the batch is acknowledged or fails.
+    pub fn send(&self, record: ProducerRecord<'_>) -> Result<DeliveryFuture, ClientError> {
+        let n = self.partitions_for(record.topic)?;
+        let size = record.size();
+        let cfg = &self.shared.cfg;
+        let deadline = Instant::now() + cfg.max_block;
+        let mut st = self.shared.lock();
+        while st.buffered > 0 && st.buffered + size > cfg.buffer_memory {
+            if st.closed {
+                return Err(ClientError::Invalid("producer is closed".into()));
             }
-        };
-        if let Some(p) = partition {
-            if p >= n {
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(ClientError::Timeout(format!(
+                    "buffer memory ({} bytes) full for {:?}: the broker is not keeping up or is unreachable",
+                    cfg.buffer_memory, cfg.max_block
+                )));
+            }
+            st = self
+                .shared
+                .changed
+                .wait_timeout(st, deadline - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        let partition = match record.partition {
+            Some(p) if p < n => p,
+            Some(p) => {
                 return Err(ClientError::UnknownPartition {
-                    topic: topic.into(),
+                    topic: record.topic.to_string(),
                     partition: p,
                     partitions: n,
-                });
+                })
             }
-            return Ok(p);
-        }
-        if let Some(k) = key {
-            return Ok(partition_for_key(k, n));
-        }
-        let seq = &mut self.sticky_seq;
-        Ok(*self.sticky.entry(topic.to_string()).or_insert_with(|| {
-            *seq = seq.wrapping_add(1);
-            (std::process::id().wrapping_add(*seq)) % n
-        }))
-    }
-
-    /// Buffers one record; sends its partition's batch when it is full. Returns deliveries
-    /// of batches sent by this call.
-    #[allow(clippy::too_many_arguments)]
-    pub fn send(
-        &mut self,
-        topic: &str,
-        partition: Option<u32>,
-        key: Option<&[u8]>,
-        value: &[u8],
-        headers: &[(String, Vec<u8>)],
-        tags: &[String],
-        timestamp_ms: i64,
-    ) -> Result<Vec<Delivery>, ClientError> {
-        let p = self.choose_partition(topic, partition, key)?;
-        let entry = self
-            .batches
-            .entry((topic.to_string(), p))
-            .or_insert_with(|| Pending {
-                builder: BatchBuilder::new(),
-                since: Instant::now(),
-            });
-        entry.builder.push(timestamp_ms, key, value, headers, tags);
-        let full = entry.builder.estimated_bytes() >= self.cfg.batch_bytes;
-        let mut out = Vec::new();
-        if full {
-            out.push(self.send_batch(topic.to_string(), p)?);
-        }
-        out.extend(self.send_lingered()?);
-        Ok(out)
-    }
-
-    /// Sends batches older than the linger time.
-    pub fn send_lingered(&mut self) -> Result<Vec<Delivery>, ClientError> {
-        let now = Instant::now();
-        let due: Vec<_> = self
-            .batches
-            .iter()
-            .filter(|(_, b)| now.duration_since(b.since) >= self.cfg.linger)
-            .map(|(k, _)| k.clone())
-            .collect();
-        due.into_iter()
-            .map(|(t, p)| self.send_batch(t, p))
-            .collect()
-    }
-
-    /// Sends every buffered batch and waits for their acknowledgements.
-    pub fn flush(&mut self) -> Result<Vec<Delivery>, ClientError> {
-        let keys: Vec<_> = self.batches.keys().cloned().collect();
-        keys.into_iter()
-            .map(|(t, p)| self.send_batch(t, p))
-            .collect()
-    }
-
-    fn send_batch(&mut self, topic: String, partition: u32) -> Result<Delivery, ClientError> {
-        let Some(pending) = self.batches.remove(&(topic.clone(), partition)) else {
-            return Err(ClientError::Invalid("no batch".into()));
-        };
-        if self.sticky.get(&topic) == Some(&partition) {
-            // Kafka's sticky partitioner moves on once a batch is sent.
-            self.sticky.remove(&topic);
-        }
-        let records = pending.builder.len() as u32;
-        let bytes = pending
-            .builder
-            .build()
-            .map_err(|e| ClientError::Invalid(e.to_string()))?;
-        let started = Instant::now();
-        let mut attempt = 0;
-        loop {
-            match self.client.produce_raw(
-                &topic,
-                partition,
-                &[&bytes],
-                self.cfg.acks.wire(),
-                self.cfg.request_timeout,
+            None => match (
+                self.shared
+                    .partitioner
+                    .as_ref()
+                    .and_then(|f| f(record.topic, record.key, n)),
+                record.key,
             ) {
-                Ok(r) => {
-                    return Ok(Delivery {
-                        topic,
-                        partition,
-                        base_offset: r.map(|r| r.base_offset as u64),
-                        records,
-                    })
+                (Some(p), _) if p < n => p,
+                (_, Some(k)) => partition_for_key(k, n),
+                (_, None) => {
+                    let seq = st.sticky.len() as u32 + std::process::id();
+                    *st.sticky.entry(record.topic.to_string()).or_insert(seq % n)
                 }
-                Err(e)
-                    if e.is_retriable()
-                        && attempt < self.cfg.retries
-                        && started.elapsed() < self.cfg.delivery_timeout =>
-                {
-                    attempt += 1;
-                    log::debug!("produce to {topic}-{partition} failed ({e}); retry {attempt}");
-                    std::thread::sleep(self.cfg.retry_backoff);
-                    let _ = self.client.refresh_metadata();
+            },
+        };
+        let timestamp_ms = record.timestamp_ms.unwrap_or_else(crate::clock::now_ms);
+        let topic: Arc<str> = Arc::from(record.topic);
+        let mut full = false;
+        let fut = {
+            let State {
+                queues,
+                sticky,
+                outstanding,
+                ..
+            } = &mut *st;
+            let q = queues.entry((topic.clone(), partition)).or_default();
+            let open = q.open.get_or_insert_with(|| {
+                *outstanding += 1;
+                OpenBatch {
+                    builder: BatchBuilder::new(),
+                    slot: BatchSlot::new(),
+                    created: Instant::now(),
+                    bytes: 0,
                 }
-                Err(e) => return Err(e),
+            });
+            let index = open.builder.len() as u32;
+            open.builder.push(
+                timestamp_ms,
+                record.key,
+                record.value,
+                record.headers,
+                record.tags,
+            );
+            open.bytes += size;
+            if open.builder.estimated_bytes() >= cfg.batch_bytes {
+                full = true;
+                // Kafka's sticky partitioner moves on once a batch fills.
+                if record.key.is_none() && record.partition.is_none() {
+                    sticky.remove(record.topic);
+                }
+            }
+            DeliveryFuture {
+                slot: open.slot.clone(),
+                index,
+                topic,
+                partition,
+                timestamp_ms,
+                listener: None,
+            }
+        };
+        st.buffered += size;
+        drop(st);
+        if full || cfg.linger.is_zero() {
+            self.shared.wake();
+        }
+        Ok(fut)
+    }
+
+    /// Sends every buffered record now and waits until all are acknowledged or failed.
+    pub fn flush(&self) -> Result<(), ClientError> {
+        let mut st = self.shared.lock();
+        st.flush_wanted = true;
+        self.shared.wake();
+        while st.outstanding > 0 {
+            if st.closed {
+                return Err(ClientError::Invalid("producer is closed".into()));
+            }
+            st.flush_wanted = true;
+            self.shared.wake();
+            st = self
+                .shared
+                .changed
+                .wait_timeout(st, Duration::from_millis(50))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        st.flush_wanted = false;
+        Ok(())
+    }
+
+    /// Bytes of records buffered and not yet acknowledged.
+    pub fn buffered_bytes(&self) -> usize {
+        self.shared.lock().buffered
+    }
+}
+
+impl Drop for Producer {
+    fn drop(&mut self) {
+        let _ = self.flush_within(self.shared.cfg.delivery_timeout);
+        self.shared.lock().closed = true;
+        self.shared.wake();
+        self.shared.changed.notify_all();
+        if let Some(t) = self.sender.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Producer {
+    fn flush_within(&self, limit: Duration) -> Result<(), ClientError> {
+        let deadline = Instant::now() + limit;
+        let mut st = self.shared.lock();
+        while st.outstanding > 0 && Instant::now() < deadline {
+            st.flush_wanted = true;
+            self.shared.wake();
+            st = self
+                .shared
+                .changed
+                .wait_timeout(st, Duration::from_millis(50))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        Ok(())
+    }
+}
+
+/// A batch on its way: enough to answer or requeue it.
+struct Sent {
+    topic: Arc<str>,
+    partition: u32,
+    batch: SealedBatch,
+}
+
+struct Sender {
+    shared: Arc<Shared>,
+    client: Client,
+    wake_rx: flume::Receiver<()>,
+    connections: HashMap<std::net::SocketAddr, PipelinedConnection>,
+}
+
+impl Sender {
+    fn new(shared: Arc<Shared>, client: Client, wake_rx: flume::Receiver<()>) -> Sender {
+        Sender {
+            shared,
+            client,
+            wake_rx,
+            connections: HashMap::new(),
+        }
+    }
+
+    fn run(mut self) {
+        loop {
+            let (sendable, next_wake, closed, want_md) = self.collect();
+            if want_md {
+                self.refresh_metadata();
+            }
+            if !sendable.is_empty() {
+                self.send(sendable);
+            }
+            if closed {
+                return;
+            }
+            let wait = next_wake.map_or(Duration::from_millis(100), |t| {
+                t.saturating_duration_since(Instant::now())
+            });
+            let _ = self
+                .wake_rx
+                .recv_timeout(wait.min(Duration::from_millis(100)));
+        }
+    }
+
+    fn refresh_metadata(&mut self) {
+        let md = self.client.refresh_metadata().map(|m| Arc::new(m.clone()));
+        let mut st = self.shared.lock();
+        st.metadata_wanted = false;
+        if let Ok(md) = md {
+            st.metadata = md;
+            st.metadata_version += 1;
+        }
+        drop(st);
+        self.shared.changed.notify_all();
+    }
+
+    /// Seals due batches, expires old ones, and takes those that may be sent now.
+    fn collect(&mut self) -> (Vec<Sent>, Option<Instant>, bool, bool) {
+        let cfg = &self.shared.cfg;
+        let now = Instant::now();
+        let mut st = self.shared.lock();
+        let flush = st.flush_wanted;
+        let mut next_wake: Option<Instant> = None;
+        let mut sendable = Vec::new();
+        let mut failed = Vec::new();
+        let mut freed = 0usize;
+        let mut finished = 0usize;
+        for ((topic, partition), q) in st.queues.iter_mut() {
+            if let Some(open) = &q.open {
+                let due = open.created + cfg.linger;
+                if flush || now >= due || open.builder.estimated_bytes() >= cfg.batch_bytes {
+                    let open = q.open.take().expect("checked");
+                    match open.builder.build() {
+                        Ok(encoded) => q.ready.push_back(SealedBatch {
+                            encoded: Arc::new(encoded),
+                            slot: open.slot,
+                            created: open.created,
+                            bytes: open.bytes,
+                            attempts: 0,
+                            not_before: now,
+                        }),
+                        Err(e) => {
+                            freed += open.bytes;
+                            finished += 1;
+                            failed.push((open.slot, e.to_string()));
+                        }
+                    }
+                } else {
+                    next_wake = Some(next_wake.map_or(due, |w| w.min(due)));
+                }
+            }
+            // Expire what waited too long (never a batch in flight: its answer decides).
+            while q
+                .ready
+                .front()
+                .is_some_and(|b| now.duration_since(b.created) >= cfg.delivery_timeout)
+            {
+                let b = q.ready.pop_front().expect("checked");
+                freed += b.bytes;
+                finished += 1;
+                failed.push((
+                    b.slot,
+                    format!(
+                        "not delivered within the delivery timeout of {:?}",
+                        cfg.delivery_timeout
+                    ),
+                ));
+            }
+            if q.in_flight {
+                continue;
+            }
+            if let Some(b) = q.ready.front() {
+                if b.not_before <= now {
+                    q.in_flight = true;
+                    let batch = q.ready.pop_front().expect("checked");
+                    sendable.push(Sent {
+                        topic: topic.clone(),
+                        partition: *partition,
+                        batch,
+                    });
+                } else {
+                    next_wake = Some(next_wake.map_or(b.not_before, |w| w.min(b.not_before)));
+                }
+            }
+        }
+        st.queues
+            .retain(|_, q| q.open.is_some() || !q.ready.is_empty() || q.in_flight);
+        st.buffered -= freed;
+        st.outstanding -= finished;
+        let closed = st.closed && st.queues.is_empty();
+        let want_md = st.metadata_wanted;
+        drop(st);
+        for (slot, message) in failed {
+            slot.complete(Err(DeliveryFailure {
+                code: None,
+                message,
+            }));
+        }
+        if finished > 0 {
+            self.shared.changed.notify_all();
+        }
+        (sendable, next_wake, closed, want_md)
+    }
+
+    fn send(&mut self, sendable: Vec<Sent>) {
+        let md = self.shared.lock().metadata.clone();
+        let mut by_addr: HashMap<std::net::SocketAddr, Vec<Sent>> = HashMap::new();
+        for s in sendable {
+            match md.route(&s.topic, s.partition) {
+                Ok(r) => by_addr.entry(r.addr).or_default().push(s),
+                Err(e) => finish(&self.shared, vec![s], Err(e)),
+            }
+        }
+        for (addr, group) in by_addr {
+            if self
+                .connections
+                .get(&addr)
+                .is_some_and(PipelinedConnection::is_dead)
+            {
+                self.connections.remove(&addr);
+            }
+            if !self.connections.contains_key(&addr) {
+                let cfg = &self.shared.client_cfg;
+                match PipelinedConnection::connect(
+                    addr,
+                    cfg.connect_timeout,
+                    self.shared.cfg.request_timeout,
+                    self.shared.cfg.max_in_flight,
+                    super::connection::DEFAULT_MAX_RESPONSE_BYTES,
+                    &cfg.client_id,
+                ) {
+                    Ok(c) => {
+                        self.connections.insert(addr, c);
+                    }
+                    Err(e) => {
+                        finish(&self.shared, group, Err(e));
+                        continue;
+                    }
+                }
+            }
+            let conn = self.connections.get(&addr).expect("inserted above");
+            let mut partitions = Vec::with_capacity(group.len());
+            let mut at = 0u32;
+            for s in &group {
+                let len = s.batch.encoded.len() as u32;
+                partitions.push(ProducePartition {
+                    topic: s.topic.to_string(),
+                    partition: s.partition,
+                    payload_offset: at,
+                    payload_len: len,
+                });
+                at += len;
+            }
+            let acks = self.shared.cfg.acks;
+            let req = ProduceRequest {
+                acks: acks.wire(),
+                timeout_ms: self
+                    .shared
+                    .cfg
+                    .request_timeout
+                    .as_millis()
+                    .min(u128::from(u32::MAX)) as u32,
+                partitions,
+            };
+            let meta = match encode_meta(&req) {
+                Ok(m) => m,
+                Err(e) => {
+                    finish(
+                        &self.shared,
+                        group,
+                        Err(ClientError::Invalid(e.to_string())),
+                    );
+                    continue;
+                }
+            };
+            let payload: Vec<Arc<Vec<u8>>> =
+                group.iter().map(|s| s.batch.encoded.clone()).collect();
+            let slices: Vec<&[u8]> = payload.iter().map(|p| p.as_slice()).collect();
+            if acks == Acks::None {
+                let r = conn.submit(ApiKey::Produce, &meta, &slices, None);
+                finish(&self.shared, group, r.map(|()| None));
+                continue;
+            }
+            let shared = self.shared.clone();
+            let group = Arc::new(Mutex::new(Some(group)));
+            let g2 = group.clone();
+            let completion: Completion = Box::new(move |r: Result<ResponseFrame, ClientError>| {
+                if let Some(group) = g2.lock().ok().and_then(|mut g| g.take()) {
+                    finish(&shared, group, r.map(Some));
+                }
+            });
+            if let Err(e) = conn.submit(ApiKey::Produce, &meta, &slices, Some(completion)) {
+                if let Some(group) = group.lock().ok().and_then(|mut g| g.take()) {
+                    finish(&self.shared, group, Err(e));
+                }
             }
         }
     }
+}
+
+/// Settles the batches of one request: acknowledged, requeued for a retry, or failed.
+/// `Ok(None)` is an acks=0 send that was queued.
+fn finish(
+    shared: &Arc<Shared>,
+    group: Vec<Sent>,
+    result: Result<Option<ResponseFrame>, ClientError>,
+) {
+    let cfg = &shared.cfg;
+    let per_partition: Vec<Result<BatchAck, (bool, DeliveryFailure)>> = match &result {
+        Ok(None) => group
+            .iter()
+            .map(|_| {
+                Ok(BatchAck {
+                    base_offset: None,
+                    timestamp_ms: -1,
+                })
+            })
+            .collect(),
+        Ok(Some(frame)) => match frame.decode_meta::<ProduceResponse>() {
+            Ok(resp) => group
+                .iter()
+                .map(|s| {
+                    let r = resp
+                        .partitions
+                        .iter()
+                        .find(|r| r.partition == s.partition && *r.topic == *s.topic);
+                    match r {
+                        Some(r) if r.error_code == 0 => Ok(BatchAck {
+                            base_offset: u64::try_from(r.base_offset).ok(),
+                            timestamp_ms: r.log_append_time_ms,
+                        }),
+                        Some(r) => {
+                            let code = ErrorCode::from_code(r.error_code);
+                            Err((
+                                code.is_retriable(),
+                                DeliveryFailure {
+                                    code: Some(code),
+                                    message: r.message.clone(),
+                                },
+                            ))
+                        }
+                        None => Err((
+                            true,
+                            DeliveryFailure {
+                                code: None,
+                                message: "partition missing from the produce response".into(),
+                            },
+                        )),
+                    }
+                })
+                .collect(),
+            Err(e) => group
+                .iter()
+                .map(|_| {
+                    Err((
+                        false,
+                        DeliveryFailure {
+                            code: None,
+                            message: e.to_string(),
+                        },
+                    ))
+                })
+                .collect(),
+        },
+        Err(e) => group
+            .iter()
+            .map(|_| {
+                Err((
+                    e.is_retriable(),
+                    DeliveryFailure {
+                        code: e.code(),
+                        message: e.to_string(),
+                    },
+                ))
+            })
+            .collect(),
+    };
+    let now = Instant::now();
+    let mut done = Vec::new();
+    let mut st = shared.lock();
+    for (s, r) in group.into_iter().zip(per_partition) {
+        let q = st.queues.entry((s.topic.clone(), s.partition)).or_default();
+        q.in_flight = false;
+        match r {
+            Err((true, f))
+                if s.batch.attempts < cfg.retries
+                    && now.duration_since(s.batch.created) < cfg.delivery_timeout =>
+            {
+                log::debug!("{}-{}: retrying after: {}", s.topic, s.partition, f.message);
+                let mut batch = s.batch;
+                batch.attempts += 1;
+                batch.not_before = now + cfg.retry_backoff;
+                q.ready.push_front(batch);
+                st.metadata_wanted = true;
+            }
+            Err((_, f)) => {
+                st.buffered -= s.batch.bytes;
+                st.outstanding -= 1;
+                done.push((s.batch.slot, Err(f)));
+            }
+            Ok(ack) => {
+                st.buffered -= s.batch.bytes;
+                st.outstanding -= 1;
+                done.push((s.batch.slot, Ok(ack)));
+            }
+        }
+    }
+    drop(st);
+    for (slot, r) in done {
+        slot.complete(r);
+    }
+    shared.changed.notify_all();
+    shared.wake();
 }

@@ -12,5 +12,3 @@ pub mod shard;
 
 pub use broker::{run_broker, BrokerError};
 pub use config::BrokerConfig;
-
-pub use handlers::now_ms as handlers_now_ms;

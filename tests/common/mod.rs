@@ -8,7 +8,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rill::client::{
-    Acks, Client, ClientConfig, ConsumedRecord, Consumer, Producer, ProducerConfig, StartFrom,
+    Acks, Client, ClientConfig, ConsumedRecord, Consumer, Producer, ProducerConfig, ProducerRecord,
+    StartFrom,
 };
 
 /// Generous: CI is a loaded 2-core machine.
@@ -214,7 +215,7 @@ pub fn partition_dir(data: &Path, topic: &str, p: u32) -> PathBuf {
 /// A producer with acks=all and a small linger.
 pub fn producer(b: &TestBroker, batch_bytes: usize) -> Producer {
     Producer::new(
-        b.client(),
+        ClientConfig::new(b.bootstrap()),
         ProducerConfig {
             acks: Acks::All,
             linger: Duration::from_millis(2),
@@ -222,6 +223,7 @@ pub fn producer(b: &TestBroker, batch_bytes: usize) -> Producer {
             ..ProducerConfig::default()
         },
     )
+    .expect("producer")
 }
 
 /// Produces `values` to one partition and waits for every acknowledgement.
@@ -231,12 +233,18 @@ pub fn produce_values(
     partition: u32,
     values: impl IntoIterator<Item = String>,
 ) {
-    let mut p = producer(b, 1 << 10);
-    for v in values {
-        p.send(topic, Some(partition), None, v.as_bytes(), &[], &[], 1)
-            .unwrap();
-    }
+    let p = producer(b, 1 << 10);
+    let reports: Vec<_> = values
+        .into_iter()
+        .map(|v| {
+            p.send(ProducerRecord::new(topic, v.as_bytes()).partition(partition))
+                .unwrap()
+        })
+        .collect();
     p.flush().unwrap();
+    for r in reports {
+        r.wait().unwrap();
+    }
 }
 
 /// Reads exactly `expected` records from every partition of `topic` and checks none follow.

@@ -4,8 +4,6 @@ mod fetch;
 mod list_offsets;
 mod metadata;
 mod produce;
-
-pub use produce::now_ms;
 mod topics;
 
 use std::rc::Rc;

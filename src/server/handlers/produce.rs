@@ -2,7 +2,9 @@
 //! the high watermark (acks 1/all) or not at all (acks 0).
 
 use std::rc::Rc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
+
+use crate::clock::now_ms;
 
 use super::{locate_error, Reply};
 use crate::batch::{BatchError, BatchView};
@@ -10,12 +12,6 @@ use crate::protocol::frame::RequestFrame;
 use crate::protocol::messages::{ProducePartitionResult, ProduceRequest, ProduceResponse};
 use crate::protocol::ErrorCode;
 use crate::server::shard::Shard;
-
-pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
 
 /// Splits a partition's payload into validated batches.
 fn validate_all(mut bytes: &[u8]) -> Result<Vec<BatchView<'_>>, BatchError> {

@@ -1,0 +1,272 @@
+//! A pipelined connection to one shard, driven by two I/O threads of its own: a writer that
+//! sends requests in submission order (at most `max_in_flight` awaiting an answer) and a
+//! reader that hands each response to the completion registered with its request. Responses
+//! come back in request order (the broker serves a connection's requests one at a time).
+//! Threads, not an async runtime: the client works the same under tokio, glommio or none.
+
+use std::collections::VecDeque;
+use std::io::Write;
+use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::error::ClientError;
+use crate::protocol::frame::{encode_request, read_frame_blocking, RequestHeader, ResponseFrame};
+use crate::protocol::messages::ErrorBody;
+use crate::protocol::{ApiKey, ErrorCode, FrameError};
+
+/// Called with the response to a request (on the connection's reader thread; keep it short).
+pub type Completion = Box<dyn FnOnce(Result<ResponseFrame, ClientError>) + Send>;
+
+/// Requests queued to the writer before `submit` blocks.
+const SUBMIT_QUEUE: usize = 1024;
+
+struct Outgoing {
+    correlation_id: u32,
+    bytes: Vec<u8>,
+    completion: Option<Completion>,
+}
+
+type InFlight = Arc<Mutex<VecDeque<(u32, Completion)>>>;
+
+pub struct PipelinedConnection {
+    addr: SocketAddr,
+    tx: Option<flume::Sender<Outgoing>>,
+    next_correlation: AtomicU32,
+    dead: Arc<AtomicBool>,
+    client_id: String,
+    socket: TcpStream,
+}
+
+impl PipelinedConnection {
+    pub fn connect(
+        addr: SocketAddr,
+        connect_timeout: Duration,
+        request_timeout: Duration,
+        max_in_flight: usize,
+        max_response_bytes: usize,
+        client_id: &str,
+    ) -> Result<PipelinedConnection, ClientError> {
+        let socket = TcpStream::connect_timeout(&addr, connect_timeout).map_err(|source| {
+            ClientError::Connect {
+                addr: addr.to_string(),
+                source,
+            }
+        })?;
+        let _ = socket.set_nodelay(true);
+        let io_err = |source| ClientError::Io {
+            addr: addr.to_string(),
+            source,
+        };
+        let reader = socket.try_clone().map_err(io_err)?;
+        let writer = socket.try_clone().map_err(io_err)?;
+        // The read timeout only counts while requests are waiting (see the reader loop).
+        reader
+            .set_read_timeout(Some(request_timeout))
+            .map_err(io_err)?;
+        let (tx, rx) = flume::bounded::<Outgoing>(SUBMIT_QUEUE);
+        let (slots_tx, slots_rx) = flume::bounded::<()>(max_in_flight.max(1));
+        let inflight: InFlight = Arc::new(Mutex::new(VecDeque::new()));
+        let dead = Arc::new(AtomicBool::new(false));
+        {
+            let (inflight, dead) = (inflight.clone(), dead.clone());
+            std::thread::Builder::new()
+                .name(format!("rill-client-w-{addr}"))
+                .spawn(move || write_loop(addr, writer, rx, slots_tx, inflight, dead))
+                .map_err(io_err)?;
+        }
+        {
+            let (inflight, dead) = (inflight.clone(), dead.clone());
+            std::thread::Builder::new()
+                .name(format!("rill-client-r-{addr}"))
+                .spawn(move || {
+                    read_loop(addr, reader, max_response_bytes, slots_rx, inflight, dead)
+                })
+                .map_err(io_err)?;
+        }
+        Ok(PipelinedConnection {
+            addr,
+            tx: Some(tx),
+            next_correlation: AtomicU32::new(1),
+            dead,
+            client_id: client_id.to_string(),
+            socket,
+        })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// A connection that failed; drop it and connect again.
+    pub fn is_dead(&self) -> bool {
+        self.dead.load(Ordering::Acquire)
+    }
+
+    /// Queues a request. With a completion, it is called once with the response or the error;
+    /// without one, no response is expected (a produce with acks=0).
+    pub fn submit(
+        &self,
+        api: ApiKey,
+        meta: &[u8],
+        payload: &[&[u8]],
+        completion: Option<Completion>,
+    ) -> Result<(), ClientError> {
+        let correlation_id = self.next_correlation.fetch_add(1, Ordering::Relaxed);
+        let header = RequestHeader {
+            api_key: api as u16,
+            api_version: 0,
+            correlation_id,
+            client_id: self.client_id.clone(),
+        };
+        let bytes = encode_request(&header, meta, payload)
+            .map_err(|e| ClientError::Invalid(e.to_string()))?;
+        let closed = || ClientError::Io {
+            addr: self.addr.to_string(),
+            source: std::io::Error::new(std::io::ErrorKind::BrokenPipe, "connection closed"),
+        };
+        if self.is_dead() {
+            return Err(closed());
+        }
+        let tx = self.tx.as_ref().ok_or_else(closed)?;
+        tx.send(Outgoing {
+            correlation_id,
+            bytes,
+            completion,
+        })
+        .map_err(|_| closed())
+    }
+}
+
+impl Drop for PipelinedConnection {
+    fn drop(&mut self) {
+        // Closing the queue ends the writer; shutting the socket ends the reader.
+        self.tx.take();
+        let _ = self.socket.shutdown(Shutdown::Both);
+    }
+}
+
+fn fail_all(addr: SocketAddr, inflight: &InFlight, why: &str) {
+    let drained: Vec<_> = inflight
+        .lock()
+        .map(|mut q| q.drain(..).collect())
+        .unwrap_or_default();
+    for (_, c) in drained {
+        c(Err(ClientError::Io {
+            addr: addr.to_string(),
+            source: std::io::Error::new(std::io::ErrorKind::ConnectionAborted, why.to_string()),
+        }));
+    }
+}
+
+fn write_loop(
+    addr: SocketAddr,
+    mut socket: TcpStream,
+    rx: flume::Receiver<Outgoing>,
+    slots: flume::Sender<()>,
+    inflight: InFlight,
+    dead: Arc<AtomicBool>,
+) {
+    for out in rx.iter() {
+        if dead.load(Ordering::Acquire) {
+            if let Some(c) = out.completion {
+                c(Err(ClientError::Io {
+                    addr: addr.to_string(),
+                    source: std::io::Error::new(
+                        std::io::ErrorKind::BrokenPipe,
+                        "connection closed",
+                    ),
+                }));
+            }
+            continue;
+        }
+        if let Some(c) = out.completion {
+            // Waits while max_in_flight requests are unanswered; fails if the reader is gone.
+            if slots.send(()).is_err() {
+                c(Err(ClientError::Io {
+                    addr: addr.to_string(),
+                    source: std::io::Error::new(
+                        std::io::ErrorKind::BrokenPipe,
+                        "connection closed",
+                    ),
+                }));
+                continue;
+            }
+            if let Ok(mut q) = inflight.lock() {
+                q.push_back((out.correlation_id, c));
+            }
+        }
+        if let Err(e) = socket.write_all(&out.bytes) {
+            dead.store(true, Ordering::Release);
+            let _ = socket.shutdown(Shutdown::Both);
+            fail_all(addr, &inflight, &e.to_string());
+        }
+    }
+    let _ = socket.shutdown(Shutdown::Both);
+}
+
+fn read_loop(
+    addr: SocketAddr,
+    mut socket: TcpStream,
+    max_response_bytes: usize,
+    slots: flume::Receiver<()>,
+    inflight: InFlight,
+    dead: Arc<AtomicBool>,
+) {
+    loop {
+        let buf = match read_frame_blocking(&mut socket, max_response_bytes) {
+            Ok(b) => b,
+            Err(FrameError::Io(e))
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                let waiting = inflight.lock().map(|q| !q.is_empty()).unwrap_or(false);
+                if !waiting && !dead.load(Ordering::Acquire) {
+                    continue;
+                }
+                dead.store(true, Ordering::Release);
+                let _ = socket.shutdown(Shutdown::Both);
+                fail_all(addr, &inflight, "no response within the request timeout");
+                return;
+            }
+            Err(e) => {
+                dead.store(true, Ordering::Release);
+                let _ = socket.shutdown(Shutdown::Both);
+                fail_all(addr, &inflight, &e.to_string());
+                return;
+            }
+        };
+        let next = inflight.lock().ok().and_then(|mut q| q.pop_front());
+        let _ = slots.try_recv();
+        let Some((correlation_id, completion)) = next else {
+            dead.store(true, Ordering::Release);
+            let _ = socket.shutdown(Shutdown::Both);
+            return;
+        };
+        let result = ResponseFrame::parse(buf)
+            .map_err(|source| ClientError::Frame {
+                addr: addr.to_string(),
+                source,
+            })
+            .and_then(|f| {
+                if f.error != ErrorCode::None {
+                    let message = f
+                        .decode_meta::<ErrorBody>()
+                        .map(|b| b.message)
+                        .unwrap_or_default();
+                    return Err(ClientError::broker(f.error, message));
+                }
+                if f.correlation_id != correlation_id {
+                    return Err(ClientError::Invalid(format!(
+                        "response correlation id {} does not match request {correlation_id}",
+                        f.correlation_id
+                    )));
+                }
+                Ok(f)
+            });
+        completion(result);
+    }
+}
