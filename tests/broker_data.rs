@@ -10,10 +10,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{
-    consume_exactly, partition_dir, produce_values, producer, segment_files, values, TestBroker,
-    DEADLINE,
+    consume_exactly, consumer, partition_dir, produce_values, producer, segment_files, values,
+    TestBroker, DEADLINE,
 };
-use rill::client::{Acks, Consumer, Producer, ProducerConfig, ProducerRecord, StartFrom};
+use rill::client::{Acks, Producer, ProducerConfig, ProducerRecord, StartFrom};
 
 #[test]
 fn hundred_thousand_keyed_messages_come_back_complete_in_per_key_order() {
@@ -129,12 +129,12 @@ fn acknowledged_messages_survive_clean_restart_and_sigkill() {
     t.join().unwrap();
     let acked = acked.lock().unwrap().clone();
     b.restart();
-    let mut c = Consumer::assign(b.client(), "durable", None, StartFrom::Beginning).unwrap();
+    let mut c = consumer(&b, "durable", StartFrom::Beginning);
     let mut seen = HashSet::new();
     let mut per_partition: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
     let start = Instant::now();
     loop {
-        let batch = c.poll(Duration::from_millis(200)).unwrap();
+        let batch = c.poll(Duration::from_millis(200)).unwrap().to_owned();
         if batch.is_empty() && acked.iter().all(|v| seen.contains(v.as_bytes())) {
             break;
         }

@@ -5,8 +5,8 @@ use std::time::{Duration, Instant};
 
 use super::args::{ClusterCommand, Command, ConsumeArgs, GroupCommand, ProduceArgs, TopicCommand};
 use crate::client::{
-    Acks, Client, ClientConfig, Consumer, DeliveryFuture, Producer, ProducerConfig, ProducerRecord,
-    StartFrom,
+    Acks, Client, ClientConfig, Consumer, ConsumerConfig, DeliveryFuture, Producer, ProducerConfig,
+    ProducerRecord, StartFrom,
 };
 
 pub fn run(bootstrap: &str, cmd: Command) -> Result<(), String> {
@@ -242,8 +242,10 @@ fn consume(bootstrap: &str, a: ConsumeArgs) -> Result<(), String> {
         }
     }
     let from = parse_from(&a.from)?;
-    let client = connect(bootstrap)?;
-    let mut consumer = Consumer::assign(client, &a.topic, a.partition.map(|p| vec![p]), from)
+    let mut consumer = Consumer::new(ClientConfig::new(bootstrap), ConsumerConfig::default())
+        .map_err(|e| e.to_string())?;
+    consumer
+        .assign(&a.topic, a.partition.map(|p| vec![p]), from)
         .map_err(|e| e.to_string())?;
     let idle_limit = a.timeout_ms.map(Duration::from_millis);
     let mut last_message = Instant::now();
@@ -269,16 +271,16 @@ fn consume(bootstrap: &str, a: ConsumeArgs) -> Result<(), String> {
             continue;
         }
         last_message = Instant::now();
-        for r in records {
+        for r in records.iter() {
             if a.count.is_some_and(|n| printed >= n) {
                 break;
             }
             if a.print_key {
-                out.write_all(r.key.as_deref().unwrap_or_default())
+                out.write_all(r.key().unwrap_or_default())
                     .map_err(|e| e.to_string())?;
                 out.write_all(b"\t").map_err(|e| e.to_string())?;
             }
-            out.write_all(&r.value).map_err(|e| e.to_string())?;
+            out.write_all(r.value()).map_err(|e| e.to_string())?;
             out.write_all(b"\n").map_err(|e| e.to_string())?;
             printed += 1;
         }

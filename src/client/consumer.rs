@@ -1,15 +1,18 @@
-//! An assign-mode consumer: fetches from each assigned partition's leader shard.
+//! The consumer (assign mode): a fetcher thread keeps the next fetch in flight while the
+//! application works on the current one (prefetching), and `poll` hands back the fetched
+//! responses whole: records are read in place from them, never copied one by one.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use super::{Client, ClientError};
-use crate::batch::BatchIter;
+use super::{Client, ClientConfig, ClientError};
+use crate::batch::{BatchError, BatchIter, RecordView};
 use crate::protocol::messages::{
     FetchPartition, FetchRequest, FetchResponse, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP,
 };
-use crate::protocol::{ApiKey, ErrorCode};
+use crate::protocol::{ApiKey, ErrorCode, ResponseFrame};
 
 /// Where a consumer starts reading a partition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -17,11 +20,112 @@ pub enum StartFrom {
     Beginning,
     End,
     Offset(u64),
-    /// The first record at or after this time (ms since the epoch).
+    /// The first record at or after this time (ms since the epoch); the end if none is.
     Timestamp(i64),
 }
 
-/// A record copied out of a fetched batch.
+/// What to do when the position is no longer (or not yet) in the log (`auto.offset.reset`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OffsetReset {
+    Earliest,
+    Latest,
+    /// Fail the poll with OFFSET_OUT_OF_RANGE.
+    Error,
+}
+
+/// Consumer settings (Kafka's names where they exist).
+#[derive(Debug, Clone)]
+pub struct ConsumerConfig {
+    /// The broker answers once this many bytes are ready or `fetch_max_wait` passed.
+    pub fetch_min_bytes: u32,
+    pub fetch_max_wait: Duration,
+    /// Bytes per fetch response (`fetch.max.bytes`).
+    pub fetch_max_bytes: u32,
+    /// Bytes per partition per fetch (`max.partition.fetch.bytes`).
+    pub partition_max_bytes: u32,
+    /// Fetched responses buffered ahead of `poll`.
+    pub prefetch: usize,
+    pub auto_offset_reset: OffsetReset,
+}
+
+impl Default for ConsumerConfig {
+    fn default() -> Self {
+        ConsumerConfig {
+            fetch_min_bytes: 1,
+            fetch_max_wait: Duration::from_millis(500),
+            fetch_max_bytes: 16 << 20,
+            partition_max_bytes: 4 << 20,
+            prefetch: 2,
+            auto_offset_reset: OffsetReset::Earliest,
+        }
+    }
+}
+
+/// One partition's part of a fetch response.
+struct FetchedPartition {
+    frame: Arc<ResponseFrame>,
+    topic: Arc<str>,
+    partition: u32,
+    payload_offset: u32,
+    payload_len: u32,
+    /// Records below this offset (the front of the first batch) are skipped.
+    from_offset: u64,
+    next_offset: u64,
+    records: usize,
+}
+
+/// The records of one poll, read in place from the fetched responses.
+#[derive(Default)]
+pub struct Records {
+    parts: Vec<FetchedPartition>,
+}
+
+/// A record of a [`Records`], borrowed from the fetched response.
+#[derive(Debug, Clone, Copy)]
+pub struct ConsumerRecord<'a> {
+    pub topic: &'a str,
+    pub partition: u32,
+    pub record: RecordView<'a>,
+}
+
+impl<'a> ConsumerRecord<'a> {
+    pub fn offset(&self) -> u64 {
+        self.record.offset
+    }
+    pub fn timestamp_ms(&self) -> i64 {
+        self.record.timestamp_ms
+    }
+    pub fn key(&self) -> Option<&'a [u8]> {
+        self.record.key()
+    }
+    pub fn value(&self) -> &'a [u8] {
+        self.record.value()
+    }
+    pub fn headers(&self) -> impl Iterator<Item = (&'a str, &'a [u8])> + 'a {
+        self.record.headers()
+    }
+    pub fn tags(&self) -> impl Iterator<Item = &'a str> + 'a {
+        self.record.tags()
+    }
+    /// An owned copy, for keeping a record beyond the poll.
+    pub fn to_owned(&self) -> ConsumedRecord {
+        ConsumedRecord {
+            topic: self.topic.to_string(),
+            partition: self.partition,
+            offset: self.offset(),
+            timestamp_ms: self.timestamp_ms(),
+            key: self.key().map(<[u8]>::to_vec),
+            value: self.value().to_vec(),
+            headers: self
+                .headers()
+                .map(|(k, v)| (k.to_string(), v.to_vec()))
+                .collect(),
+            tags: self.tags().map(str::to_string).collect(),
+        }
+    }
+}
+
+/// An owned record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConsumedRecord {
     pub topic: String,
@@ -34,118 +138,403 @@ pub struct ConsumedRecord {
     pub tags: Vec<String>,
 }
 
+impl FetchedPartition {
+    fn iter(&self) -> impl Iterator<Item = ConsumerRecord<'_>> + '_ {
+        let payload = self
+            .frame
+            .payload_slice(self.payload_offset, self.payload_len)
+            .unwrap_or_default();
+        let from = self.from_offset;
+        BatchIter::new(payload)
+            .map_while(Result::ok)
+            .flat_map(|b| b.records().into_iter().flatten())
+            .filter(move |r| r.offset >= from)
+            .map(move |record| ConsumerRecord {
+                topic: &self.topic,
+                partition: self.partition,
+                record,
+            })
+    }
+}
+
+impl Records {
+    /// The records in fetch order (per partition, offset order).
+    pub fn iter(&self) -> impl Iterator<Item = ConsumerRecord<'_>> + '_ {
+        self.parts.iter().flat_map(FetchedPartition::iter)
+    }
+    pub fn count(&self) -> usize {
+        self.parts.iter().map(|p| p.records).sum()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.count() == 0
+    }
+    /// Owned copies of every record.
+    pub fn to_owned(&self) -> Vec<ConsumedRecord> {
+        self.iter().map(|r| r.to_owned()).collect()
+    }
+}
+
+enum Command {
+    Assign {
+        epoch: u64,
+        topic: String,
+        partitions: Option<Vec<u32>>,
+        from: StartFrom,
+        done: flume::Sender<Result<Vec<u32>, ClientError>>,
+    },
+    Seek {
+        epoch: u64,
+        topic: String,
+        partition: u32,
+        from: StartFrom,
+    },
+}
+
+struct Fetched {
+    epoch: u64,
+    result: Result<Vec<FetchedPartition>, ClientError>,
+}
+
+/// An assign-mode consumer with a prefetching fetcher thread.
 pub struct Consumer {
-    client: Client,
-    topic: String,
-    /// partition -> next offset to read.
-    positions: BTreeMap<u32, u64>,
-    pub max_bytes: u32,
-    pub partition_max_bytes: u32,
+    commands: Option<flume::Sender<Command>>,
+    fetched: flume::Receiver<Fetched>,
+    epoch: u64,
+    positions: BTreeMap<(String, u32), u64>,
+    fetcher: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Consumer {
-    /// Assigns `partitions` of `topic` (all when `None`), positioned by `from`.
-    pub fn assign(
-        mut client: Client,
-        topic: &str,
-        partitions: Option<Vec<u32>>,
-        from: StartFrom,
-    ) -> Result<Consumer, ClientError> {
-        let n = match client.metadata().partitions(topic) {
-            Ok(n) => n,
-            Err(_) => {
-                client.refresh_metadata()?;
-                client.metadata().partitions(topic)?
-            }
-        };
-        let parts = partitions.unwrap_or_else(|| (0..n).collect());
-        let mut positions = BTreeMap::new();
-        for p in parts {
-            if p >= n {
-                return Err(ClientError::UnknownPartition {
-                    topic: topic.into(),
-                    partition: p,
-                    partitions: n,
-                });
-            }
-            let at = match from {
-                StartFrom::Beginning => client
-                    .list_offset(topic, p, EARLIEST_TIMESTAMP)?
-                    .unwrap_or(0),
-                StartFrom::End => client.list_offset(topic, p, LATEST_TIMESTAMP)?.unwrap_or(0),
-                StartFrom::Offset(o) => o,
-                StartFrom::Timestamp(ts) => match client.list_offset(topic, p, ts)? {
-                    Some(o) => o,
-                    None => client.list_offset(topic, p, LATEST_TIMESTAMP)?.unwrap_or(0),
-                },
-            };
-            positions.insert(p, at);
-        }
-        Ok(Consumer {
+    pub fn new(client_cfg: ClientConfig, cfg: ConsumerConfig) -> Result<Consumer, ClientError> {
+        let client = Client::connect(client_cfg)?;
+        let (cmd_tx, cmd_rx) = flume::bounded(64);
+        let (out_tx, out_rx) = flume::bounded(cfg.prefetch.max(1));
+        let fetcher = Fetcher {
             client,
-            topic: topic.to_string(),
-            positions,
-            max_bytes: 8 << 20,
-            partition_max_bytes: 4 << 20,
+            cfg,
+            positions: BTreeMap::new(),
+            epoch: 0,
+            commands: cmd_rx,
+            out: out_tx,
+        };
+        let handle = std::thread::Builder::new()
+            .name("rill-consumer".into())
+            .spawn(move || fetcher.run())
+            .map_err(|e| ClientError::Invalid(format!("cannot start the fetcher thread: {e}")))?;
+        Ok(Consumer {
+            commands: Some(cmd_tx),
+            fetched: out_rx,
+            epoch: 0,
+            positions: BTreeMap::new(),
+            fetcher: Some(handle),
         })
     }
 
-    pub fn position(&self, partition: u32) -> Option<u64> {
-        self.positions.get(&partition).copied()
+    fn command(&self, c: Command) -> Result<(), ClientError> {
+        self.commands
+            .as_ref()
+            .and_then(|tx| tx.send(c).ok())
+            .ok_or_else(|| ClientError::Invalid("the consumer's fetcher stopped".into()))
     }
 
-    /// Fetches what is available, waiting up to `max_wait` when nothing is.
-    pub fn poll(&mut self, max_wait: Duration) -> Result<Vec<ConsumedRecord>, ClientError> {
+    /// Adds `partitions` of `topic` (all when `None`) to the assignment, positioned by `from`.
+    /// Returns the partitions assigned.
+    pub fn assign(
+        &mut self,
+        topic: &str,
+        partitions: Option<Vec<u32>>,
+        from: StartFrom,
+    ) -> Result<Vec<u32>, ClientError> {
+        self.epoch += 1;
+        let (done, wait) = flume::bounded(1);
+        self.command(Command::Assign {
+            epoch: self.epoch,
+            topic: topic.to_string(),
+            partitions,
+            from,
+            done,
+        })?;
+        let assigned = wait
+            .recv()
+            .map_err(|_| ClientError::Invalid("the consumer's fetcher stopped".into()))??;
+        Ok(assigned)
+    }
+
+    /// Moves one partition's position; records fetched before are dropped.
+    pub fn seek(
+        &mut self,
+        topic: &str,
+        partition: u32,
+        from: StartFrom,
+    ) -> Result<(), ClientError> {
+        self.epoch += 1;
+        self.positions.remove(&(topic.to_string(), partition));
+        self.command(Command::Seek {
+            epoch: self.epoch,
+            topic: topic.to_string(),
+            partition,
+            from,
+        })
+    }
+
+    /// The offset after the last record `poll` returned for a partition.
+    pub fn position(&self, topic: &str, partition: u32) -> Option<u64> {
+        self.positions.get(&(topic.to_string(), partition)).copied()
+    }
+
+    /// Records fetched so far, waiting up to `timeout` when there are none.
+    pub fn poll(&mut self, timeout: Duration) -> Result<Records, ClientError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let got = match self.fetched.recv_deadline(deadline) {
+                Ok(f) => f,
+                Err(flume::RecvTimeoutError::Timeout) => return Ok(Records::default()),
+                Err(flume::RecvTimeoutError::Disconnected) => {
+                    return Err(ClientError::Invalid(
+                        "the consumer's fetcher stopped".into(),
+                    ))
+                }
+            };
+            if got.epoch < self.epoch {
+                continue; // fetched before a seek or assign
+            }
+            let parts = got.result?;
+            for p in &parts {
+                self.positions
+                    .insert((p.topic.to_string(), p.partition), p.next_offset);
+            }
+            return Ok(Records { parts });
+        }
+    }
+}
+
+impl Drop for Consumer {
+    fn drop(&mut self) {
+        // Closing both channels stops the fetcher wherever it waits (a long poll ends within
+        // `fetch_max_wait`).
+        self.commands.take();
+        drop(std::mem::replace(&mut self.fetched, flume::bounded(1).1));
+        if let Some(t) = self.fetcher.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+struct Fetcher {
+    client: Client,
+    cfg: ConsumerConfig,
+    positions: BTreeMap<(Arc<str>, u32), u64>,
+    epoch: u64,
+    commands: flume::Receiver<Command>,
+    out: flume::Sender<Fetched>,
+}
+
+impl Fetcher {
+    fn run(mut self) {
+        loop {
+            // Apply commands; with nothing assigned, wait for one.
+            loop {
+                let cmd = if self.positions.is_empty() {
+                    match self.commands.recv() {
+                        Ok(c) => Some(c),
+                        Err(_) => return,
+                    }
+                } else {
+                    match self.commands.try_recv() {
+                        Ok(c) => Some(c),
+                        Err(flume::TryRecvError::Empty) => None,
+                        Err(flume::TryRecvError::Disconnected) => return,
+                    }
+                };
+                match cmd {
+                    Some(c) => self.apply(c),
+                    None => break,
+                }
+            }
+            let result = self.fetch_round();
+            let empty = matches!(&result, Ok(parts) if parts.is_empty());
+            if empty {
+                continue;
+            }
+            let fetched = Fetched {
+                epoch: self.epoch,
+                result,
+            };
+            // Blocks while `prefetch` responses wait for the application: back-pressure.
+            if self.out.send(fetched).is_err() {
+                return;
+            }
+        }
+    }
+
+    fn resolve(
+        &mut self,
+        topic: &str,
+        partition: u32,
+        from: StartFrom,
+    ) -> Result<u64, ClientError> {
+        Ok(match from {
+            StartFrom::Beginning => self
+                .client
+                .list_offset(topic, partition, EARLIEST_TIMESTAMP)?
+                .unwrap_or(0),
+            StartFrom::End => self
+                .client
+                .list_offset(topic, partition, LATEST_TIMESTAMP)?
+                .unwrap_or(0),
+            StartFrom::Offset(o) => o,
+            StartFrom::Timestamp(ts) => match self.client.list_offset(topic, partition, ts)? {
+                Some(o) => o,
+                None => self
+                    .client
+                    .list_offset(topic, partition, LATEST_TIMESTAMP)?
+                    .unwrap_or(0),
+            },
+        })
+    }
+
+    fn apply(&mut self, c: Command) {
+        match c {
+            Command::Assign {
+                epoch,
+                topic,
+                partitions,
+                from,
+                done,
+            } => {
+                self.epoch = epoch;
+                let r = (|| {
+                    let n = match self.client.metadata().partitions(&topic) {
+                        Ok(n) => n,
+                        Err(_) => {
+                            self.client.refresh_metadata()?;
+                            self.client.metadata().partitions(&topic)?
+                        }
+                    };
+                    let parts = partitions.unwrap_or_else(|| (0..n).collect());
+                    let name: Arc<str> = Arc::from(topic.as_str());
+                    let mut resolved = Vec::with_capacity(parts.len());
+                    for p in &parts {
+                        if *p >= n {
+                            return Err(ClientError::UnknownPartition {
+                                topic: topic.clone(),
+                                partition: *p,
+                                partitions: n,
+                            });
+                        }
+                        resolved.push((*p, self.resolve(&topic, *p, from)?));
+                    }
+                    for (p, at) in resolved {
+                        self.positions.insert((name.clone(), p), at);
+                    }
+                    Ok(parts)
+                })();
+                let _ = done.send(r);
+            }
+            Command::Seek {
+                epoch,
+                topic,
+                partition,
+                from,
+            } => {
+                self.epoch = epoch;
+                match self.resolve(&topic, partition, from) {
+                    Ok(at) => {
+                        self.positions
+                            .insert((Arc::from(topic.as_str()), partition), at);
+                    }
+                    Err(e) => {
+                        let _ = self.out.send(Fetched {
+                            epoch,
+                            result: Err(e),
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    /// One fetch per shard holding assigned partitions.
+    fn fetch_round(&mut self) -> Result<Vec<FetchedPartition>, ClientError> {
         let mut by_addr: BTreeMap<SocketAddr, Vec<FetchPartition>> = BTreeMap::new();
-        for (&p, &offset) in &self.positions {
-            let route = match self.client.metadata().route(&self.topic, p) {
+        for ((topic, p), &offset) in &self.positions {
+            let route = match self.client.metadata().route(topic, *p) {
                 Ok(r) => r,
                 Err(_) => {
                     self.client.refresh_metadata()?;
-                    self.client.metadata().route(&self.topic, p)?
+                    self.client.metadata().route(topic, *p)?
                 }
             };
             by_addr.entry(route.addr).or_default().push(FetchPartition {
-                topic: self.topic.clone(),
-                partition: p,
+                topic: topic.to_string(),
+                partition: *p,
                 offset,
-                max_bytes: self.partition_max_bytes,
+                max_bytes: self.cfg.partition_max_bytes,
             });
         }
         let groups = by_addr.len().max(1) as u32;
-        let wait = max_wait / groups;
         let mut out = Vec::new();
         for (addr, partitions) in by_addr {
+            // Long-poll only while nothing has come back this round, sharing the wait out.
+            let wait = if out.is_empty() {
+                self.cfg.fetch_max_wait / groups
+            } else {
+                Duration::ZERO
+            };
             let req = FetchRequest {
-                max_wait_ms: if out.is_empty() {
-                    wait.as_millis() as u32
-                } else {
-                    0
-                },
-                min_bytes: 1,
-                max_bytes: self.max_bytes,
+                max_wait_ms: wait.as_millis().min(u128::from(u32::MAX)) as u32,
+                min_bytes: self.cfg.fetch_min_bytes,
+                max_bytes: self.cfg.fetch_max_bytes,
                 partitions,
             };
+            let read_timeout = self.client.config().request_timeout + wait;
             if let Ok(c) = self.client.connection(addr) {
-                c.set_read_timeout(Some(Duration::from_secs(30) + wait));
+                c.set_read_timeout(Some(read_timeout));
             }
             let (resp, frame): (FetchResponse, _) =
-                self.client.call(addr, ApiKey::Fetch, &req, &[])?;
+                match self.client.call(addr, ApiKey::Fetch, &req, &[]) {
+                    Ok(r) => r,
+                    Err(e) if e.is_retriable() => {
+                        log::debug!(
+                            "fetch from {addr} failed ({e}); retrying after a metadata refresh"
+                        );
+                        let _ = self.client.refresh_metadata();
+                        std::thread::sleep(Duration::from_millis(50));
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                };
+            let frame = Arc::new(frame);
             for r in resp.partitions {
+                let topic: Arc<str> = match self
+                    .positions
+                    .keys()
+                    .find(|(t, p)| **t == *r.topic && *p == r.partition)
+                {
+                    Some((t, _)) => t.clone(),
+                    None => continue,
+                };
+                let key = (topic.clone(), r.partition);
+                let from = self.positions[&key];
                 match ErrorCode::from_code(r.error_code) {
                     ErrorCode::None => {}
                     ErrorCode::OffsetOutOfRange => {
-                        // Reset to the earliest offset still stored (auto.offset.reset=earliest).
-                        let start = self
-                            .client
-                            .list_offset(&self.topic, r.partition, EARLIEST_TIMESTAMP)?
-                            .unwrap_or(0);
+                        let to = match self.cfg.auto_offset_reset {
+                            OffsetReset::Earliest => StartFrom::Beginning,
+                            OffsetReset::Latest => StartFrom::End,
+                            OffsetReset::Error => {
+                                return Err(ClientError::broker(
+                                    ErrorCode::OffsetOutOfRange,
+                                    r.message,
+                                ))
+                            }
+                        };
+                        let at = self.resolve(&topic, r.partition, to)?;
                         log::warn!(
-                            "{}-{}: offset out of range, reset to {start}",
-                            self.topic,
+                            "{topic}-{}: offset {from} out of range, reset to {at}",
                             r.partition
                         );
-                        self.positions.insert(r.partition, start);
+                        self.positions.insert(key, at);
                         continue;
                     }
                     code if code.is_retriable() => {
@@ -157,12 +546,14 @@ impl Consumer {
                 let payload = frame
                     .payload_slice(r.payload_offset, r.payload_len)
                     .map_err(|e| ClientError::Invalid(e.to_string()))?;
-                let mut next = self.positions[&r.partition];
+                // Validate every batch once here (CRC and rkyv): untrusted bytes.
+                let mut next = from;
+                let mut records = 0usize;
                 for batch in BatchIter::new(payload) {
                     let batch = match batch {
                         Ok(b) => b,
                         // A sendfile range may end inside a batch: the rest comes next fetch.
-                        Err(crate::batch::BatchError::Truncated { .. }) => break,
+                        Err(BatchError::Truncated { .. }) => break,
                         Err(e) => {
                             return Err(ClientError::broker(
                                 ErrorCode::CorruptMessage,
@@ -170,30 +561,25 @@ impl Consumer {
                             ))
                         }
                     };
-                    let records = batch.records().map_err(|e| {
+                    let body = batch.records().map_err(|e| {
                         ClientError::broker(ErrorCode::CorruptMessage, e.to_string())
                     })?;
-                    for rec in records {
-                        if rec.offset < next {
-                            continue;
-                        }
-                        out.push(ConsumedRecord {
-                            topic: self.topic.clone(),
-                            partition: r.partition,
-                            offset: rec.offset,
-                            timestamp_ms: rec.timestamp_ms,
-                            key: rec.key().map(<[u8]>::to_vec),
-                            value: rec.value().to_vec(),
-                            headers: rec
-                                .headers()
-                                .map(|(k, v)| (k.to_string(), v.to_vec()))
-                                .collect(),
-                            tags: rec.tags().map(str::to_string).collect(),
-                        });
-                        next = rec.offset + 1;
-                    }
+                    records += body.filter(|rec| rec.offset >= from).count();
+                    next = next.max(batch.header().next_offset());
                 }
-                self.positions.insert(r.partition, next);
+                if next > from {
+                    self.positions.insert(key, next);
+                    out.push(FetchedPartition {
+                        frame: frame.clone(),
+                        topic,
+                        partition: r.partition,
+                        payload_offset: r.payload_offset,
+                        payload_len: r.payload_len,
+                        from_offset: from,
+                        next_offset: next,
+                        records,
+                    });
+                }
             }
         }
         Ok(out)

@@ -16,7 +16,9 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 pub use connection::Connection;
-pub use consumer::{ConsumedRecord, Consumer, StartFrom};
+pub use consumer::{
+    ConsumedRecord, Consumer, ConsumerConfig, ConsumerRecord, OffsetReset, Records, StartFrom,
+};
 pub use error::ClientError;
 pub use producer::{
     Acks, DeliveryFuture, Producer, ProducerConfig, ProducerRecord, RecordMetadata,

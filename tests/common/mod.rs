@@ -8,8 +8,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rill::client::{
-    Acks, Client, ClientConfig, ConsumedRecord, Consumer, Producer, ProducerConfig, ProducerRecord,
-    StartFrom,
+    Acks, Client, ClientConfig, ConsumedRecord, Consumer, ConsumerConfig, Producer, ProducerConfig,
+    ProducerRecord, StartFrom,
 };
 
 /// Generous: CI is a loaded 2-core machine.
@@ -247,6 +247,14 @@ pub fn produce_values(
     }
 }
 
+/// A consumer assigned every partition of `topic`.
+pub fn consumer(b: &TestBroker, topic: &str, from: StartFrom) -> Consumer {
+    let mut c = Consumer::new(ClientConfig::new(b.bootstrap()), ConsumerConfig::default())
+        .expect("consumer");
+    c.assign(topic, None, from).expect("assign");
+    c
+}
+
 /// Reads exactly `expected` records from every partition of `topic` and checks none follow.
 pub fn consume_exactly(
     b: &TestBroker,
@@ -254,18 +262,18 @@ pub fn consume_exactly(
     from: StartFrom,
     expected: usize,
 ) -> Vec<ConsumedRecord> {
-    let mut c = Consumer::assign(b.client(), topic, None, from).expect("consumer");
+    let mut c = consumer(b, topic, from);
     let mut out = Vec::new();
     let start = Instant::now();
     while out.len() < expected {
-        out.extend(c.poll(Duration::from_millis(200)).expect("poll"));
+        out.extend(c.poll(Duration::from_millis(200)).expect("poll").to_owned());
         assert!(
             start.elapsed() < DEADLINE,
             "only {} of {expected} messages",
             out.len()
         );
     }
-    out.extend(c.poll(Duration::from_millis(100)).expect("poll"));
+    out.extend(c.poll(Duration::from_millis(100)).expect("poll").to_owned());
     assert_eq!(out.len(), expected, "more messages than produced");
     out
 }
