@@ -55,9 +55,7 @@ fn topic(mut client: Client, cmd: TopicCommand) -> Result<(), String> {
             Ok(())
         }
         TopicCommand::List => {
-            let mut names: Vec<_> = client.metadata().topics.keys().cloned().collect();
-            names.sort();
-            for n in names {
+            for n in client.list_topics().map_err(|e| e.to_string())? {
                 println!("{n}");
             }
             Ok(())
@@ -80,11 +78,7 @@ fn topic(mut client: Client, cmd: TopicCommand) -> Result<(), String> {
 }
 
 fn describe(client: &mut Client, name: &str) -> Result<(), String> {
-    let md = client.metadata().clone();
-    let t = md
-        .topics
-        .get(name)
-        .ok_or_else(|| format!("unknown topic '{name}'"))?;
+    let t = client.describe_topic(name).map_err(|e| e.to_string())?;
     println!(
         "topic {} id {} partitions {}",
         t.name,
@@ -95,37 +89,26 @@ fn describe(client: &mut Client, name: &str) -> Result<(), String> {
         println!("  config {k}={v}");
     }
     for p in &t.partitions {
-        let route = md.route(name, p.partition).map_err(|e| e.to_string())?;
-        let start = client
-            .list_offset(
-                name,
-                p.partition,
-                crate::protocol::messages::EARLIEST_TIMESTAMP,
-            )
-            .map_err(|e| e.to_string())?
-            .unwrap_or(0);
-        let end = client
-            .list_offset(
-                name,
-                p.partition,
-                crate::protocol::messages::LATEST_TIMESTAMP,
-            )
-            .map_err(|e| e.to_string())?
-            .unwrap_or(0);
         println!(
             "  partition {} leader broker {} shard {} address {} epoch {} replicas {:?} isr {:?} log-start {} log-end {}",
-            p.partition, route.broker, route.shard, route.addr, p.leader_epoch, p.replicas, p.isr, start, end
+            p.partition,
+            p.route.broker,
+            p.route.shard,
+            p.route.addr,
+            p.leader_epoch,
+            p.replicas,
+            p.isr,
+            p.log_start_offset,
+            p.log_end_offset
         );
     }
     Ok(())
 }
 
-fn cluster_info(client: Client) -> Result<(), String> {
-    let md = client.metadata();
-    println!("cluster {}", md.cluster_id);
-    let mut brokers: Vec<_> = md.brokers.values().collect();
-    brokers.sort_by_key(|b| b.node_id);
-    for b in brokers {
+fn cluster_info(mut client: Client) -> Result<(), String> {
+    let info = client.cluster_info().map_err(|e| e.to_string())?;
+    println!("cluster {}", info.cluster_id);
+    for b in &info.brokers {
         println!(
             "broker {} host {} shards {} ports {}-{}",
             b.node_id,
@@ -135,7 +118,7 @@ fn cluster_info(client: Client) -> Result<(), String> {
             u32::from(b.port) + b.shards.max(1) - 1
         );
     }
-    println!("topics {}", md.topics.len());
+    println!("topics {}", info.topics);
     Ok(())
 }
 

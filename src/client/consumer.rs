@@ -282,6 +282,34 @@ impl Consumer {
         self.positions.get(&(topic.to_string(), partition)).copied()
     }
 
+    /// The next non-empty set of records, for async code: await it under your runtime's
+    /// timeout (e.g. `tokio::time::timeout`). It never blocks a thread.
+    pub async fn next_records(&mut self) -> Result<Records, ClientError> {
+        loop {
+            let got = self
+                .fetched
+                .recv_async()
+                .await
+                .map_err(|_| ClientError::Invalid("the consumer's fetcher stopped".into()))?;
+            if let Some(records) = self.accept(got)? {
+                return Ok(records);
+            }
+        }
+    }
+
+    /// Keeps a fetch unless a later seek or assign made it stale.
+    fn accept(&mut self, got: Fetched) -> Result<Option<Records>, ClientError> {
+        if got.epoch < self.epoch {
+            return Ok(None);
+        }
+        let parts = got.result?;
+        for p in &parts {
+            self.positions
+                .insert((p.topic.to_string(), p.partition), p.next_offset);
+        }
+        Ok(Some(Records { parts }))
+    }
+
     /// Records fetched so far, waiting up to `timeout` when there are none.
     pub fn poll(&mut self, timeout: Duration) -> Result<Records, ClientError> {
         let deadline = Instant::now() + timeout;
@@ -295,15 +323,9 @@ impl Consumer {
                     ))
                 }
             };
-            if got.epoch < self.epoch {
-                continue; // fetched before a seek or assign
+            if let Some(records) = self.accept(got)? {
+                return Ok(records);
             }
-            let parts = got.result?;
-            for p in &parts {
-                self.positions
-                    .insert((p.topic.to_string(), p.partition), p.next_offset);
-            }
-            return Ok(Records { parts });
         }
     }
 }

@@ -107,7 +107,37 @@ impl MetadataCache {
     }
 }
 
-/// A connection pool (one connection per shard address) plus the metadata cache.
+/// What `describe_topic` reports.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TopicDescription {
+    pub name: String,
+    pub id: u64,
+    pub configs: Vec<(String, String)>,
+    pub partitions: Vec<PartitionDescription>,
+}
+
+/// One partition of a [`TopicDescription`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct PartitionDescription {
+    pub partition: u32,
+    pub route: Route,
+    pub leader_epoch: u32,
+    pub replicas: Vec<u32>,
+    pub isr: Vec<u32>,
+    pub log_start_offset: u64,
+    pub log_end_offset: u64,
+}
+
+/// What `cluster_info` reports.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClusterInfo {
+    pub cluster_id: String,
+    pub brokers: Vec<BrokerMeta>,
+    pub topics: usize,
+}
+
+/// A connection pool (one connection per shard address) plus the metadata cache: the admin
+/// client (topics, cluster) and the routing core the producer and consumer use.
 pub struct Client {
     cfg: ClientConfig,
     connections: HashMap<SocketAddr, Connection>,
@@ -232,6 +262,59 @@ impl Client {
             std::thread::sleep(Duration::from_millis(20));
             self.refresh_metadata()?;
         }
+    }
+
+    /// Topic names, sorted (from a fresh metadata fetch).
+    pub fn list_topics(&mut self) -> Result<Vec<String>, ClientError> {
+        self.refresh_metadata()?;
+        let mut names: Vec<String> = self.metadata.topics.keys().cloned().collect();
+        names.sort();
+        Ok(names)
+    }
+
+    /// One topic's metadata with each partition's log start and end offsets.
+    pub fn describe_topic(&mut self, name: &str) -> Result<TopicDescription, ClientError> {
+        self.refresh_metadata()?;
+        let meta = self
+            .metadata
+            .topics
+            .get(name)
+            .cloned()
+            .ok_or_else(|| ClientError::UnknownTopic(name.to_string()))?;
+        let mut partitions = Vec::with_capacity(meta.partitions.len());
+        for p in &meta.partitions {
+            partitions.push(PartitionDescription {
+                partition: p.partition,
+                route: self.metadata.route(name, p.partition)?,
+                leader_epoch: p.leader_epoch,
+                replicas: p.replicas.clone(),
+                isr: p.isr.clone(),
+                log_start_offset: self
+                    .list_offset(name, p.partition, EARLIEST_TIMESTAMP)?
+                    .unwrap_or(0),
+                log_end_offset: self
+                    .list_offset(name, p.partition, LATEST_TIMESTAMP)?
+                    .unwrap_or(0),
+            });
+        }
+        Ok(TopicDescription {
+            name: meta.name,
+            id: meta.id,
+            configs: meta.configs,
+            partitions,
+        })
+    }
+
+    /// The cluster id and its brokers (from a fresh metadata fetch).
+    pub fn cluster_info(&mut self) -> Result<ClusterInfo, ClientError> {
+        self.refresh_metadata()?;
+        let mut brokers: Vec<BrokerMeta> = self.metadata.brokers.values().cloned().collect();
+        brokers.sort_by_key(|b| b.node_id);
+        Ok(ClusterInfo {
+            cluster_id: self.metadata.cluster_id.clone(),
+            brokers,
+            topics: self.metadata.topics.len(),
+        })
     }
 
     pub fn api_versions(&mut self) -> Result<ApiVersionsResponse, ClientError> {
