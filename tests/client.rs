@@ -227,7 +227,11 @@ fn the_client_works_from_plain_threads() {
                         .unwrap()
                     })
                     .collect();
-                reports.into_iter().map(|r| r.wait().unwrap()).count()
+                let n = reports.len();
+                for r in reports {
+                    r.wait().unwrap();
+                }
+                n
             })
         })
         .collect();
