@@ -1,12 +1,13 @@
 //! rill-bench: load generator and latency recorder.
 
-mod client_load;
 mod histogram_log;
+mod load;
 mod plot;
 mod progress;
 mod report;
 mod storage;
 mod sweep_table;
+mod workloads;
 
 use std::path::PathBuf;
 
@@ -31,9 +32,13 @@ enum Workload {
     /// The log alone: appends through group commit on one shard, no network.
     Storage(storage::StorageArgs),
     /// Produce to a running broker and record acknowledgement latency.
-    Produce(client_load::ProduceArgs),
+    Produce(load::LoadArgs),
     /// Consume a topic from the beginning and record throughput.
-    Consume(client_load::ConsumeArgs),
+    Consume(load::LoadArgs),
+    /// Produce and consume at once; latency from intended send time to receipt.
+    E2e(load::LoadArgs),
+    /// Produce over a grid of linger x batch bytes: the throughput-versus-latency table.
+    Sweep(workloads::SweepArgs),
 }
 
 fn main() {
@@ -53,8 +58,10 @@ fn main() {
     };
     let result = match cli.workload {
         Workload::Storage(a) => storage::run(a),
-        Workload::Produce(a) => client_load::produce(a),
-        Workload::Consume(a) => client_load::consume(a),
+        Workload::Produce(a) => workloads::produce(a),
+        Workload::Consume(a) => workloads::consume(a),
+        Workload::E2e(a) => workloads::e2e(a),
+        Workload::Sweep(a) => workloads::sweep(a),
     };
     match result {
         Ok(report) => {

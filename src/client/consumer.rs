@@ -2,13 +2,15 @@
 //! application works on the current one (prefetching), and `poll` hands back the fetched
 //! responses whole: records are read in place from them, never copied one by one.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::pipeline::{Completion, PipelinedConnection};
 use super::{Client, ClientConfig, ClientError};
 use crate::batch::{BatchError, BatchIter, RecordView};
+use crate::protocol::frame::encode_meta;
 use crate::protocol::messages::{
     FetchPartition, FetchRequest, FetchResponse, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP,
 };
@@ -209,14 +211,7 @@ impl Consumer {
         let client = Client::connect(client_cfg)?;
         let (cmd_tx, cmd_rx) = flume::bounded(64);
         let (out_tx, out_rx) = flume::bounded(cfg.prefetch.max(1));
-        let fetcher = Fetcher {
-            client,
-            cfg,
-            positions: BTreeMap::new(),
-            epoch: 0,
-            commands: cmd_rx,
-            out: out_tx,
-        };
+        let fetcher = Fetcher::new(client, cfg, cmd_rx, out_tx);
         let handle = std::thread::Builder::new()
             .name("rill-consumer".into())
             .spawn(move || fetcher.run())
@@ -342,6 +337,9 @@ impl Drop for Consumer {
     }
 }
 
+/// A partition and the offset a fetch asked it for.
+type Asked = Vec<((Arc<str>, u32), u64)>;
+
 struct Fetcher {
     client: Client,
     cfg: ConsumerConfig,
@@ -349,14 +347,43 @@ struct Fetcher {
     epoch: u64,
     commands: flume::Receiver<Command>,
     out: flume::Sender<Fetched>,
+    /// One pipelined connection per shard, each with at most one fetch in flight, so a
+    /// long poll on an idle shard never delays data from a busy one.
+    shards: HashMap<SocketAddr, PipelinedConnection>,
+    /// Shard -> the offsets its in-flight fetch asked for.
+    in_flight: HashMap<SocketAddr, Asked>,
+    responses_tx: flume::Sender<(SocketAddr, Result<ResponseFrame, ClientError>)>,
+    responses: flume::Receiver<(SocketAddr, Result<ResponseFrame, ClientError>)>,
 }
 
 impl Fetcher {
+    fn new(
+        client: Client,
+        cfg: ConsumerConfig,
+        commands: flume::Receiver<Command>,
+        out: flume::Sender<Fetched>,
+    ) -> Fetcher {
+        let (responses_tx, responses) = flume::unbounded();
+        Fetcher {
+            client,
+            cfg,
+            positions: BTreeMap::new(),
+            epoch: 0,
+            commands,
+            out,
+            shards: HashMap::new(),
+            in_flight: HashMap::new(),
+            responses_tx,
+            responses,
+        }
+    }
+
     fn run(mut self) {
         loop {
-            // Apply commands; with nothing assigned, wait for one.
+            // Apply commands; with nothing assigned and nothing in flight, wait for one.
             loop {
-                let cmd = if self.positions.is_empty() {
+                let idle = self.positions.is_empty() && self.in_flight.is_empty();
+                let cmd = if idle {
                     match self.commands.recv() {
                         Ok(c) => Some(c),
                         Err(_) => return,
@@ -373,20 +400,126 @@ impl Fetcher {
                     None => break,
                 }
             }
-            let result = self.fetch_round();
-            let empty = matches!(&result, Ok(parts) if parts.is_empty());
-            if empty {
+            if let Err(e) = self.issue_fetches() {
+                if self
+                    .out
+                    .send(Fetched {
+                        epoch: self.epoch,
+                        result: Err(e),
+                    })
+                    .is_err()
+                {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
                 continue;
             }
-            let fetched = Fetched {
-                epoch: self.epoch,
-                result,
+            let (addr, response) = match self.responses.recv_timeout(Duration::from_millis(100)) {
+                Ok(r) => r,
+                Err(flume::RecvTimeoutError::Timeout) => continue,
+                Err(flume::RecvTimeoutError::Disconnected) => return,
             };
+            let asked = self.in_flight.remove(&addr).unwrap_or_default();
+            let result = match response {
+                Ok(frame) => self.take_response(frame, &asked),
+                Err(e) if e.is_retriable() => {
+                    log::debug!(
+                        "fetch from {addr} failed ({e}); retrying after a metadata refresh"
+                    );
+                    self.shards.remove(&addr);
+                    let _ = self.client.refresh_metadata();
+                    std::thread::sleep(Duration::from_millis(50));
+                    continue;
+                }
+                Err(e) => Err(e),
+            };
+            if matches!(&result, Ok(parts) if parts.is_empty()) {
+                continue;
+            }
             // Blocks while `prefetch` responses wait for the application: back-pressure.
-            if self.out.send(fetched).is_err() {
+            if self
+                .out
+                .send(Fetched {
+                    epoch: self.epoch,
+                    result,
+                })
+                .is_err()
+            {
                 return;
             }
         }
+    }
+
+    /// Sends a fetch to every shard holding assigned partitions that has none in flight.
+    fn issue_fetches(&mut self) -> Result<(), ClientError> {
+        let mut by_addr: BTreeMap<SocketAddr, Asked> = BTreeMap::new();
+        for (key, &offset) in &self.positions {
+            let route = match self.client.metadata().route(&key.0, key.1) {
+                Ok(r) => r,
+                Err(_) => {
+                    self.client.refresh_metadata()?;
+                    self.client.metadata().route(&key.0, key.1)?
+                }
+            };
+            if !self.in_flight.contains_key(&route.addr) {
+                by_addr
+                    .entry(route.addr)
+                    .or_default()
+                    .push((key.clone(), offset));
+            }
+        }
+        for (addr, asked) in by_addr {
+            if self
+                .shards
+                .get(&addr)
+                .is_some_and(PipelinedConnection::is_dead)
+            {
+                self.shards.remove(&addr);
+            }
+            if !self.shards.contains_key(&addr) {
+                let cfg = self.client.config();
+                let conn = PipelinedConnection::connect(
+                    addr,
+                    cfg.connect_timeout,
+                    cfg.request_timeout + self.cfg.fetch_max_wait,
+                    1,
+                    super::connection::DEFAULT_MAX_RESPONSE_BYTES,
+                    &cfg.client_id,
+                )?;
+                self.shards.insert(addr, conn);
+            }
+            let req = FetchRequest {
+                max_wait_ms: self
+                    .cfg
+                    .fetch_max_wait
+                    .as_millis()
+                    .min(u128::from(u32::MAX)) as u32,
+                min_bytes: self.cfg.fetch_min_bytes,
+                max_bytes: self.cfg.fetch_max_bytes,
+                partitions: asked
+                    .iter()
+                    .map(|((topic, p), offset)| FetchPartition {
+                        topic: topic.to_string(),
+                        partition: *p,
+                        offset: *offset,
+                        max_bytes: self.cfg.partition_max_bytes,
+                    })
+                    .collect(),
+            };
+            let meta = encode_meta(&req).map_err(|e| ClientError::Invalid(e.to_string()))?;
+            let tx = self.responses_tx.clone();
+            let completion: Completion = Box::new(move |r| {
+                let _ = tx.send((addr, r));
+            });
+            self.shards.get(&addr).expect("inserted above").submit(
+                ApiKey::Fetch,
+                &meta,
+                &[],
+                Some(completion),
+            )?;
+            self.in_flight.insert(addr, asked);
+        }
+        Ok(())
     }
 
     fn resolve(
@@ -476,132 +609,90 @@ impl Fetcher {
         }
     }
 
-    /// One fetch per shard holding assigned partitions.
-    fn fetch_round(&mut self) -> Result<Vec<FetchedPartition>, ClientError> {
-        let mut by_addr: BTreeMap<SocketAddr, Vec<FetchPartition>> = BTreeMap::new();
-        for ((topic, p), &offset) in &self.positions {
-            let route = match self.client.metadata().route(topic, *p) {
-                Ok(r) => r,
-                Err(_) => {
-                    self.client.refresh_metadata()?;
-                    self.client.metadata().route(topic, *p)?
-                }
-            };
-            by_addr.entry(route.addr).or_default().push(FetchPartition {
-                topic: topic.to_string(),
-                partition: *p,
-                offset,
-                max_bytes: self.cfg.partition_max_bytes,
-            });
-        }
-        let groups = by_addr.len().max(1) as u32;
+    /// Validates a fetch response and moves the positions it answered. Partitions whose
+    /// position changed while the fetch was in flight (a seek) are dropped.
+    fn take_response(
+        &mut self,
+        frame: ResponseFrame,
+        asked: &[((Arc<str>, u32), u64)],
+    ) -> Result<Vec<FetchedPartition>, ClientError> {
+        let resp: FetchResponse = frame
+            .decode_meta()
+            .map_err(|e| ClientError::Invalid(e.to_string()))?;
+        let frame = Arc::new(frame);
         let mut out = Vec::new();
-        for (addr, partitions) in by_addr {
-            // Long-poll only while nothing has come back this round, sharing the wait out.
-            let wait = if out.is_empty() {
-                self.cfg.fetch_max_wait / groups
-            } else {
-                Duration::ZERO
+        for r in resp.partitions {
+            let Some((key, from)) = asked
+                .iter()
+                .find(|((t, p), _)| **t == *r.topic && *p == r.partition)
+                .cloned()
+            else {
+                continue;
             };
-            let req = FetchRequest {
-                max_wait_ms: wait.as_millis().min(u128::from(u32::MAX)) as u32,
-                min_bytes: self.cfg.fetch_min_bytes,
-                max_bytes: self.cfg.fetch_max_bytes,
-                partitions,
-            };
-            let read_timeout = self.client.config().request_timeout + wait;
-            if let Ok(c) = self.client.connection(addr) {
-                c.set_read_timeout(Some(read_timeout));
+            if self.positions.get(&key) != Some(&from) {
+                continue;
             }
-            let (resp, frame): (FetchResponse, _) =
-                match self.client.call(addr, ApiKey::Fetch, &req, &[]) {
-                    Ok(r) => r,
-                    Err(e) if e.is_retriable() => {
-                        log::debug!(
-                            "fetch from {addr} failed ({e}); retrying after a metadata refresh"
-                        );
-                        let _ = self.client.refresh_metadata();
-                        std::thread::sleep(Duration::from_millis(50));
-                        continue;
-                    }
-                    Err(e) => return Err(e),
-                };
-            let frame = Arc::new(frame);
-            for r in resp.partitions {
-                let topic: Arc<str> = match self
-                    .positions
-                    .keys()
-                    .find(|(t, p)| **t == *r.topic && *p == r.partition)
-                {
-                    Some((t, _)) => t.clone(),
-                    None => continue,
-                };
-                let key = (topic.clone(), r.partition);
-                let from = self.positions[&key];
-                match ErrorCode::from_code(r.error_code) {
-                    ErrorCode::None => {}
-                    ErrorCode::OffsetOutOfRange => {
-                        let to = match self.cfg.auto_offset_reset {
-                            OffsetReset::Earliest => StartFrom::Beginning,
-                            OffsetReset::Latest => StartFrom::End,
-                            OffsetReset::Error => {
-                                return Err(ClientError::broker(
-                                    ErrorCode::OffsetOutOfRange,
-                                    r.message,
-                                ))
-                            }
-                        };
-                        let at = self.resolve(&topic, r.partition, to)?;
-                        log::warn!(
-                            "{topic}-{}: offset {from} out of range, reset to {at}",
-                            r.partition
-                        );
-                        self.positions.insert(key, at);
-                        continue;
-                    }
-                    code if code.is_retriable() => {
-                        let _ = self.client.refresh_metadata();
-                        continue;
-                    }
-                    code => return Err(ClientError::broker(code, r.message)),
-                }
-                let payload = frame
-                    .payload_slice(r.payload_offset, r.payload_len)
-                    .map_err(|e| ClientError::Invalid(e.to_string()))?;
-                // Validate every batch once here (CRC and rkyv): untrusted bytes.
-                let mut next = from;
-                let mut records = 0usize;
-                for batch in BatchIter::new(payload) {
-                    let batch = match batch {
-                        Ok(b) => b,
-                        // A sendfile range may end inside a batch: the rest comes next fetch.
-                        Err(BatchError::Truncated { .. }) => break,
-                        Err(e) => {
-                            return Err(ClientError::broker(
-                                ErrorCode::CorruptMessage,
-                                e.to_string(),
-                            ))
+            let topic = key.0.clone();
+            match ErrorCode::from_code(r.error_code) {
+                ErrorCode::None => {}
+                ErrorCode::OffsetOutOfRange => {
+                    let to = match self.cfg.auto_offset_reset {
+                        OffsetReset::Earliest => StartFrom::Beginning,
+                        OffsetReset::Latest => StartFrom::End,
+                        OffsetReset::Error => {
+                            return Err(ClientError::broker(ErrorCode::OffsetOutOfRange, r.message))
                         }
                     };
-                    let body = batch.records().map_err(|e| {
-                        ClientError::broker(ErrorCode::CorruptMessage, e.to_string())
-                    })?;
-                    records += body.filter(|rec| rec.offset >= from).count();
-                    next = next.max(batch.header().next_offset());
+                    let at = self.resolve(&topic, r.partition, to)?;
+                    log::warn!(
+                        "{topic}-{}: offset {from} out of range, reset to {at}",
+                        r.partition
+                    );
+                    self.positions.insert(key, at);
+                    continue;
                 }
-                if next > from {
-                    self.positions.insert(key, next);
-                    out.push(FetchedPartition {
-                        frame: frame.clone(),
-                        topic,
-                        partition: r.partition,
-                        payload_offset: r.payload_offset,
-                        payload_len: r.payload_len,
-                        from_offset: from,
-                        next_offset: next,
-                        records,
-                    });
+                code if code.is_retriable() => {
+                    let _ = self.client.refresh_metadata();
+                    continue;
                 }
+                code => return Err(ClientError::broker(code, r.message)),
+            }
+            let payload = frame
+                .payload_slice(r.payload_offset, r.payload_len)
+                .map_err(|e| ClientError::Invalid(e.to_string()))?;
+            // Validate every batch once here (CRC and rkyv): untrusted bytes.
+            let mut next = from;
+            let mut records = 0usize;
+            for batch in BatchIter::new(payload) {
+                let batch = match batch {
+                    Ok(b) => b,
+                    // A sendfile range may end inside a batch: the rest comes next fetch.
+                    Err(BatchError::Truncated { .. }) => break,
+                    Err(e) => {
+                        return Err(ClientError::broker(
+                            ErrorCode::CorruptMessage,
+                            e.to_string(),
+                        ))
+                    }
+                };
+                let body = batch
+                    .records()
+                    .map_err(|e| ClientError::broker(ErrorCode::CorruptMessage, e.to_string()))?;
+                records += body.filter(|rec| rec.offset >= from).count();
+                next = next.max(batch.header().next_offset());
+            }
+            if next > from {
+                self.positions.insert(key, next);
+                out.push(FetchedPartition {
+                    frame: frame.clone(),
+                    topic,
+                    partition: r.partition,
+                    payload_offset: r.payload_offset,
+                    payload_len: r.payload_len,
+                    from_offset: from,
+                    next_offset: next,
+                    records,
+                });
             }
         }
         Ok(out)

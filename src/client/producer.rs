@@ -282,6 +282,7 @@ struct OpenBatch {
 
 struct SealedBatch {
     encoded: Arc<Vec<u8>>,
+    records: u32,
     slot: Arc<BatchSlot>,
     created: Instant,
     bytes: usize,
@@ -563,11 +564,15 @@ impl Producer {
 }
 
 /// A batch on its way: enough to answer or requeue it.
+/// Batches of one partition sent together, oldest first.
 struct Sent {
     topic: Arc<str>,
     partition: u32,
-    batch: SealedBatch,
+    batches: Vec<SealedBatch>,
 }
+
+/// Bytes of batches of one partition that may share a request.
+const MAX_PARTITION_REQUEST_BYTES: usize = 8 << 20;
 
 struct Sender {
     shared: Arc<Shared>,
@@ -633,11 +638,18 @@ impl Sender {
         for ((topic, partition), q) in st.queues.iter_mut() {
             if let Some(open) = &q.open {
                 let due = open.created + cfg.linger;
-                if flush || now >= due || open.builder.estimated_bytes() >= cfg.batch_bytes {
+                let full = open.builder.estimated_bytes() >= cfg.batch_bytes;
+                // A lingered batch is sealed only when it can go out now: while the partition
+                // has a request in flight it keeps filling (that is where batches grow when
+                // linger is 0).
+                let sendable_now = !q.in_flight && q.ready.is_empty();
+                if full || ((flush || now >= due) && sendable_now) {
                     let open = q.open.take().expect("checked");
+                    let records = open.builder.len() as u32;
                     match open.builder.build() {
                         Ok(encoded) => q.ready.push_back(SealedBatch {
                             encoded: Arc::new(encoded),
+                            records,
                             slot: open.slot,
                             created: open.created,
                             bytes: open.bytes,
@@ -650,7 +662,7 @@ impl Sender {
                             failed.push((open.slot, e.to_string()));
                         }
                     }
-                } else {
+                } else if sendable_now {
                     next_wake = Some(next_wake.map_or(due, |w| w.min(due)));
                 }
             }
@@ -677,11 +689,21 @@ impl Sender {
             if let Some(b) = q.ready.front() {
                 if b.not_before <= now {
                     q.in_flight = true;
-                    let batch = q.ready.pop_front().expect("checked");
+                    let mut batches = Vec::new();
+                    let mut bytes = 0;
+                    while let Some(b) = q.ready.front() {
+                        let fits = batches.is_empty()
+                            || bytes + b.encoded.len() <= MAX_PARTITION_REQUEST_BYTES;
+                        if !fits || b.not_before > now {
+                            break;
+                        }
+                        bytes += b.encoded.len();
+                        batches.push(q.ready.pop_front().expect("checked"));
+                    }
                     sendable.push(Sent {
                         topic: topic.clone(),
                         partition: *partition,
-                        batch,
+                        batches,
                     });
                 } else {
                     next_wake = Some(next_wake.map_or(b.not_before, |w| w.min(b.not_before)));
@@ -747,7 +769,7 @@ impl Sender {
             let mut partitions = Vec::with_capacity(group.len());
             let mut at = 0u32;
             for s in &group {
-                let len = s.batch.encoded.len() as u32;
+                let len = s.batches.iter().map(|b| b.encoded.len()).sum::<usize>() as u32;
                 partitions.push(ProducePartition {
                     topic: s.topic.to_string(),
                     partition: s.partition,
@@ -778,8 +800,10 @@ impl Sender {
                     continue;
                 }
             };
-            let payload: Vec<Arc<Vec<u8>>> =
-                group.iter().map(|s| s.batch.encoded.clone()).collect();
+            let payload: Vec<Arc<Vec<u8>>> = group
+                .iter()
+                .flat_map(|s| s.batches.iter().map(|b| b.encoded.clone()))
+                .collect();
             let slices: Vec<&[u8]> = payload.iter().map(|p| p.as_slice()).collect();
             if acks == Acks::None {
                 let r = conn.submit(ApiKey::Produce, &meta, &slices, None);
@@ -886,27 +910,41 @@ fn finish(
     for (s, r) in group.into_iter().zip(per_partition) {
         let q = st.queues.entry((s.topic.clone(), s.partition)).or_default();
         q.in_flight = false;
+        let oldest = s.batches.first().map_or(now, |b| b.created);
+        let attempts = s.batches.iter().map(|b| b.attempts).max().unwrap_or(0);
         match r {
             Err((true, f))
-                if s.batch.attempts < cfg.retries
-                    && now.duration_since(s.batch.created) < cfg.delivery_timeout =>
+                if attempts < cfg.retries && now.duration_since(oldest) < cfg.delivery_timeout =>
             {
                 log::debug!("{}-{}: retrying after: {}", s.topic, s.partition, f.message);
-                let mut batch = s.batch;
-                batch.attempts += 1;
-                batch.not_before = now + cfg.retry_backoff;
-                q.ready.push_front(batch);
+                // Back to the head of the queue, in their order: per-key order holds.
+                for mut batch in s.batches.into_iter().rev() {
+                    batch.attempts += 1;
+                    batch.not_before = now + cfg.retry_backoff;
+                    q.ready.push_front(batch);
+                }
                 st.metadata_wanted = true;
             }
             Err((_, f)) => {
-                st.buffered -= s.batch.bytes;
-                st.outstanding -= 1;
-                done.push((s.batch.slot, Err(f)));
+                for b in s.batches {
+                    st.buffered -= b.bytes;
+                    st.outstanding -= 1;
+                    done.push((b.slot, Err(f.clone())));
+                }
             }
             Ok(ack) => {
-                st.buffered -= s.batch.bytes;
-                st.outstanding -= 1;
-                done.push((s.batch.slot, Ok(ack)));
+                // The batches were stored back to back from the first one's base offset.
+                let mut base = ack.base_offset;
+                for b in s.batches {
+                    st.buffered -= b.bytes;
+                    st.outstanding -= 1;
+                    let this = BatchAck {
+                        base_offset: base,
+                        timestamp_ms: ack.timestamp_ms,
+                    };
+                    base = base.map(|o| o + u64::from(b.records));
+                    done.push((b.slot, Ok(this)));
+                }
             }
         }
     }
