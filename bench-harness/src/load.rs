@@ -179,7 +179,7 @@ pub fn run_producer(
             break;
         }
         sent += 1;
-        if sent % 1024 == 0 {
+        if sent.is_multiple_of(1024) {
             progress.add(1024);
         }
     }
