@@ -69,7 +69,7 @@ fn good_batch(n: usize) -> Vec<u8> {
     for i in 0..n {
         bb.push(1, None, format!("v{i}").as_bytes(), &[], &[]);
     }
-    bb.build().unwrap()
+    bb.build().unwrap().to_vec()
 }
 
 #[test]

@@ -51,7 +51,7 @@ fn build_batch(batch_bytes: usize, record_bytes: usize) -> Vec<u8> {
     while b.is_empty() || b.estimated_bytes() + record_bytes <= batch_bytes {
         b.push(1_700_000_000_000, None, &value, &[], &[]);
     }
-    b.build().expect("non-empty batch")
+    b.build().expect("non-empty batch").to_vec()
 }
 
 pub fn run(a: StorageArgs) -> Result<Report, String> {

@@ -3,6 +3,7 @@
 use super::header::{checksum, BatchHeader, HEADER_LEN, MAGIC, VERSION};
 use super::record::{Header, Record, RecordBody};
 use super::{align_up, BatchError};
+use rkyv::util::AlignedVec;
 
 /// Accumulates records and encodes them as one batch.
 #[derive(Debug, Default)]
@@ -84,20 +85,26 @@ impl BatchBuilder {
         });
     }
 
-    /// Encodes the batch: header with CRC, archived body, zero padding to 16 bytes.
-    pub fn build(self) -> Result<Vec<u8>, BatchError> {
+    /// Encodes the batch: header with CRC, archived body, zero padding to 16 bytes. The body
+    /// is archived straight after a reserved header in one 16-aligned buffer (rkyv's pointers
+    /// are relative, so the archive is valid at that offset): no copy of the records.
+    pub fn build(self) -> Result<AlignedVec<16>, BatchError> {
         if self.records.is_empty() {
             return Err(BatchError::Empty);
         }
         let body = RecordBody {
             records: self.records,
         };
-        let archived = rkyv::to_bytes::<rkyv::rancor::Error>(&body)
+        let mut out = AlignedVec::<16>::with_capacity(
+            HEADER_LEN + self.payload_bytes + body.records.len() * 64,
+        );
+        out.resize(HEADER_LEN, 0);
+        let mut out = rkyv::api::high::to_bytes_in::<_, rkyv::rancor::Error>(&body, out)
             .map_err(|e| BatchError::Encode(e.to_string()))?;
-        let length = align_up(HEADER_LEN + archived.len());
+        let body_len = out.len() - HEADER_LEN;
+        let length = align_up(out.len());
         let length32 = u32::try_from(length).map_err(|_| BatchError::TooLarge(length))?;
-        let mut out = vec![0u8; length];
-        out[HEADER_LEN..HEADER_LEN + archived.len()].copy_from_slice(&archived);
+        out.resize(length, 0);
         let mut header = BatchHeader {
             length: length32,
             crc: 0,
@@ -107,7 +114,7 @@ impl BatchBuilder {
             version: VERSION,
             flags: 0,
             record_count: body.records.len() as u32,
-            body_len: archived.len() as u32,
+            body_len: body_len as u32,
             first_timestamp_ms: self.first_timestamp_ms,
             max_timestamp_ms: self.max_timestamp_ms,
             producer_id: self.producer_id,

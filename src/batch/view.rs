@@ -241,7 +241,7 @@ mod tests {
                 &["t1".to_string()],
             );
         }
-        b.build().unwrap()
+        b.build().unwrap().to_vec()
     }
 
     #[test]

@@ -19,6 +19,7 @@ use crate::protocol::ApiKey;
 /// Largest response frame a client accepts.
 pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 256 << 20;
 
+/// A blocking connection to one broker shard: each request waits for its response.
 pub struct Connection {
     addr: SocketAddr,
     stream: TcpStream,
@@ -28,6 +29,7 @@ pub struct Connection {
 }
 
 impl Connection {
+    /// Opens a TCP connection to `addr` within `timeout`; requests carry `client_id`.
     pub fn connect(
         addr: SocketAddr,
         timeout: Duration,
@@ -48,6 +50,7 @@ impl Connection {
         })
     }
 
+    /// The shard address this connection talks to.
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }

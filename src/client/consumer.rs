@@ -19,8 +19,11 @@ use crate::protocol::{ApiKey, ErrorCode, ResponseFrame};
 /// Where a consumer starts reading a partition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StartFrom {
+    /// The earliest offset still in the log (the log start offset).
     Beginning,
+    /// The partition's high watermark: only records written from now on.
     End,
+    /// This exact offset.
     Offset(u64),
     /// The first record at or after this time (ms since the epoch); the end if none is.
     Timestamp(i64),
@@ -29,7 +32,9 @@ pub enum StartFrom {
 /// What to do when the position is no longer (or not yet) in the log (`auto.offset.reset`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OffsetReset {
+    /// Jump to the earliest offset still in the log.
     Earliest,
+    /// Jump to the high watermark, skipping to records written from now on.
     Latest,
     /// Fail the poll with OFFSET_OUT_OF_RANGE.
     Error,
@@ -40,6 +45,7 @@ pub enum OffsetReset {
 pub struct ConsumerConfig {
     /// The broker answers once this many bytes are ready or `fetch_max_wait` passed.
     pub fetch_min_bytes: u32,
+    /// How long the broker may hold a fetch waiting for `fetch_min_bytes` (`fetch.max.wait.ms`).
     pub fetch_max_wait: Duration,
     /// Bytes per fetch response (`fetch.max.bytes`).
     pub fetch_max_bytes: u32,
@@ -47,6 +53,7 @@ pub struct ConsumerConfig {
     pub partition_max_bytes: u32,
     /// Fetched responses buffered ahead of `poll`.
     pub prefetch: usize,
+    /// What to do when a partition's position is out of range (`auto.offset.reset`).
     pub auto_offset_reset: OffsetReset,
 }
 
@@ -85,27 +92,36 @@ pub struct Records {
 /// A record of a [`Records`], borrowed from the fetched response.
 #[derive(Debug, Clone, Copy)]
 pub struct ConsumerRecord<'a> {
+    /// The topic the record was read from.
     pub topic: &'a str,
+    /// The partition the record was read from.
     pub partition: u32,
+    /// The record itself, read in place from its batch.
     pub record: RecordView<'a>,
 }
 
 impl<'a> ConsumerRecord<'a> {
+    /// The record's offset in its partition.
     pub fn offset(&self) -> u64 {
         self.record.offset
     }
+    /// The timestamp the producer gave the record, in milliseconds since the epoch.
     pub fn timestamp_ms(&self) -> i64 {
         self.record.timestamp_ms
     }
+    /// The record's key, if it has one.
     pub fn key(&self) -> Option<&'a [u8]> {
         self.record.key()
     }
+    /// The record's value (its payload).
     pub fn value(&self) -> &'a [u8] {
         self.record.value()
     }
+    /// The record's headers as (name, value) pairs, as Kafka headers.
     pub fn headers(&self) -> impl Iterator<Item = (&'a str, &'a [u8])> + 'a {
         self.record.headers()
     }
+    /// The record's tags: string labels stored beside the payload.
     pub fn tags(&self) -> impl Iterator<Item = &'a str> + 'a {
         self.record.tags()
     }
@@ -130,13 +146,21 @@ impl<'a> ConsumerRecord<'a> {
 /// An owned record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConsumedRecord {
+    /// The topic the record was read from.
     pub topic: String,
+    /// The partition the record was read from.
     pub partition: u32,
+    /// The record's offset in its partition.
     pub offset: u64,
+    /// The timestamp the producer gave the record, in milliseconds since the epoch.
     pub timestamp_ms: i64,
+    /// The record's key, if it has one.
     pub key: Option<Vec<u8>>,
+    /// The record's value (its payload).
     pub value: Vec<u8>,
+    /// The record's headers as (name, value) pairs, as Kafka headers.
     pub headers: Vec<(String, Vec<u8>)>,
+    /// The record's tags: string labels stored beside the payload.
     pub tags: Vec<String>,
 }
 
@@ -164,9 +188,11 @@ impl Records {
     pub fn iter(&self) -> impl Iterator<Item = ConsumerRecord<'_>> + '_ {
         self.parts.iter().flat_map(FetchedPartition::iter)
     }
+    /// How many records this poll returned.
     pub fn count(&self) -> usize {
         self.parts.iter().map(|p| p.records).sum()
     }
+    /// Whether this poll returned no records.
     pub fn is_empty(&self) -> bool {
         self.count() == 0
     }
@@ -207,6 +233,7 @@ pub struct Consumer {
 }
 
 impl Consumer {
+    /// Connects and starts the fetcher thread; nothing is fetched before [`assign`](Self::assign).
     pub fn new(client_cfg: ClientConfig, cfg: ConsumerConfig) -> Result<Consumer, ClientError> {
         let client = Client::connect(client_cfg)?;
         let (cmd_tx, cmd_rx) = flume::bounded(64);

@@ -1,3 +1,4 @@
+#![warn(missing_docs)]
 //! The rill client: metadata cache, routing to the shard that owns each partition, and the
 //! admin, produce and fetch calls the CLI and applications use.
 //!
@@ -30,13 +31,18 @@ use crate::protocol::{ApiKey, ErrorCode, ResponseFrame};
 /// Client settings.
 #[derive(Debug, Clone)]
 pub struct ClientConfig {
+    /// The `host:port` of the broker asked for metadata and admin calls (`bootstrap.servers`).
     pub bootstrap: String,
+    /// The name sent with every request to identify this client (`client.id`).
     pub client_id: String,
+    /// How long opening a connection may take.
     pub connect_timeout: Duration,
+    /// How long to wait for a response (`request.timeout.ms`); fetches add their `max_wait`.
     pub request_timeout: Duration,
 }
 
 impl ClientConfig {
+    /// Settings for `bootstrap`: client id `rill-client`, 5 s connect and 30 s request timeouts.
     pub fn new(bootstrap: impl Into<String>) -> ClientConfig {
         ClientConfig {
             bootstrap: bootstrap.into(),
@@ -50,16 +56,22 @@ impl ClientConfig {
 /// Where a partition's leader is served.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Route {
+    /// The node id of the partition's leader broker.
     pub broker: u32,
+    /// The leader's shard that owns the partition.
     pub shard: u32,
+    /// The shard's address: the leader's host and its port plus the shard index.
     pub addr: SocketAddr,
 }
 
 /// Cached cluster metadata.
 #[derive(Debug, Clone, Default)]
 pub struct MetadataCache {
+    /// The cluster's id.
     pub cluster_id: String,
+    /// The brokers, by node id.
     pub brokers: HashMap<u32, BrokerMeta>,
+    /// The topics and their partitions' leaders and replicas, by name.
     pub topics: HashMap<String, TopicMeta>,
 }
 
@@ -99,6 +111,7 @@ impl MetadataCache {
         })
     }
 
+    /// How many partitions `topic` has, from the cache.
     pub fn partitions(&self, topic: &str) -> Result<u32, ClientError> {
         self.topics
             .get(topic)
@@ -110,29 +123,43 @@ impl MetadataCache {
 /// What `describe_topic` reports.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TopicDescription {
+    /// The topic's name.
     pub name: String,
+    /// The topic's id, assigned by the cluster.
     pub id: u64,
+    /// The topic's configs as (name, value) pairs.
     pub configs: Vec<(String, String)>,
+    /// The topic's partitions, in partition order.
     pub partitions: Vec<PartitionDescription>,
 }
 
 /// One partition of a [`TopicDescription`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct PartitionDescription {
+    /// The partition's index.
     pub partition: u32,
+    /// Where the partition's leader is served.
     pub route: Route,
+    /// The leader epoch, bumped when the partition's leader moves.
     pub leader_epoch: u32,
+    /// The node ids of the brokers assigned a replica.
     pub replicas: Vec<u32>,
+    /// The node ids of the in-sync replicas (ISR).
     pub isr: Vec<u32>,
+    /// The earliest offset still in the log.
     pub log_start_offset: u64,
+    /// The high watermark: the offset after the last record consumers can read.
     pub log_end_offset: u64,
 }
 
 /// What `cluster_info` reports.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ClusterInfo {
+    /// The cluster's id.
     pub cluster_id: String,
+    /// The brokers, sorted by node id.
     pub brokers: Vec<BrokerMeta>,
+    /// How many topics the cluster has.
     pub topics: usize,
 }
 
@@ -145,6 +172,7 @@ pub struct Client {
 }
 
 impl Client {
+    /// Creates a client and fetches the cluster metadata from the bootstrap broker.
     pub fn connect(cfg: ClientConfig) -> Result<Client, ClientError> {
         let mut client = Client {
             cfg,
@@ -155,10 +183,12 @@ impl Client {
         Ok(client)
     }
 
+    /// The settings this client was created with.
     pub fn config(&self) -> &ClientConfig {
         &self.cfg
     }
 
+    /// The metadata cached by the last refresh.
     pub fn metadata(&self) -> &MetadataCache {
         &self.metadata
     }
@@ -249,7 +279,7 @@ impl Client {
         Ok(&self.metadata)
     }
 
-    /// Refreshes metadata until `topic` is known with `min_partitions`, or the deadline.
+    /// Refreshes metadata until `topic` is known, or the deadline passes.
     pub fn wait_for_topic(&mut self, topic: &str, timeout: Duration) -> Result<u32, ClientError> {
         let deadline = Instant::now() + timeout;
         loop {
@@ -317,6 +347,7 @@ impl Client {
         })
     }
 
+    /// The API versions the bootstrap broker supports, and its software version.
     pub fn api_versions(&mut self) -> Result<ApiVersionsResponse, ClientError> {
         let addr = self.bootstrap_addr()?;
         Ok(self
@@ -324,6 +355,7 @@ impl Client {
             .0)
     }
 
+    /// Creates a topic (partition count, replication factor, configs), then refreshes metadata.
     pub fn create_topic(
         &mut self,
         name: &str,
@@ -347,6 +379,7 @@ impl Client {
         Ok(())
     }
 
+    /// Deletes a topic, then refreshes metadata.
     pub fn delete_topic(&mut self, name: &str) -> Result<(), ClientError> {
         let addr = self.bootstrap_addr()?;
         let req = DeleteTopicsRequest {

@@ -30,6 +30,7 @@ struct Outgoing {
 
 type InFlight = Arc<Mutex<VecDeque<(u32, Completion)>>>;
 
+/// A connection to one broker shard that keeps up to `max_in_flight` requests awaiting answers.
 pub struct PipelinedConnection {
     addr: SocketAddr,
     tx: Option<flume::Sender<Outgoing>>,
@@ -40,6 +41,7 @@ pub struct PipelinedConnection {
 }
 
 impl PipelinedConnection {
+    /// Connects and starts the I/O threads; requests fail after `request_timeout` without answer.
     pub fn connect(
         addr: SocketAddr,
         connect_timeout: Duration,
@@ -95,6 +97,7 @@ impl PipelinedConnection {
         })
     }
 
+    /// The shard address this connection talks to.
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }

@@ -35,6 +35,7 @@ pub enum Acks {
 }
 
 impl Acks {
+    /// The `acks` value sent in a produce request: 0, 1 or -1.
     pub fn wire(self) -> i16 {
         match self {
             Acks::None => 0,
@@ -59,6 +60,7 @@ impl std::str::FromStr for Acks {
 /// Producer settings (Kafka's names where they exist).
 #[derive(Debug, Clone)]
 pub struct ProducerConfig {
+    /// How many replicas must store a batch before it is acknowledged (`acks`).
     pub acks: Acks,
     /// How long a batch waits for more records before it is sent (`linger.ms`).
     pub linger: Duration,
@@ -68,9 +70,11 @@ pub struct ProducerConfig {
     pub max_in_flight: usize,
     /// Retries of a retriable failure, within `delivery_timeout`.
     pub retries: u32,
+    /// How long a failed batch waits before it is retried (`retry.backoff.ms`).
     pub retry_backoff: Duration,
     /// A record fails if not acknowledged this long after `send` (`delivery.timeout.ms`).
     pub delivery_timeout: Duration,
+    /// How long a produce request may wait for its answer (`request.timeout.ms`).
     pub request_timeout: Duration,
     /// Bytes of records buffered before `send` blocks (`buffer.memory`).
     pub buffer_memory: usize,
@@ -98,17 +102,24 @@ impl Default for ProducerConfig {
 /// One record to send. Build with [`ProducerRecord::new`] and the setters.
 #[derive(Debug, Clone, Copy)]
 pub struct ProducerRecord<'a> {
+    /// The topic to send to.
     pub topic: &'a str,
+    /// The partition to send to; `None` lets the partitioner choose.
     pub partition: Option<u32>,
+    /// The record's key; without a partition, its murmur2 hash picks one (as in Kafka).
     pub key: Option<&'a [u8]>,
+    /// The record's value (its payload).
     pub value: &'a [u8],
+    /// Headers as (name, value) pairs, as Kafka headers.
     pub headers: &'a [(String, Vec<u8>)],
+    /// Tags: string labels stored beside the payload.
     pub tags: &'a [String],
     /// Milliseconds since the epoch; now when `None`.
     pub timestamp_ms: Option<i64>,
 }
 
 impl<'a> ProducerRecord<'a> {
+    /// A record of `value` for `topic`, with no key, partition, headers, tags or timestamp.
     pub fn new(topic: &'a str, value: &'a [u8]) -> Self {
         ProducerRecord {
             topic,
@@ -120,22 +131,27 @@ impl<'a> ProducerRecord<'a> {
             timestamp_ms: None,
         }
     }
+    /// Sets the key.
     pub fn key(mut self, key: &'a [u8]) -> Self {
         self.key = Some(key);
         self
     }
+    /// Sends to this partition instead of letting the partitioner choose.
     pub fn partition(mut self, p: u32) -> Self {
         self.partition = Some(p);
         self
     }
+    /// Sets the headers.
     pub fn headers(mut self, h: &'a [(String, Vec<u8>)]) -> Self {
         self.headers = h;
         self
     }
+    /// Sets the tags.
     pub fn tags(mut self, t: &'a [String]) -> Self {
         self.tags = t;
         self
     }
+    /// Sets the timestamp (milliseconds since the epoch) instead of the send time.
     pub fn timestamp(mut self, ms: i64) -> Self {
         self.timestamp_ms = Some(ms);
         self
@@ -156,7 +172,9 @@ impl<'a> ProducerRecord<'a> {
 /// Where a record landed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordMetadata {
+    /// The topic the record was sent to.
     pub topic: Arc<str>,
+    /// The partition the record was sent to.
     pub partition: u32,
     /// `None` with acks=0 (the broker does not answer).
     pub offset: Option<u64>,
@@ -281,7 +299,7 @@ struct OpenBatch {
 }
 
 struct SealedBatch {
-    encoded: Arc<Vec<u8>>,
+    encoded: Arc<rkyv::util::AlignedVec<16>>,
     records: u32,
     slot: Arc<BatchSlot>,
     created: Instant,
@@ -800,7 +818,7 @@ impl Sender {
                     continue;
                 }
             };
-            let payload: Vec<Arc<Vec<u8>>> = group
+            let payload: Vec<Arc<rkyv::util::AlignedVec<16>>> = group
                 .iter()
                 .flat_map(|s| s.batches.iter().map(|b| b.encoded.clone()))
                 .collect();
