@@ -298,6 +298,25 @@ struct OpenBatch {
     bytes: usize,
 }
 
+impl OpenBatch {
+    /// Encodes the batch for sending; on failure hands back what its records need to fail.
+    fn seal(self, now: Instant) -> Result<SealedBatch, (Arc<BatchSlot>, usize, String)> {
+        let records = self.builder.len() as u32;
+        match self.builder.build() {
+            Ok(encoded) => Ok(SealedBatch {
+                encoded: Arc::new(encoded),
+                records,
+                slot: self.slot,
+                created: self.created,
+                bytes: self.bytes,
+                attempts: 0,
+                not_before: now,
+            }),
+            Err(e) => Err((self.slot, self.bytes, e.to_string())),
+        }
+    }
+}
+
 struct SealedBatch {
     encoded: Arc<rkyv::util::AlignedVec<16>>,
     records: u32,
@@ -473,14 +492,32 @@ impl Producer {
         let timestamp_ms = record.timestamp_ms.unwrap_or_else(crate::clock::now_ms);
         let topic: Arc<str> = Arc::from(record.topic);
         let mut full = false;
+        let mut failed = None;
         let fut = {
             let State {
                 queues,
                 sticky,
                 outstanding,
+                buffered,
                 ..
             } = &mut *st;
             let q = queues.entry((topic.clone(), partition)).or_default();
+            // A record that would push the open batch past `batch_bytes` starts a new one:
+            // batches never outgrow the dial (nor the broker's frame limit).
+            let overflows = q.open.as_ref().is_some_and(|o| {
+                !o.builder.is_empty() && o.builder.estimated_bytes() + size > cfg.batch_bytes
+            });
+            if overflows {
+                full = true;
+                match q.open.take().expect("checked").seal(Instant::now()) {
+                    Ok(b) => q.ready.push_back(b),
+                    Err((slot, bytes, why)) => {
+                        *buffered -= bytes;
+                        *outstanding -= 1;
+                        failed = Some((slot, why));
+                    }
+                }
+            }
             let open = q.open.get_or_insert_with(|| {
                 *outstanding += 1;
                 OpenBatch {
@@ -517,6 +554,13 @@ impl Producer {
         };
         st.buffered += size;
         drop(st);
+        if let Some((slot, why)) = failed {
+            slot.complete(Err(DeliveryFailure {
+                code: None,
+                message: why,
+            }));
+            self.shared.changed.notify_all();
+        }
         if full || cfg.linger.is_zero() {
             self.shared.wake();
         }
@@ -662,22 +706,12 @@ impl Sender {
                 // linger is 0).
                 let sendable_now = !q.in_flight && q.ready.is_empty();
                 if full || ((flush || now >= due) && sendable_now) {
-                    let open = q.open.take().expect("checked");
-                    let records = open.builder.len() as u32;
-                    match open.builder.build() {
-                        Ok(encoded) => q.ready.push_back(SealedBatch {
-                            encoded: Arc::new(encoded),
-                            records,
-                            slot: open.slot,
-                            created: open.created,
-                            bytes: open.bytes,
-                            attempts: 0,
-                            not_before: now,
-                        }),
-                        Err(e) => {
-                            freed += open.bytes;
+                    match q.open.take().expect("checked").seal(now) {
+                        Ok(b) => q.ready.push_back(b),
+                        Err((slot, bytes, why)) => {
+                            freed += bytes;
                             finished += 1;
-                            failed.push((open.slot, e.to_string()));
+                            failed.push((slot, why));
                         }
                     }
                 } else if sendable_now {
