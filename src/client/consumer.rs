@@ -541,7 +541,7 @@ impl Fetcher {
             self.shards.get(&addr).expect("inserted above").submit(
                 ApiKey::Fetch,
                 &meta,
-                &[],
+                Vec::new(),
                 Some(completion),
             )?;
             self.in_flight.insert(addr, asked);

@@ -5,14 +5,16 @@
 //! Threads, not an async runtime: the client works the same under tokio, glommio or none.
 
 use std::collections::VecDeque;
-use std::io::Write;
+use std::io::{IoSlice, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::error::ClientError;
-use crate::protocol::frame::{encode_request, read_frame_blocking, RequestHeader, ResponseFrame};
+use crate::protocol::frame::{
+    encode_request_head, read_frame_blocking, RequestHeader, ResponseFrame,
+};
 use crate::protocol::messages::ErrorBody;
 use crate::protocol::{ApiKey, ErrorCode, FrameError};
 
@@ -22,10 +24,31 @@ pub type Completion = Box<dyn FnOnce(Result<ResponseFrame, ClientError>) + Send>
 /// Requests queued to the writer before `submit` blocks.
 const SUBMIT_QUEUE: usize = 1024;
 
+/// A piece of request payload shared with its owner (a producer's encoded batch).
+pub type PayloadChunk = Arc<dyn AsRef<[u8]> + Send + Sync>;
+
 struct Outgoing {
     correlation_id: u32,
-    bytes: Vec<u8>,
+    head: Vec<u8>,
+    payload: Vec<PayloadChunk>,
     completion: Option<Completion>,
+}
+
+/// Writes the head and every payload chunk with as few syscalls as the kernel allows.
+fn write_request(socket: &mut TcpStream, out: &Outgoing) -> std::io::Result<()> {
+    let mut slices: Vec<IoSlice<'_>> = Vec::with_capacity(1 + out.payload.len());
+    slices.push(IoSlice::new(&out.head));
+    slices.extend(out.payload.iter().map(|p| IoSlice::new((**p).as_ref())));
+    let mut bufs = &mut slices[..];
+    while !bufs.is_empty() {
+        match socket.write_vectored(bufs) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => IoSlice::advance_slices(&mut bufs, n),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 type InFlight = Arc<Mutex<VecDeque<(u32, Completion)>>>;
@@ -108,12 +131,13 @@ impl PipelinedConnection {
     }
 
     /// Queues a request. With a completion, it is called once with the response or the error;
-    /// without one, no response is expected (a produce with acks=0).
+    /// without one, no response is expected (a produce with acks=0). The payload chunks are
+    /// written to the socket as they are, never copied into the request.
     pub fn submit(
         &self,
         api: ApiKey,
         meta: &[u8],
-        payload: &[&[u8]],
+        payload: Vec<PayloadChunk>,
         completion: Option<Completion>,
     ) -> Result<(), ClientError> {
         let correlation_id = self.next_correlation.fetch_add(1, Ordering::Relaxed);
@@ -123,7 +147,8 @@ impl PipelinedConnection {
             correlation_id,
             client_id: self.client_id.clone(),
         };
-        let bytes = encode_request(&header, meta, payload)
+        let payload_len = payload.iter().map(|p| (**p).as_ref().len()).sum();
+        let head = encode_request_head(&header, meta, payload_len)
             .map_err(|e| ClientError::Invalid(e.to_string()))?;
         let closed = || ClientError::Io {
             addr: self.addr.to_string(),
@@ -135,7 +160,8 @@ impl PipelinedConnection {
         let tx = self.tx.as_ref().ok_or_else(closed)?;
         tx.send(Outgoing {
             correlation_id,
-            bytes,
+            head,
+            payload,
             completion,
         })
         .map_err(|_| closed())
@@ -171,7 +197,7 @@ fn write_loop(
     inflight: InFlight,
     dead: Arc<AtomicBool>,
 ) {
-    for out in rx.iter() {
+    for mut out in rx.iter() {
         if dead.load(Ordering::Acquire) {
             if let Some(c) = out.completion {
                 c(Err(ClientError::Io {
@@ -184,7 +210,7 @@ fn write_loop(
             }
             continue;
         }
-        if let Some(c) = out.completion {
+        if let Some(c) = out.completion.take() {
             // Waits while max_in_flight requests are unanswered; fails if the reader is gone.
             if slots.send(()).is_err() {
                 c(Err(ClientError::Io {
@@ -200,7 +226,7 @@ fn write_loop(
                 q.push_back((out.correlation_id, c));
             }
         }
-        if let Err(e) = socket.write_all(&out.bytes) {
+        if let Err(e) = write_request(&mut socket, &out) {
             dead.store(true, Ordering::Release);
             let _ = socket.shutdown(Shutdown::Both);
             fail_all(addr, &inflight, &e.to_string());

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use event_listener::{Event, EventListener, Listener};
 
 use super::murmur2::partition_for_key;
-use super::pipeline::{Completion, PipelinedConnection};
+use super::pipeline::{Completion, PayloadChunk, PipelinedConnection};
 use super::{Client, ClientConfig, ClientError, MetadataCache};
 use crate::batch::BatchBuilder;
 use crate::protocol::frame::encode_meta;
@@ -852,17 +852,19 @@ impl Sender {
                     continue;
                 }
             };
-            let payload: Vec<Arc<rkyv::util::AlignedVec<16>>> = group
-                .iter()
-                .flat_map(|s| s.batches.iter().map(|b| b.encoded.clone()))
-                .collect();
-            let slices: Vec<&[u8]> = payload.iter().map(|p| p.as_slice()).collect();
+            let payload = || -> Vec<PayloadChunk> {
+                group
+                    .iter()
+                    .flat_map(|s| s.batches.iter().map(|b| b.encoded.clone() as PayloadChunk))
+                    .collect()
+            };
             if acks == Acks::None {
-                let r = conn.submit(ApiKey::Produce, &meta, &slices, None);
+                let r = conn.submit(ApiKey::Produce, &meta, payload(), None);
                 finish(&self.shared, group, r.map(|()| None));
                 continue;
             }
             let shared = self.shared.clone();
+            let chunks = payload();
             let group = Arc::new(Mutex::new(Some(group)));
             let g2 = group.clone();
             let completion: Completion = Box::new(move |r: Result<ResponseFrame, ClientError>| {
@@ -870,7 +872,7 @@ impl Sender {
                     finish(&shared, group, r.map(Some));
                 }
             });
-            if let Err(e) = conn.submit(ApiKey::Produce, &meta, &slices, Some(completion)) {
+            if let Err(e) = conn.submit(ApiKey::Produce, &meta, chunks, Some(completion)) {
                 if let Some(group) = group.lock().ok().and_then(|mut g| g.take()) {
                     finish(&self.shared, group, Err(e));
                 }

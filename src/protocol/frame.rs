@@ -192,17 +192,32 @@ pub fn encode_request(
     meta: &[u8],
     payload: &[&[u8]],
 ) -> Result<Vec<u8>, FrameError> {
+    let payload_len: usize = payload.iter().map(|p| p.len()).sum();
+    let mut out = encode_request_head(header, meta, payload_len)?;
+    out.reserve(payload_len);
+    for p in payload {
+        out.extend_from_slice(p);
+    }
+    Ok(out)
+}
+
+/// Encodes a request's length prefix, header, client id and meta for a payload of
+/// `payload_len` bytes that the caller writes after it (without copying it here).
+pub fn encode_request_head(
+    header: &RequestHeader,
+    meta: &[u8],
+    payload_len: usize,
+) -> Result<Vec<u8>, FrameError> {
     let client = header.client_id.as_bytes();
     if client.len() > MAX_CLIENT_ID {
         return Err(FrameError::Header("client id too long".into()));
     }
-    let payload_len: usize = payload.iter().map(|p| p.len()).sum();
     let body_len = REQUEST_HEADER_LEN + align_up(client.len()) + align_up(meta.len()) + payload_len;
     let frame_len = u32::try_from(body_len).map_err(|_| FrameError::TooLarge {
         len: body_len,
         max: u32::MAX as usize,
     })?;
-    let mut out = Vec::with_capacity(4 + body_len);
+    let mut out = Vec::with_capacity(4 + body_len - payload_len);
     out.extend_from_slice(&frame_len.to_le_bytes());
     out.extend_from_slice(&header.api_key.to_le_bytes());
     out.extend_from_slice(&header.api_version.to_le_bytes());
@@ -217,9 +232,6 @@ pub fn encode_request(
         4 + REQUEST_HEADER_LEN + align_up(client.len()) + align_up(meta.len()),
         0,
     );
-    for p in payload {
-        out.extend_from_slice(p);
-    }
     Ok(out)
 }
 
