@@ -55,7 +55,7 @@ pub struct LoadArgs {
     /// Seconds at the start whose latencies are not recorded.
     #[arg(long, default_value_t = 0.0)]
     pub warmup_secs: f64,
-    /// Write an HdrHistogram interval log (one interval per second) here.
+    /// Write an HdrHistogram interval log here (one interval covering the measured run).
     #[arg(long)]
     pub histogram_log: Option<std::path::PathBuf>,
     /// Write an SVG latency distribution here.

@@ -104,8 +104,7 @@ pub fn produce(a: LoadArgs) -> Result<Report, String> {
 pub fn consume(a: LoadArgs) -> Result<Report, String> {
     let partitions = a.ensure_topic()?;
     let groups = split_partitions(partitions, a.consumers);
-    let per = a.messages / groups.len() as u64;
-    let progress = Arc::new(Progress::new("consume", Some(per * groups.len() as u64)));
+    let progress = Arc::new(Progress::new("consume", Some(a.messages)));
     let stop = shared_flag();
     let total = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
@@ -120,7 +119,7 @@ pub fn consume(a: LoadArgs) -> Result<Report, String> {
                     &a,
                     parts,
                     StartFrom::Beginning,
-                    per,
+                    u64::MAX,
                     None,
                     &stop,
                     &total,
@@ -130,12 +129,17 @@ pub fn consume(a: LoadArgs) -> Result<Report, String> {
             })
         })
         .collect();
+    // The consumers share the count: partitions need not hold equal shares.
     let reporter = {
-        let (progress, total, stop) = (progress.clone(), total.clone(), stop.clone());
+        let (progress, total, stop, want) = (progress.clone(), total.clone(), stop.clone(), a.messages);
         std::thread::spawn(move || {
             while !stop.load(Ordering::Relaxed) {
-                progress.set(total.load(Ordering::Relaxed));
-                std::thread::sleep(Duration::from_millis(100));
+                let n = total.load(Ordering::Relaxed);
+                progress.set(n);
+                if n >= want {
+                    stop.store(true, Ordering::Relaxed);
+                }
+                std::thread::sleep(Duration::from_millis(1));
             }
         })
     };

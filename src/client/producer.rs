@@ -341,6 +341,8 @@ struct State {
     /// Batches sent and not yet answered, plus batches queued.
     outstanding: usize,
     sticky: HashMap<String, u32>,
+    /// Advances at every new sticky choice (seeded from the process id).
+    sticky_turn: u32,
     metadata: Arc<MetadataCache>,
     /// Counts successful metadata refreshes.
     metadata_version: u64,
@@ -398,6 +400,7 @@ impl Producer {
             client_cfg,
             state: Mutex::new(State {
                 metadata: Arc::new(client.metadata().clone()),
+                sticky_turn: std::process::id(),
                 ..State::default()
             }),
             changed: Condvar::new(),
@@ -418,8 +421,12 @@ impl Producer {
     /// Partitions of `topic`. An unknown topic gets one metadata refresh (waited for up to
     /// `max_block`); if the refreshed metadata does not list it either, it does not exist.
     pub fn partitions_for(&self, topic: &str) -> Result<u32, ClientError> {
-        let deadline = Instant::now() + self.shared.cfg.max_block;
         let mut st = self.shared.lock();
+        if let Ok(n) = st.metadata.partitions(topic) {
+            return Ok(n);
+        }
+        // The clock is read only off the hot path: most sends know their topic.
+        let deadline = Instant::now() + self.shared.cfg.max_block;
         let asked_at = st.metadata_version;
         loop {
             if let Ok(n) = st.metadata.partitions(topic) {
@@ -445,13 +452,14 @@ impl Producer {
         let n = self.partitions_for(record.topic)?;
         let size = record.size();
         let cfg = &self.shared.cfg;
-        let deadline = Instant::now() + cfg.max_block;
         let mut st = self.shared.lock();
+        let mut deadline = None;
         while st.buffered > 0 && st.buffered + size > cfg.buffer_memory {
             if st.closed {
                 return Err(ClientError::Invalid("producer is closed".into()));
             }
             let now = Instant::now();
+            let deadline = *deadline.get_or_insert(now + cfg.max_block);
             if now >= deadline {
                 return Err(ClientError::Timeout(format!(
                     "buffer memory ({} bytes) full for {:?}: the broker is not keeping up or is unreachable",
@@ -483,10 +491,17 @@ impl Producer {
             ) {
                 (Some(p), _) if p < n => p,
                 (_, Some(k)) => partition_for_key(k, n),
-                (_, None) => {
-                    let seq = st.sticky.len() as u32 + std::process::id();
-                    *st.sticky.entry(record.topic.to_string()).or_insert(seq % n)
-                }
+                (_, None) => match st.sticky.get(record.topic) {
+                    Some(p) => *p,
+                    None => {
+                        // Each new sticky choice moves on from the last one, so unkeyed
+                        // records spread over every partition batch by batch.
+                        st.sticky_turn = st.sticky_turn.wrapping_add(1);
+                        let p = st.sticky_turn % n;
+                        st.sticky.insert(record.topic.to_string(), p);
+                        p
+                    }
+                },
             },
         };
         let timestamp_ms = record.timestamp_ms.unwrap_or_else(crate::clock::now_ms);
