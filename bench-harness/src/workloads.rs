@@ -131,7 +131,8 @@ pub fn consume(a: LoadArgs) -> Result<Report, String> {
         .collect();
     // The consumers share the count: partitions need not hold equal shares.
     let reporter = {
-        let (progress, total, stop, want) = (progress.clone(), total.clone(), stop.clone(), a.messages);
+        let (progress, total, stop, want) =
+            (progress.clone(), total.clone(), stop.clone(), a.messages);
         std::thread::spawn(move || {
             while !stop.load(Ordering::Relaxed) {
                 let n = total.load(Ordering::Relaxed);
