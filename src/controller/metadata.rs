@@ -93,6 +93,16 @@ pub enum Command {
     InitCluster {
         cluster_id: String,
     },
+    /// Sets (overrides) topic configs; the others keep their values.
+    AlterTopicConfig {
+        name: String,
+        configs: BTreeMap<String, String>,
+    },
+    /// Grows a topic to `count` partitions; existing ones keep their data and placement.
+    AddPartitions {
+        name: String,
+        count: u32,
+    },
 }
 
 /// What an applied command did.
@@ -102,6 +112,8 @@ pub enum Applied {
     TopicCreated(TopicInfo),
     TopicDeleted(TopicInfo),
     ClusterInitialized,
+    TopicConfigAltered(TopicInfo),
+    PartitionsAdded(TopicInfo),
 }
 
 /// A command refused by validation.
@@ -220,10 +232,30 @@ impl ClusterMetadata {
                         ),
                     ));
                 }
-                if configs.keys().any(|k| k.trim().is_empty()) {
+                super::topic_config::validate(configs)
+            }
+            Command::AlterTopicConfig { name, configs } => {
+                if !self.topics.contains_key(name) {
                     return Err(MetadataError::new(
-                        ErrorCode::InvalidConfig,
-                        format!("topic {name:?}: a config has an empty key"),
+                        ErrorCode::UnknownTopicOrPartition,
+                        format!("unknown topic {name:?}"),
+                    ));
+                }
+                super::topic_config::validate(configs)
+            }
+            Command::AddPartitions { name, count } => {
+                let Some(t) = self.topics.get(name) else {
+                    return Err(MetadataError::new(
+                        ErrorCode::UnknownTopicOrPartition,
+                        format!("unknown topic {name:?}"),
+                    ));
+                };
+                let have = t.partitions.len() as u32;
+                let max = limits.max_partitions_per_topic;
+                if *count <= have || *count > max {
+                    return Err(MetadataError::new(
+                        ErrorCode::InvalidPartitions,
+                        format!("topic {name:?} has {have} partitions: the new count must be more, and at most {max} (partitions are never removed)"),
                     ));
                 }
                 Ok(())
@@ -296,6 +328,31 @@ impl ClusterMetadata {
             Command::InitCluster { cluster_id } => {
                 self.cluster_id = cluster_id.clone();
                 Applied::ClusterInitialized
+            }
+            Command::AlterTopicConfig { name, configs } => {
+                let topic = self.topics.get_mut(name).ok_or_else(|| {
+                    MetadataError::new(ErrorCode::UnknownTopicOrPartition, "topic vanished")
+                })?;
+                for (k, v) in configs {
+                    topic.configs.insert(k.clone(), v.clone());
+                }
+                Applied::TopicConfigAltered(topic.clone())
+            }
+            Command::AddPartitions { name, count } => {
+                let (id, have, rf) = {
+                    let t = self.topics.get(name).ok_or_else(|| {
+                        MetadataError::new(ErrorCode::UnknownTopicOrPartition, "topic vanished")
+                    })?;
+                    let rf = t.partitions.first().map_or(1, |p| p.replicas.len()) as u16;
+                    (t.id, t.partitions.len() as u32, rf)
+                };
+                // The same placement a topic created with `count` partitions would get.
+                let plan = self.place(id, *count, rf.min(self.brokers.len() as u16).max(1));
+                let topic = self.topics.get_mut(name).expect("checked above");
+                topic
+                    .partitions
+                    .extend(plan.into_iter().skip(have as usize));
+                Applied::PartitionsAdded(topic.clone())
             }
         };
         self.applied_index = index;
@@ -487,5 +544,50 @@ mod tests {
         let cmd = create("t", 3, 1);
         let json = serde_json::to_vec(&cmd).unwrap();
         assert_eq!(serde_json::from_slice::<Command>(&json).unwrap(), cmd);
+    }
+
+    #[test]
+    fn alter_config_and_add_partitions() {
+        let limits = MetadataLimits::default();
+        let mut md = ClusterMetadata::default();
+        md.apply(1, &broker(1, 2), &limits).unwrap();
+        md.apply(2, &create("t", 2, 1), &limits).unwrap();
+        let alter = |k: &str, v: &str| Command::AlterTopicConfig {
+            name: "t".into(),
+            configs: [(k.to_string(), v.to_string())].into_iter().collect(),
+        };
+        md.apply(3, &alter("retention.ms", "5000"), &limits)
+            .unwrap();
+        assert_eq!(md.topic("t").unwrap().configs["retention.ms"], "5000");
+        assert_eq!(
+            code(&md, alter("retention.ms", "x")),
+            ErrorCode::InvalidConfig
+        );
+        assert_eq!(code(&md, alter("bogus", "1")), ErrorCode::InvalidConfig);
+        let add = |n| Command::AddPartitions {
+            name: "t".into(),
+            count: n,
+        };
+        assert_eq!(code(&md, add(2)), ErrorCode::InvalidPartitions);
+        assert_eq!(code(&md, add(1)), ErrorCode::InvalidPartitions);
+        let before = md.topic("t").unwrap().partitions.clone();
+        let Applied::PartitionsAdded(t) = md.apply(4, &add(5), &limits).unwrap() else {
+            panic!()
+        };
+        assert_eq!(t.partitions.len(), 5);
+        assert_eq!(
+            &t.partitions[..2],
+            &before[..],
+            "existing partitions keep their placement"
+        );
+        assert_eq!(
+            t.partitions.iter().map(|p| p.partition).collect::<Vec<_>>(),
+            vec![0, 1, 2, 3, 4]
+        );
+        let unknown = Command::AddPartitions {
+            name: "nope".into(),
+            count: 3,
+        };
+        assert_eq!(code(&md, unknown), ErrorCode::UnknownTopicOrPartition);
     }
 }

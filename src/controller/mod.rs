@@ -14,6 +14,7 @@
 pub mod core;
 pub mod metadata;
 pub mod raft_log;
+pub mod topic_config;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
