@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use clap::Args;
 use rill::batch::{BatchBuilder, BatchView};
+use rill::controller::topic_config::{TopicDefaults, TopicSettings};
 use rill::log::{FsyncPolicy, PartitionLog, SegmentConfig};
 use rill::partition::group_commit::GroupCommit;
 use rill::partition::tail_cache::TailCache;
@@ -72,10 +73,12 @@ pub fn run(a: StorageArgs) -> Result<Report, String> {
     let path = dir.path().join("p0");
     let seg = SegmentConfig {
         segment_bytes: a.segment_bytes,
+        segment_age: None,
         index_interval_bytes: 4096,
         preallocate: true,
     };
     let window = a.window.max(1);
+    let seg_bytes = a.segment_bytes;
     let set = start_shards(cfg, move |_ctx| {
         let batch = batch.clone();
         let path = path.clone();
@@ -88,7 +91,18 @@ pub fn run(a: StorageArgs) -> Result<Report, String> {
             let (log, _) = PartitionLog::open(path, seg)
                 .await
                 .map_err(|e| e.to_string())?;
-            let p = Rc::new(Partition::new(Rc::from("bench"), 1, 0, 1, log, fsync));
+            let mut settings =
+                TopicSettings::resolve(&Default::default(), &TopicDefaults::default());
+            settings.segment_bytes = seg_bytes;
+            let p = Rc::new(Partition::new(
+                Rc::from("bench"),
+                1,
+                0,
+                1,
+                log,
+                fsync,
+                settings,
+            ));
             let cache = TailCache::new(0);
             let gc = GroupCommit::new(fsync);
             spawn_local(gc.clone().run()).detach();

@@ -31,7 +31,7 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Run a broker.
-    Broker(BrokerArgs),
+    Broker(Box<BrokerArgs>),
     /// Create, list, describe and delete topics.
     #[command(subcommand)]
     Topic(TopicCommand),
@@ -83,6 +83,27 @@ pub struct BrokerArgs {
     /// the shard's thread; measured 1.7x faster here) or copy (O_DIRECT read, then write).
     #[arg(long, env = "RILL_FILE_READS", default_value = "sendfile")]
     pub file_reads: String,
+    /// Default `retention.ms` of topics: closed segments whose newest record is older are
+    /// deleted (-1: keep forever). 14 days.
+    #[arg(long, env = "RILL_RETENTION_MS", default_value_t = 14 * 24 * 3600 * 1000, allow_negative_numbers = true)]
+    pub retention_ms: i64,
+    /// Default `retention.bytes` per partition (-1: unlimited).
+    #[arg(long, env = "RILL_RETENTION_BYTES", default_value_t = -1, allow_negative_numbers = true)]
+    pub retention_bytes: i64,
+    /// Default `segment.ms`: a non-empty active segment older than this rolls. 7 days.
+    #[arg(long, env = "RILL_SEGMENT_MS", default_value_t = 7 * 24 * 3600 * 1000)]
+    pub segment_ms: u64,
+    /// Default `max.message.bytes`: the largest batch a produce may carry.
+    #[arg(long, env = "RILL_MAX_MESSAGE_BYTES", default_value_t = 16 << 20)]
+    pub max_message_bytes: usize,
+    /// How often each shard deletes segments past retention (as Kafka, 5 minutes).
+    #[arg(
+        long,
+        env = "RILL_RETENTION_CHECK_INTERVAL_MS",
+        default_value_t = 300_000
+    )]
+    pub retention_check_interval_ms: u64,
+    /// Default `segment.bytes` of topics.
     #[arg(long, env = "RILL_SEGMENT_BYTES", default_value_t = 128 << 20)]
     pub segment_bytes: u64,
     /// Bytes of log between two sparse index entries.
@@ -138,6 +159,13 @@ pub enum TopicCommand {
         name: String,
         #[arg(long)]
         count: u32,
+    },
+    /// Set topic configs (retention.ms, retention.bytes, segment.bytes, segment.ms,
+    /// max.message.bytes).
+    AlterConfig {
+        name: String,
+        #[arg(long = "config", value_name = "KEY=VALUE", required = true)]
+        configs: Vec<String>,
     },
     Truncate {
         name: String,

@@ -99,7 +99,23 @@ pub fn config_from_args(a: &BrokerArgs) -> Result<BrokerConfig, String> {
         .file_reads
         .parse()
         .map_err(|e| format!("--file-reads: {e}"))?;
-    c.segment_bytes = a.segment_bytes;
+    c.topic_defaults = crate::controller::topic_config::TopicDefaults {
+        retention: (a.retention_ms >= 0).then(|| Duration::from_millis(a.retention_ms as u64)),
+        retention_bytes: (a.retention_bytes >= 0).then_some(a.retention_bytes as u64),
+        segment_bytes: a.segment_bytes,
+        segment_age: Some(Duration::from_millis(a.segment_ms.max(1))),
+        max_message_bytes: a.max_message_bytes.max(1),
+    };
+    if a.retention_ms < -1 || a.retention_bytes < -1 {
+        return Err(
+            "--retention-ms and --retention-bytes take -1 (unlimited) or a value of at least 0"
+                .into(),
+        );
+    }
+    if a.retention_check_interval_ms == 0 {
+        return Err("--retention-check-interval-ms must be at least 1".into());
+    }
+    c.retention_check_interval = Duration::from_millis(a.retention_check_interval_ms);
     c.index_interval_bytes = a.index_interval_bytes.max(1);
     c.preallocate = a.preallocate;
     c.max_frame_bytes = a.max_frame_bytes;

@@ -41,17 +41,19 @@ fn topic(mut client: Client, cmd: TopicCommand) -> Result<(), String> {
             replication_factor,
             configs,
         } => {
-            let mut kv = Vec::new();
-            for c in configs {
-                let (k, v) = c
-                    .split_once('=')
-                    .ok_or_else(|| format!("--config '{c}': expected KEY=VALUE"))?;
-                kv.push((k.to_string(), v.to_string()));
-            }
+            let kv = parse_configs(&configs)?;
             client
                 .create_topic(&name, partitions, replication_factor, kv)
                 .map_err(|e| format!("cannot create topic '{name}': {e}"))?;
             println!("created topic {name} with {partitions} partitions");
+            Ok(())
+        }
+        TopicCommand::AlterConfig { name, configs } => {
+            let kv = parse_configs(&configs)?;
+            client
+                .alter_topic_config(&name, kv)
+                .map_err(|e| format!("cannot alter topic '{name}': {e}"))?;
+            println!("altered topic {name}");
             Ok(())
         }
         TopicCommand::List => {
@@ -68,13 +70,36 @@ fn topic(mut client: Client, cmd: TopicCommand) -> Result<(), String> {
             println!("deleted topic {name}");
             Ok(())
         }
-        TopicCommand::AddPartitions { name, .. } => Err(format!(
-            "topic add-partitions {name}: not supported by this build yet"
-        )),
-        TopicCommand::Truncate { name, .. } => Err(format!(
-            "topic truncate {name}: not supported by this build yet"
-        )),
+        TopicCommand::AddPartitions { name, count } => {
+            client
+                .add_partitions(&name, count)
+                .map_err(|e| format!("cannot add partitions to '{name}': {e}"))?;
+            println!("topic {name} now has {count} partitions (keys may map to other partitions from now on)");
+            Ok(())
+        }
+        TopicCommand::Truncate {
+            name,
+            partition,
+            before,
+        } => {
+            let start = client
+                .truncate(&name, partition, before)
+                .map_err(|e| format!("cannot truncate {name}-{partition}: {e}"))?;
+            println!("{name}-{partition}: log start offset is now {start}");
+            Ok(())
+        }
     }
+}
+
+fn parse_configs(configs: &[String]) -> Result<Vec<(String, String)>, String> {
+    configs
+        .iter()
+        .map(|c| {
+            c.split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .ok_or_else(|| format!("--config '{c}': expected KEY=VALUE"))
+        })
+        .collect()
 }
 
 fn describe(client: &mut Client, name: &str) -> Result<(), String> {
@@ -90,7 +115,7 @@ fn describe(client: &mut Client, name: &str) -> Result<(), String> {
     }
     for p in &t.partitions {
         println!(
-            "  partition {} leader broker {} shard {} address {} epoch {} replicas {:?} isr {:?} log-start {} log-end {}",
+            "  partition {} leader broker {} shard {} address {} epoch {} replicas {:?} isr {:?} log-start {} log-end {} segments {} bytes {}",
             p.partition,
             p.route.broker,
             p.route.shard,
@@ -99,7 +124,9 @@ fn describe(client: &mut Client, name: &str) -> Result<(), String> {
             p.replicas,
             p.isr,
             p.log_start_offset,
-            p.log_end_offset
+            p.log_end_offset,
+            p.segments,
+            p.size_bytes
         );
     }
     Ok(())

@@ -61,7 +61,7 @@ pub fn main() -> i32 {
         }
     };
     let result = match cli.command {
-        args::Command::Broker(b) => broker_cmd::run(b),
+        args::Command::Broker(b) => broker_cmd::run(*b),
         other => client_cmds::run(&cli.bootstrap, other),
     };
     match result {

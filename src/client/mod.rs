@@ -150,6 +150,10 @@ pub struct PartitionDescription {
     pub log_start_offset: u64,
     /// The high watermark: the offset after the last record consumers can read.
     pub log_end_offset: u64,
+    /// Segment files of the partition.
+    pub segments: u32,
+    /// Bytes of those segments.
+    pub size_bytes: u64,
 }
 
 /// What `cluster_info` reports.
@@ -294,6 +298,96 @@ impl Client {
         }
     }
 
+    /// Sets topic configs (`retention.ms=...`); keys not given keep their values.
+    pub fn alter_topic_config(
+        &mut self,
+        name: &str,
+        configs: Vec<(String, String)>,
+    ) -> Result<(), ClientError> {
+        let addr = self.bootstrap_addr()?;
+        let req = AlterTopicConfigsRequest {
+            topic: name.to_string(),
+            configs,
+            timeout_ms: self.cfg.request_timeout.as_millis() as u32,
+        };
+        let (resp, _): (TopicResults, _) = self.call(addr, ApiKey::AlterTopicConfigs, &req, &[])?;
+        topic_result(resp)?;
+        self.refresh_metadata()?;
+        Ok(())
+    }
+
+    /// Grows `name` to `count` partitions. Keys may map to other partitions afterwards.
+    pub fn add_partitions(&mut self, name: &str, count: u32) -> Result<(), ClientError> {
+        let addr = self.bootstrap_addr()?;
+        let req = CreatePartitionsRequest {
+            topic: name.to_string(),
+            count,
+            timeout_ms: self.cfg.request_timeout.as_millis() as u32,
+        };
+        let (resp, _): (TopicResults, _) = self.call(addr, ApiKey::CreatePartitions, &req, &[])?;
+        topic_result(resp)?;
+        self.refresh_metadata()?;
+        Ok(())
+    }
+
+    /// Truncates history: offsets below `before` become unreadable and whole segments below it
+    /// are deleted (Kafka's DeleteRecords). Returns the new log start offset.
+    pub fn truncate(
+        &mut self,
+        topic: &str,
+        partition: u32,
+        before: u64,
+    ) -> Result<u64, ClientError> {
+        let route = self.metadata.route(topic, partition)?;
+        let req = DeleteRecordsRequest {
+            partitions: vec![DeleteRecordsPartition {
+                topic: topic.to_string(),
+                partition,
+                before_offset: before,
+            }],
+        };
+        let (resp, _): (DeleteRecordsResponse, _) =
+            self.call(route.addr, ApiKey::DeleteRecords, &req, &[])?;
+        let r = resp
+            .partitions
+            .into_iter()
+            .next()
+            .ok_or_else(|| ClientError::Invalid("empty delete-records response".into()))?;
+        if r.error_code != 0 {
+            return Err(ClientError::broker(
+                ErrorCode::from_code(r.error_code),
+                r.message,
+            ));
+        }
+        Ok(r.low_watermark)
+    }
+
+    /// A partition's log state on its shard: start, end, high watermark, segments, bytes.
+    pub fn partition_state(
+        &mut self,
+        topic: &str,
+        partition: u32,
+    ) -> Result<PartitionState, ClientError> {
+        let route = self.metadata.route(topic, partition)?;
+        let req = DescribePartitionsRequest {
+            partitions: vec![(topic.to_string(), partition)],
+        };
+        let (resp, _): (DescribePartitionsResponse, _) =
+            self.call(route.addr, ApiKey::DescribePartitions, &req, &[])?;
+        let s = resp
+            .partitions
+            .into_iter()
+            .next()
+            .ok_or_else(|| ClientError::Invalid("empty describe-partitions response".into()))?;
+        if s.error_code != 0 {
+            return Err(ClientError::broker(
+                ErrorCode::from_code(s.error_code),
+                s.message,
+            ));
+        }
+        Ok(s)
+    }
+
     /// Topic names, sorted (from a fresh metadata fetch).
     pub fn list_topics(&mut self) -> Result<Vec<String>, ClientError> {
         self.refresh_metadata()?;
@@ -313,18 +407,17 @@ impl Client {
             .ok_or_else(|| ClientError::UnknownTopic(name.to_string()))?;
         let mut partitions = Vec::with_capacity(meta.partitions.len());
         for p in &meta.partitions {
+            let state = self.partition_state(name, p.partition)?;
             partitions.push(PartitionDescription {
                 partition: p.partition,
                 route: self.metadata.route(name, p.partition)?,
                 leader_epoch: p.leader_epoch,
                 replicas: p.replicas.clone(),
                 isr: p.isr.clone(),
-                log_start_offset: self
-                    .list_offset(name, p.partition, EARLIEST_TIMESTAMP)?
-                    .unwrap_or(0),
-                log_end_offset: self
-                    .list_offset(name, p.partition, LATEST_TIMESTAMP)?
-                    .unwrap_or(0),
+                log_start_offset: state.log_start_offset,
+                log_end_offset: state.high_watermark,
+                segments: state.segments,
+                size_bytes: state.size_bytes,
             });
         }
         Ok(TopicDescription {

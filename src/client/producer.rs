@@ -80,6 +80,9 @@ pub struct ProducerConfig {
     pub buffer_memory: usize,
     /// How long `send` blocks for buffer memory or metadata before failing (`max.block.ms`).
     pub max_block: Duration,
+    /// Metadata is refreshed at least this often, so new partitions and moved leaders are
+    /// seen without an error first (`metadata.max.age.ms`).
+    pub metadata_max_age: Duration,
 }
 
 impl Default for ProducerConfig {
@@ -95,6 +98,7 @@ impl Default for ProducerConfig {
             request_timeout: Duration::from_secs(30),
             buffer_memory: 64 << 20,
             max_block: Duration::from_secs(60),
+            metadata_max_age: Duration::from_secs(60),
         }
     }
 }
@@ -669,10 +673,12 @@ impl Sender {
     }
 
     fn run(mut self) {
+        let mut refreshed = Instant::now();
         loop {
             let (sendable, next_wake, closed, want_md) = self.collect();
-            if want_md {
+            if want_md || refreshed.elapsed() >= self.shared.cfg.metadata_max_age {
                 self.refresh_metadata();
+                refreshed = Instant::now();
             }
             if !sendable.is_empty() {
                 self.send(sendable);

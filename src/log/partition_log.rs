@@ -94,6 +94,9 @@ pub struct Recovery {
 pub struct PartitionLog {
     dir: PathBuf,
     cfg: SegmentConfig,
+    /// The first offset still readable: the first segment's base, or higher after a
+    /// truncation (persisted in `log-start-offset`).
+    log_start: u64,
     /// Sorted by base offset; the last one is active.
     segments: Vec<Segment>,
     next_offset: u64,
@@ -160,15 +163,20 @@ impl PartitionLog {
             recovery.truncated_bytes += cut;
             segments.push(seg);
         }
+        let checkpoint = read_log_start(&dir);
         if segments.is_empty() {
-            segments.push(Segment::create(&dir, 0, &cfg).await?);
+            // A truncated log whose files are all gone resumes at its checkpoint.
+            segments.push(Segment::create(&dir, checkpoint.unwrap_or(0), &cfg).await?);
         }
         recovery.segments = segments.len();
         let next_offset = segments.last().map_or(0, Segment::next_offset);
+        let first_base = segments.first().map_or(0, |s| s.base_offset);
+        let log_start = checkpoint.unwrap_or(0).clamp(first_base, next_offset);
         Ok((
             PartitionLog {
                 dir,
                 cfg,
+                log_start,
                 segments,
                 next_offset,
                 pending: Vec::new(),
@@ -183,9 +191,74 @@ impl PartitionLog {
         &self.dir
     }
 
-    /// The first offset still stored.
+    /// The first offset still readable.
     pub fn log_start_offset(&self) -> u64 {
-        self.segments.first().map_or(0, |s| s.base_offset)
+        self.log_start
+    }
+
+    /// Applies a topic's segment settings (they may change while the partition runs).
+    pub fn set_segment_limits(
+        &mut self,
+        segment_bytes: u64,
+        segment_age: Option<std::time::Duration>,
+    ) {
+        self.cfg.segment_bytes = segment_bytes;
+        self.cfg.segment_age = segment_age;
+    }
+
+    /// Moves the log start to `offset` (at most `limit`, the high watermark) and detaches the
+    /// segments wholly below it; the caller deletes their files. The new start is durable
+    /// before this returns (DeleteRecords must survive a restart).
+    pub fn truncate_before(&mut self, offset: u64, limit: u64) -> Result<Vec<Segment>, LogError> {
+        if offset > limit {
+            return Err(LogError::OffsetOutOfRange {
+                offset,
+                start: self.log_start,
+                end: limit,
+            });
+        }
+        if offset <= self.log_start {
+            return Ok(Vec::new());
+        }
+        write_log_start(&self.dir, offset)?;
+        self.log_start = offset;
+        let mut gone = Vec::new();
+        while self.segments.len() > 1 && self.segments[0].next_offset() <= offset {
+            gone.push(self.segments.remove(0));
+        }
+        Ok(gone)
+    }
+
+    /// Detaches closed segments past the retention limits, oldest first, at most `max` of
+    /// them (bounded work per tick); the caller deletes their files. By time: the segment's
+    /// newest record is older than `retention`. By size: the partition would stay at or over
+    /// `retention_bytes` without it. The active segment is never removed.
+    pub fn expire(
+        &mut self,
+        now_ms: i64,
+        retention: Option<std::time::Duration>,
+        retention_bytes: Option<u64>,
+        max: usize,
+    ) -> Vec<Segment> {
+        let mut size = self.size_bytes();
+        let mut gone = Vec::new();
+        while gone.len() < max && self.segments.len() > 1 {
+            let first = &self.segments[0];
+            let too_old = retention.is_some_and(|r| {
+                first.max_timestamp() < now_ms.saturating_sub(r.as_millis() as i64)
+            });
+            let too_big =
+                retention_bytes.is_some_and(|limit| size.saturating_sub(first.size()) >= limit);
+            if !(too_old || too_big) {
+                break;
+            }
+            size -= first.size();
+            gone.push(self.segments.remove(0));
+        }
+        if let Some(first) = self.segments.first() {
+            self.log_start = self.log_start.max(first.base_offset);
+        }
+        gone
     }
 
     /// The offset the next appended record gets (log end offset).
@@ -281,6 +354,43 @@ impl PartitionLog {
     }
 }
 
+const LOG_START_FILE: &str = "log-start-offset";
+
+/// The truncation checkpoint, if present and intact (a torn one is ignored with a warning:
+/// the segments still bound the start from below).
+fn read_log_start(dir: &Path) -> Option<u64> {
+    let bytes = std::fs::read(dir.join(LOG_START_FILE)).ok()?;
+    if bytes.len() != 12 || crc32c::crc32c(&bytes[..8]).to_le_bytes() != bytes[8..12] {
+        log::warn!("{}: ignoring a damaged {LOG_START_FILE}", dir.display());
+        return None;
+    }
+    Some(u64::from_le_bytes(bytes[..8].try_into().ok()?))
+}
+
+/// Replaces the checkpoint atomically: write a temporary file, sync, rename, sync the dir.
+fn write_log_start(dir: &Path, offset: u64) -> Result<(), LogError> {
+    use std::io::Write;
+    let tmp = dir.join(format!("{LOG_START_FILE}.tmp"));
+    let mut bytes = offset.to_le_bytes().to_vec();
+    bytes.extend_from_slice(&crc32c::crc32c(&offset.to_le_bytes()).to_le_bytes());
+    let mut f = std::fs::File::create(&tmp).map_err(|e| LogError::io(&tmp, e))?;
+    f.write_all(&bytes).map_err(|e| LogError::io(&tmp, e))?;
+    f.sync_data().map_err(|e| LogError::io(&tmp, e))?;
+    std::fs::rename(&tmp, dir.join(LOG_START_FILE)).map_err(|e| LogError::io(&tmp, e))?;
+    super::segment::sync_dir(dir)
+}
+
+/// Deletes detached segments' files and makes the deletions durable.
+pub async fn remove_segments(dir: &Path, segments: Vec<Segment>) -> Result<(), LogError> {
+    if segments.is_empty() {
+        return Ok(());
+    }
+    for s in segments {
+        s.remove().await?;
+    }
+    super::segment::sync_dir(dir)
+}
+
 /// Writes every pending batch of the partition to its segments, rolling as they fill.
 /// Returns the new written offset, or `None` when nothing was pending.
 pub async fn flush(cell: &RefCell<PartitionLog>) -> Result<Option<Flushed>, LogError> {
@@ -315,7 +425,9 @@ async fn write_batches(cell: &RefCell<PartitionLog>, batches: &[Bytes]) -> Resul
         let roll = {
             let log = cell.borrow();
             let active = log.segments.last().expect("a log has an active segment");
-            !active.is_empty() && active.size() + batches[i].len() as u64 > log.cfg.segment_bytes
+            let full = active.size() + batches[i].len() as u64 > log.cfg.segment_bytes;
+            let old = log.cfg.segment_age.is_some_and(|a| active.age() >= a);
+            !active.is_empty() && (full || old)
         };
         if roll {
             let (file, path, len) = cell.borrow().segments.last().expect("active").begin_close();

@@ -28,6 +28,8 @@ const SCAN_CHUNK: usize = 4 << 20;
 #[derive(Debug, Clone)]
 pub struct SegmentConfig {
     pub segment_bytes: u64,
+    /// A non-empty active segment older than this rolls at the next write (`segment.ms`).
+    pub segment_age: Option<std::time::Duration>,
     pub index_interval_bytes: u32,
     pub preallocate: bool,
 }
@@ -82,6 +84,8 @@ impl WriteJob {
 
 pub struct Segment {
     pub base_offset: u64,
+    /// When this process created or opened the segment (the clock `segment.ms` runs on).
+    opened_at: std::time::Instant,
     /// A buffered (page cache) descriptor for sendfile reads; writes stay O_DIRECT.
     read_fd: Arc<std::fs::File>,
     path: Rc<Path>,
@@ -128,6 +132,7 @@ impl Segment {
         let read_fd = open_read_fd(&path)?;
         Ok(Segment {
             base_offset,
+            opened_at: std::time::Instant::now(),
             read_fd,
             path: path.into(),
             file: Rc::new(file),
@@ -219,6 +224,7 @@ impl Segment {
     ) -> Result<Segment, LogError> {
         Ok(Segment {
             base_offset,
+            opened_at: std::time::Instant::now(),
             read_fd: open_read_fd(&path)?,
             path: path.into(),
             file: Rc::new(file),
@@ -273,6 +279,11 @@ impl Segment {
 
     pub fn is_closed(&self) -> bool {
         self.closed
+    }
+
+    /// How long ago this process created or opened the segment.
+    pub fn age(&self) -> std::time::Duration {
+        self.opened_at.elapsed()
     }
 
     /// Assigns `batches` (whole, stamped, contiguous with this segment) to the file and

@@ -15,6 +15,7 @@ use std::rc::Rc;
 use event_listener::Event;
 
 use crate::batch::BatchView;
+use crate::controller::topic_config::TopicSettings;
 use crate::log::partition_log::{self, PartitionLog};
 use crate::log::{FileReads, Flushed, FsyncPolicy, LogError, ReadChunk};
 use crate::protocol::ErrorCode;
@@ -41,6 +42,18 @@ pub struct Partition {
     data: Event,
     fsync: FsyncPolicy,
     deleted: Cell<bool>,
+    /// The topic's settings over the broker defaults; replaced when its configs change.
+    settings: RefCell<TopicSettings>,
+}
+
+/// What `DescribePartitions` reports about one partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PartitionStats {
+    pub log_start_offset: u64,
+    pub log_end_offset: u64,
+    pub high_watermark: u64,
+    pub segments: u32,
+    pub size_bytes: u64,
 }
 
 /// Limits on a fetch of one partition.
@@ -56,9 +69,11 @@ impl Partition {
         topic_id: u64,
         index: u32,
         cache_key: u64,
-        log: PartitionLog,
+        mut log: PartitionLog,
         fsync: FsyncPolicy,
+        settings: TopicSettings,
     ) -> Partition {
+        log.set_segment_limits(settings.segment_bytes, settings.segment_age);
         let end = log.end_position();
         let hw = end.offset;
         Partition {
@@ -73,7 +88,65 @@ impl Partition {
             data: Event::new(),
             fsync,
             deleted: Cell::new(false),
+            settings: RefCell::new(settings),
         }
+    }
+
+    pub fn settings(&self) -> TopicSettings {
+        self.settings.borrow().clone()
+    }
+
+    /// Takes new topic settings (an altered config); segment limits apply from the next roll.
+    pub fn set_settings(&self, settings: TopicSettings) {
+        self.log
+            .borrow_mut()
+            .set_segment_limits(settings.segment_bytes, settings.segment_age);
+        *self.settings.borrow_mut() = settings;
+    }
+
+    pub fn stats(&self) -> PartitionStats {
+        let log = self.log.borrow();
+        PartitionStats {
+            log_start_offset: log.log_start_offset(),
+            log_end_offset: log.next_offset(),
+            high_watermark: self.high_watermark.get(),
+            segments: log.segment_count() as u32,
+            size_bytes: log.size_bytes(),
+        }
+    }
+
+    /// DeleteRecords: makes offsets below `offset` unreadable (at most the high watermark) and
+    /// deletes the segments wholly below it. Returns the new log start offset.
+    pub async fn truncate_before(&self, offset: u64) -> Result<u64, LogError> {
+        let hw = self.high_watermark.get();
+        let (gone, dir, start) = {
+            let mut log = self.log.borrow_mut();
+            let gone = log.truncate_before(offset, hw)?;
+            (gone, log.dir().to_path_buf(), log.log_start_offset())
+        };
+        partition_log::remove_segments(&dir, gone).await?;
+        Ok(start)
+    }
+
+    /// Retention: deletes up to `max` closed segments past the topic's time or size limit.
+    /// Returns how many went.
+    pub async fn enforce_retention(&self, now_ms: i64, max: usize) -> Result<usize, LogError> {
+        let s = self.settings();
+        let (gone, dir) = {
+            let mut log = self.log.borrow_mut();
+            let gone = log.expire(now_ms, s.retention, s.retention_bytes, max);
+            (gone, log.dir().to_path_buf())
+        };
+        let n = gone.len();
+        if n > 0 {
+            log::info!(
+                "{}-{}: retention deleted {n} segments",
+                self.topic,
+                self.index
+            );
+        }
+        partition_log::remove_segments(&dir, gone).await?;
+        Ok(n)
     }
 
     pub fn high_watermark(&self) -> u64 {

@@ -11,6 +11,10 @@ pub enum ApiKey {
     Produce = 4,
     Fetch = 5,
     ListOffsets = 6,
+    AlterTopicConfigs = 7,
+    CreatePartitions = 8,
+    DeleteRecords = 9,
+    DescribePartitions = 10,
 }
 
 impl ApiKey {
@@ -22,6 +26,10 @@ impl ApiKey {
         ApiKey::Produce,
         ApiKey::Fetch,
         ApiKey::ListOffsets,
+        ApiKey::AlterTopicConfigs,
+        ApiKey::CreatePartitions,
+        ApiKey::DeleteRecords,
+        ApiKey::DescribePartitions,
     ];
 
     pub fn from_u16(v: u16) -> Option<ApiKey> {

@@ -204,3 +204,70 @@ pub struct ListOffsetsPartitionResult {
 pub struct ListOffsetsResponse {
     pub partitions: Vec<ListOffsetsPartitionResult>,
 }
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct AlterTopicConfigsRequest {
+    pub topic: String,
+    /// Keys to set; the others keep their values.
+    pub configs: Vec<(String, String)>,
+    pub timeout_ms: u32,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct CreatePartitionsRequest {
+    pub topic: String,
+    /// The new total number of partitions.
+    pub count: u32,
+    pub timeout_ms: u32,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct DeleteRecordsPartition {
+    pub topic: String,
+    pub partition: u32,
+    /// Records below this offset become unreadable; at most the high watermark.
+    pub before_offset: u64,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct DeleteRecordsRequest {
+    pub partitions: Vec<DeleteRecordsPartition>,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct DeleteRecordsPartitionResult {
+    pub topic: String,
+    pub partition: u32,
+    pub error_code: i16,
+    pub message: String,
+    /// The log start offset after the request.
+    pub low_watermark: u64,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct DeleteRecordsResponse {
+    pub partitions: Vec<DeleteRecordsPartitionResult>,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct DescribePartitionsRequest {
+    pub partitions: Vec<(String, u32)>,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct PartitionState {
+    pub topic: String,
+    pub partition: u32,
+    pub error_code: i16,
+    pub message: String,
+    pub log_start_offset: u64,
+    pub log_end_offset: u64,
+    pub high_watermark: u64,
+    pub segments: u32,
+    pub size_bytes: u64,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct DescribePartitionsResponse {
+    pub partitions: Vec<PartitionState>,
+}

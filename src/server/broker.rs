@@ -179,6 +179,7 @@ async fn run_shard(
         })
         .detach();
     }
+    spawn_local(retention_loop(shard.clone())).detach();
     let s = shard.clone();
     spawn_local(async move {
         while let Ok(md) = updates.recv_async().await {
@@ -190,6 +191,29 @@ async fn run_shard(
     .detach();
     let _ = bound.send(Ok(()));
     accept_loop(shard, listener).await;
+}
+
+/// Segments one shard deletes per retention tick at most: the rest wait for the next tick, so
+/// retention never stalls the shard's appends and fetches for long.
+const RETENTION_SEGMENTS_PER_TICK: usize = 64;
+
+/// Every `--retention-check-interval-ms`, deletes closed segments past each partition's
+/// `retention.ms` / `retention.bytes`.
+async fn retention_loop(shard: Rc<Shard>) {
+    loop {
+        rill_shards::rt::sleep(shard.cfg.retention_check_interval).await;
+        let mut budget = RETENTION_SEGMENTS_PER_TICK;
+        for p in shard.all_partitions() {
+            if budget == 0 {
+                break;
+            }
+            match p.enforce_retention(crate::clock::now_ms(), budget).await {
+                Ok(n) => budget -= n,
+                Err(e) => log::error!("{}-{}: retention failed: {e}", p.topic, p.index),
+            }
+            rill_shards::rt::yield_if_needed().await;
+        }
+    }
 }
 
 async fn accept_loop(shard: Rc<Shard>, listener: TcpListener) {

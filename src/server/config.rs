@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::controller::topic_config::TopicDefaults;
 use crate::log::{FileReads, FsyncPolicy};
 
 #[derive(Debug, Clone)]
@@ -18,9 +19,12 @@ pub struct BrokerConfig {
     pub cores: Vec<usize>,
     pub kafka_listen: Option<SocketAddr>,
     pub fsync: FsyncPolicy,
+    /// Defaults of every topic setting (`--retention-ms`, `--segment-bytes`, ...).
+    pub topic_defaults: TopicDefaults,
+    /// How often each shard applies retention (`--retention-check-interval-ms`).
+    pub retention_check_interval: Duration,
     /// How fetches read data not in the tail cache.
     pub file_reads: FileReads,
-    pub segment_bytes: u64,
     pub index_interval_bytes: u32,
     pub preallocate: bool,
     pub max_frame_bytes: usize,
@@ -46,8 +50,9 @@ impl BrokerConfig {
             cores,
             kafka_listen: None,
             fsync: FsyncPolicy::Always,
+            topic_defaults: TopicDefaults::default(),
+            retention_check_interval: Duration::from_secs(300),
             file_reads: FileReads::Sendfile,
-            segment_bytes: 128 << 20,
             index_interval_bytes: 4096,
             preallocate: true,
             max_frame_bytes: 64 << 20,

@@ -12,6 +12,7 @@ use rill_shards::Deadlines;
 
 use super::config::BrokerConfig;
 use crate::controller::metadata::ClusterMetadata;
+use crate::controller::topic_config::TopicSettings;
 use crate::controller::ControllerHandle;
 use crate::log::{PartitionLog, SegmentConfig};
 use crate::partition::group_commit::GroupCommit;
@@ -114,7 +115,8 @@ impl Shard {
 
     fn segment_config(&self) -> SegmentConfig {
         SegmentConfig {
-            segment_bytes: self.cfg.segment_bytes,
+            segment_bytes: self.cfg.topic_defaults.segment_bytes,
+            segment_age: None,
             index_interval_bytes: self.cfg.index_interval_bytes,
             preallocate: self.cfg.preallocate,
         }
@@ -183,6 +185,7 @@ impl Shard {
                             key,
                             log,
                             self.cfg.fsync,
+                            TopicSettings::resolve(&topic.configs, &self.cfg.topic_defaults),
                         ));
                         let mut parts = self.partitions.borrow_mut();
                         let v = parts.entry(name).or_default();
@@ -192,6 +195,15 @@ impl Shard {
                         v[pi.partition as usize] = Some(p);
                     }
                     Err(e) => log::error!("shard {}: cannot open {}: {e}", self.id, dir.display()),
+                }
+            }
+        }
+        // Altered topic configs reach the partitions already open.
+        for p in self.all_partitions() {
+            if let Some(t) = md.topic(&p.topic) {
+                let s = TopicSettings::resolve(&t.configs, &self.cfg.topic_defaults);
+                if s != p.settings() {
+                    p.set_settings(s);
                 }
             }
         }

@@ -2,6 +2,7 @@
 
 mod fetch;
 mod list_offsets;
+mod log_admin;
 mod metadata;
 mod produce;
 mod topics;
@@ -86,6 +87,10 @@ pub async fn dispatch(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
         ApiKey::Produce => produce::produce(shard, frame).await,
         ApiKey::Fetch => fetch::fetch(shard, frame).await,
         ApiKey::ListOffsets => list_offsets::list_offsets(shard, frame).await,
+        ApiKey::AlterTopicConfigs => topics::alter_config(shard, frame).await,
+        ApiKey::CreatePartitions => topics::create_partitions(shard, frame).await,
+        ApiKey::DeleteRecords => log_admin::delete_records(shard, frame).await,
+        ApiKey::DescribePartitions => log_admin::describe_partitions(shard, frame),
     }
 }
 

@@ -71,6 +71,16 @@ pub async fn produce(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
                 continue;
             }
         };
+        let max = p.settings().max_message_bytes;
+        if let Some(big) = batches.iter().find(|b| b.len() > max) {
+            result.error_code = ErrorCode::MessageTooLarge.code();
+            result.message = format!(
+                "a batch of {} bytes exceeds max.message.bytes {max}",
+                big.len()
+            );
+            results.push(result);
+            continue;
+        }
         match p.append(&batches, now, &shard.cache) {
             Ok((first, next)) => {
                 shard.group_commit.mark_dirty(&p);

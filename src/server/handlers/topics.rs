@@ -9,7 +9,8 @@ use super::Reply;
 use crate::controller::metadata::Command;
 use crate::protocol::frame::RequestFrame;
 use crate::protocol::messages::{
-    CreateTopicsRequest, DeleteTopicsRequest, TopicResult, TopicResults,
+    AlterTopicConfigsRequest, CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest,
+    TopicResult, TopicResults,
 };
 use crate::protocol::ErrorCode;
 use crate::server::shard::Shard;
@@ -48,6 +49,38 @@ pub async fn delete(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
         results.push(propose(shard, name, cmd, timeout).await);
     }
     Reply::meta(&TopicResults { topics: results })
+}
+
+pub async fn alter_config(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
+    let req: AlterTopicConfigsRequest = match frame.decode_meta() {
+        Ok(r) => r,
+        Err(e) => return e.into(),
+    };
+    let timeout = timeout_of(shard, req.timeout_ms);
+    let cmd = Command::AlterTopicConfig {
+        name: req.topic.clone(),
+        configs: req.configs.into_iter().collect(),
+    };
+    let result = propose(shard, req.topic, cmd, timeout).await;
+    Reply::meta(&TopicResults {
+        topics: vec![result],
+    })
+}
+
+pub async fn create_partitions(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
+    let req: CreatePartitionsRequest = match frame.decode_meta() {
+        Ok(r) => r,
+        Err(e) => return e.into(),
+    };
+    let timeout = timeout_of(shard, req.timeout_ms);
+    let cmd = Command::AddPartitions {
+        name: req.topic.clone(),
+        count: req.count,
+    };
+    let result = propose(shard, req.topic, cmd, timeout).await;
+    Reply::meta(&TopicResults {
+        topics: vec![result],
+    })
 }
 
 fn timeout_of(shard: &Shard, ms: u32) -> Duration {
