@@ -160,6 +160,12 @@ pub enum TopicCommand {
         #[arg(long)]
         count: u32,
     },
+    /// Stop writes to a partition; consumers drain it; retention removes its files.
+    Decommission {
+        name: String,
+        #[arg(long)]
+        partition: u32,
+    },
     /// Set topic configs (retention.ms, retention.bytes, segment.bytes, segment.ms,
     /// max.message.bytes).
     AlterConfig {

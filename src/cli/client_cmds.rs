@@ -70,6 +70,15 @@ fn topic(mut client: Client, cmd: TopicCommand) -> Result<(), String> {
             println!("deleted topic {name}");
             Ok(())
         }
+        TopicCommand::Decommission { name, partition } => {
+            client
+                .decommission(&name, partition)
+                .map_err(|e| format!("cannot decommission {name}-{partition}: {e}"))?;
+            println!(
+                "{name}-{partition}: writes stopped; its files go once its data is past retention"
+            );
+            Ok(())
+        }
         TopicCommand::AddPartitions { name, count } => {
             client
                 .add_partitions(&name, count)

@@ -111,6 +111,17 @@ impl MetadataCache {
         })
     }
 
+    /// The partitions of `topic` that take writes (not decommissioned), ascending.
+    pub fn writable_partitions(&self, topic: &str) -> Vec<u32> {
+        self.topics.get(topic).map_or_else(Vec::new, |t| {
+            t.partitions
+                .iter()
+                .filter(|p| !p.decommissioned)
+                .map(|p| p.partition)
+                .collect()
+        })
+    }
+
     /// How many partitions `topic` has, from the cache.
     pub fn partitions(&self, topic: &str) -> Result<u32, ClientError> {
         self.topics
@@ -325,6 +336,21 @@ impl Client {
             timeout_ms: self.cfg.request_timeout.as_millis() as u32,
         };
         let (resp, _): (TopicResults, _) = self.call(addr, ApiKey::CreatePartitions, &req, &[])?;
+        topic_result(resp)?;
+        self.refresh_metadata()?;
+        Ok(())
+    }
+
+    /// Stops writes to a partition for good; readers drain it and retention removes its files.
+    pub fn decommission(&mut self, topic: &str, partition: u32) -> Result<(), ClientError> {
+        let addr = self.bootstrap_addr()?;
+        let req = DecommissionPartitionRequest {
+            topic: topic.to_string(),
+            partition,
+            timeout_ms: self.cfg.request_timeout.as_millis() as u32,
+        };
+        let (resp, _): (TopicResults, _) =
+            self.call(addr, ApiKey::DecommissionPartition, &req, &[])?;
         topic_result(resp)?;
         self.refresh_metadata()?;
         Ok(())

@@ -494,14 +494,29 @@ impl Producer {
                 record.key,
             ) {
                 (Some(p), _) if p < n => p,
-                (_, Some(k)) => partition_for_key(k, n),
+                (_, Some(k)) => {
+                    // Kafka's mapping, except that a key whose partition was decommissioned
+                    // moves to a writable one (the others keep theirs).
+                    let p = partition_for_key(k, n);
+                    let writable = st.metadata.writable_partitions(record.topic);
+                    if writable.is_empty() || writable.contains(&p) {
+                        p
+                    } else {
+                        writable[partition_for_key(k, writable.len() as u32) as usize]
+                    }
+                }
                 (_, None) => match st.sticky.get(record.topic) {
                     Some(p) => *p,
                     None => {
                         // Each new sticky choice moves on from the last one, so unkeyed
                         // records spread over every partition batch by batch.
                         st.sticky_turn = st.sticky_turn.wrapping_add(1);
-                        let p = st.sticky_turn % n;
+                        let writable = st.metadata.writable_partitions(record.topic);
+                        let p = if writable.is_empty() {
+                            st.sticky_turn % n
+                        } else {
+                            writable[(st.sticky_turn % writable.len() as u32) as usize]
+                        };
                         st.sticky.insert(record.topic.to_string(), p);
                         p
                     }

@@ -73,6 +73,9 @@ pub struct PartitionInfo {
     pub replicas: Vec<u32>,
     pub isr: Vec<u32>,
     pub leader_epoch: u32,
+    /// Writes stopped; readers drain it; its files go once its data is past retention.
+    #[serde(default)]
+    pub decommissioned: bool,
 }
 
 /// A replicated command (serde_json in the raft log; never renumber or rename variants).
@@ -103,6 +106,11 @@ pub enum Command {
         name: String,
         count: u32,
     },
+    /// Stops writes to a partition for good (it keeps its index; reads continue).
+    DecommissionPartition {
+        name: String,
+        partition: u32,
+    },
 }
 
 /// What an applied command did.
@@ -114,6 +122,7 @@ pub enum Applied {
     ClusterInitialized,
     TopicConfigAltered(TopicInfo),
     PartitionsAdded(TopicInfo),
+    PartitionDecommissioned(TopicInfo),
 }
 
 /// A command refused by validation.
@@ -243,6 +252,36 @@ impl ClusterMetadata {
                 }
                 super::topic_config::validate(configs)
             }
+            Command::DecommissionPartition { name, partition } => {
+                let Some(t) = self.topics.get(name) else {
+                    return Err(MetadataError::new(
+                        ErrorCode::UnknownTopicOrPartition,
+                        format!("unknown topic {name:?}"),
+                    ));
+                };
+                let Some(p) = t.partitions.get(*partition as usize) else {
+                    return Err(MetadataError::new(
+                        ErrorCode::UnknownTopicOrPartition,
+                        format!(
+                            "topic {name:?} has {} partitions, no partition {partition}",
+                            t.partitions.len()
+                        ),
+                    ));
+                };
+                if p.decommissioned {
+                    return Err(MetadataError::new(
+                        ErrorCode::InvalidPartitions,
+                        format!("{name}-{partition} is already decommissioned"),
+                    ));
+                }
+                if t.partitions.iter().filter(|p| !p.decommissioned).count() == 1 {
+                    return Err(MetadataError::new(
+                        ErrorCode::InvalidPartitions,
+                        format!("{name}-{partition} is the topic's last writable partition"),
+                    ));
+                }
+                Ok(())
+            }
             Command::AddPartitions { name, count } => {
                 let Some(t) = self.topics.get(name) else {
                     return Err(MetadataError::new(
@@ -338,6 +377,19 @@ impl ClusterMetadata {
                 }
                 Applied::TopicConfigAltered(topic.clone())
             }
+            Command::DecommissionPartition { name, partition } => {
+                let topic = self.topics.get_mut(name).ok_or_else(|| {
+                    MetadataError::new(ErrorCode::UnknownTopicOrPartition, "topic vanished")
+                })?;
+                let p = topic
+                    .partitions
+                    .get_mut(*partition as usize)
+                    .ok_or_else(|| {
+                        MetadataError::new(ErrorCode::UnknownTopicOrPartition, "partition vanished")
+                    })?;
+                p.decommissioned = true;
+                Applied::PartitionDecommissioned(topic.clone())
+            }
             Command::AddPartitions { name, count } => {
                 let (id, have, rf) = {
                     let t = self.topics.get(name).ok_or_else(|| {
@@ -391,6 +443,7 @@ impl ClusterMetadata {
                     isr: replicas.clone(),
                     replicas,
                     leader_epoch: 0,
+                    decommissioned: false,
                 }
             })
             .collect()

@@ -380,6 +380,41 @@ fn write_log_start(dir: &Path, offset: u64) -> Result<(), LogError> {
     super::segment::sync_dir(dir)
 }
 
+/// For a partition that takes no more writes: when every record of its active segment is past
+/// `retention`, closes it and starts an empty, unpreallocated one at the log end, so that
+/// retention can delete all the data. Does nothing while a write is in flight.
+pub async fn retire_if_expired(
+    cell: &RefCell<PartitionLog>,
+    now_ms: i64,
+    retention: Option<std::time::Duration>,
+) -> Result<(), LogError> {
+    let Some(retention) = retention else {
+        return Ok(());
+    };
+    let (file, path, len, dir, cfg, base) = {
+        let log = cell.borrow();
+        let active = log.segments.last().expect("a log has an active segment");
+        let idle = !log.has_pending() && log.written_offset == log.next_offset;
+        let expired = active.max_timestamp() < now_ms.saturating_sub(retention.as_millis() as i64);
+        if active.is_empty() || !idle || !expired {
+            return Ok(());
+        }
+        let (file, path, len) = active.begin_close();
+        let mut cfg = log.cfg.clone();
+        cfg.preallocate = false;
+        (file, path, len, log.dir.clone(), cfg, active.next_offset())
+    };
+    cut_and_sync(file, path, len).await?;
+    cell.borrow_mut()
+        .segments
+        .last_mut()
+        .expect("active")
+        .finish_close()?;
+    let seg = Segment::create(&dir, base, &cfg).await?;
+    cell.borrow_mut().segments.push(seg);
+    Ok(())
+}
+
 /// Deletes detached segments' files and makes the deletions durable.
 pub async fn remove_segments(dir: &Path, segments: Vec<Segment>) -> Result<(), LogError> {
     if segments.is_empty() {

@@ -42,6 +42,7 @@ pub struct Partition {
     data: Event,
     fsync: FsyncPolicy,
     deleted: Cell<bool>,
+    decommissioned: Cell<bool>,
     /// The topic's settings over the broker defaults; replaced when its configs change.
     settings: RefCell<TopicSettings>,
 }
@@ -88,8 +89,18 @@ impl Partition {
             data: Event::new(),
             fsync,
             deleted: Cell::new(false),
+            decommissioned: Cell::new(false),
             settings: RefCell::new(settings),
         }
+    }
+
+    /// Marks the partition decommissioned (from the metadata): writes are refused from now on.
+    pub fn set_decommissioned(&self, yes: bool) {
+        self.decommissioned.set(yes);
+    }
+
+    pub fn is_decommissioned(&self) -> bool {
+        self.decommissioned.get()
     }
 
     pub fn settings(&self) -> TopicSettings {
@@ -132,6 +143,11 @@ impl Partition {
     /// Returns how many went.
     pub async fn enforce_retention(&self, now_ms: i64, max: usize) -> Result<usize, LogError> {
         let s = self.settings();
+        if self.decommissioned.get() {
+            // No write will ever roll its active segment: retire it once all of its data is
+            // past retention, so every file can go.
+            partition_log::retire_if_expired(&self.log, now_ms, s.retention).await?;
+        }
         let (gone, dir) = {
             let mut log = self.log.borrow_mut();
             let gone = log.expire(now_ms, s.retention, s.retention_bytes, max);

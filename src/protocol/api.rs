@@ -15,6 +15,7 @@ pub enum ApiKey {
     CreatePartitions = 8,
     DeleteRecords = 9,
     DescribePartitions = 10,
+    DecommissionPartition = 11,
 }
 
 impl ApiKey {
@@ -30,6 +31,7 @@ impl ApiKey {
         ApiKey::CreatePartitions,
         ApiKey::DeleteRecords,
         ApiKey::DescribePartitions,
+        ApiKey::DecommissionPartition,
     ];
 
     pub fn from_u16(v: u16) -> Option<ApiKey> {

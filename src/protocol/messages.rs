@@ -52,6 +52,8 @@ pub struct PartitionMeta {
     pub leader_epoch: u32,
     pub replicas: Vec<u32>,
     pub isr: Vec<u32>,
+    /// Writes stopped: producers skip it, consumers drain it.
+    pub decommissioned: bool,
 }
 
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
@@ -270,4 +272,11 @@ pub struct PartitionState {
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct DescribePartitionsResponse {
     pub partitions: Vec<PartitionState>,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct DecommissionPartitionRequest {
+    pub topic: String,
+    pub partition: u32,
+    pub timeout_ms: u32,
 }

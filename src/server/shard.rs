@@ -201,6 +201,9 @@ impl Shard {
         // Altered topic configs reach the partitions already open.
         for p in self.all_partitions() {
             if let Some(t) = md.topic(&p.topic) {
+                if let Some(info) = t.partitions.get(p.index as usize) {
+                    p.set_decommissioned(info.decommissioned);
+                }
                 let s = TopicSettings::resolve(&t.configs, &self.cfg.topic_defaults);
                 if s != p.settings() {
                     p.set_settings(s);

@@ -49,6 +49,7 @@ pub fn metadata(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
                 leader_epoch: p.leader_epoch,
                 replicas: p.replicas.clone(),
                 isr: p.isr.clone(),
+                decommissioned: p.decommissioned,
             })
             .collect(),
         configs: t

@@ -91,6 +91,7 @@ pub async fn dispatch(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
         ApiKey::CreatePartitions => topics::create_partitions(shard, frame).await,
         ApiKey::DeleteRecords => log_admin::delete_records(shard, frame).await,
         ApiKey::DescribePartitions => log_admin::describe_partitions(shard, frame),
+        ApiKey::DecommissionPartition => topics::decommission(shard, frame).await,
     }
 }
 

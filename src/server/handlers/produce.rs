@@ -71,6 +71,15 @@ pub async fn produce(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
                 continue;
             }
         };
+        if p.is_decommissioned() {
+            result.error_code = ErrorCode::PolicyViolation.code();
+            result.message = format!(
+                "{}-{} is decommissioned: writes stopped",
+                pp.topic, pp.partition
+            );
+            results.push(result);
+            continue;
+        }
         let max = p.settings().max_message_bytes;
         if let Some(big) = batches.iter().find(|b| b.len() > max) {
             result.error_code = ErrorCode::MessageTooLarge.code();

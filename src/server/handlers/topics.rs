@@ -9,8 +9,8 @@ use super::Reply;
 use crate::controller::metadata::Command;
 use crate::protocol::frame::RequestFrame;
 use crate::protocol::messages::{
-    AlterTopicConfigsRequest, CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest,
-    TopicResult, TopicResults,
+    AlterTopicConfigsRequest, CreatePartitionsRequest, CreateTopicsRequest,
+    DecommissionPartitionRequest, DeleteTopicsRequest, TopicResult, TopicResults,
 };
 use crate::protocol::ErrorCode;
 use crate::server::shard::Shard;
@@ -76,6 +76,22 @@ pub async fn create_partitions(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply
     let cmd = Command::AddPartitions {
         name: req.topic.clone(),
         count: req.count,
+    };
+    let result = propose(shard, req.topic, cmd, timeout).await;
+    Reply::meta(&TopicResults {
+        topics: vec![result],
+    })
+}
+
+pub async fn decommission(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
+    let req: DecommissionPartitionRequest = match frame.decode_meta() {
+        Ok(r) => r,
+        Err(e) => return e.into(),
+    };
+    let timeout = timeout_of(shard, req.timeout_ms);
+    let cmd = Command::DecommissionPartition {
+        name: req.topic.clone(),
+        partition: req.partition,
     };
     let result = propose(shard, req.topic, cmd, timeout).await;
     Reply::meta(&TopicResults {
