@@ -4,6 +4,7 @@ pub mod cli;
 pub mod client;
 pub mod clock;
 pub mod controller;
+pub mod group;
 pub mod log;
 pub mod partition;
 pub mod protocol;

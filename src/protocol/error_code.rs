@@ -18,10 +18,20 @@ pub enum ErrorCode {
     NotLeaderOrFollower = 6,
     RequestTimedOut = 7,
     MessageTooLarge = 10,
+    OffsetMetadataTooLarge = 12,
+    CoordinatorLoadInProgress = 14,
+    CoordinatorNotAvailable = 15,
+    NotCoordinator = 16,
     InvalidTopic = 17,
     RecordListTooLarge = 18,
     NotEnoughReplicas = 19,
     InvalidRequiredAcks = 21,
+    IllegalGeneration = 22,
+    InconsistentGroupProtocol = 23,
+    InvalidGroupId = 24,
+    UnknownMemberId = 25,
+    InvalidSessionTimeout = 26,
+    RebalanceInProgress = 27,
     UnsupportedVersion = 35,
     TopicAlreadyExists = 36,
     InvalidPartitions = 37,
@@ -34,6 +44,10 @@ pub enum ErrorCode {
     DuplicateSequenceNumber = 46,
     InvalidTimestamp = 32,
     KafkaStorageError = 56,
+    NonEmptyGroup = 68,
+    GroupIdNotFound = 69,
+    GroupMaxSizeReached = 81,
+    FencedInstanceId = 82,
     UnknownTopicId = 100,
 }
 
@@ -48,10 +62,20 @@ impl ErrorCode {
         ErrorCode::NotLeaderOrFollower,
         ErrorCode::RequestTimedOut,
         ErrorCode::MessageTooLarge,
+        ErrorCode::OffsetMetadataTooLarge,
+        ErrorCode::CoordinatorLoadInProgress,
+        ErrorCode::CoordinatorNotAvailable,
+        ErrorCode::NotCoordinator,
         ErrorCode::InvalidTopic,
         ErrorCode::RecordListTooLarge,
         ErrorCode::NotEnoughReplicas,
         ErrorCode::InvalidRequiredAcks,
+        ErrorCode::IllegalGeneration,
+        ErrorCode::InconsistentGroupProtocol,
+        ErrorCode::InvalidGroupId,
+        ErrorCode::UnknownMemberId,
+        ErrorCode::InvalidSessionTimeout,
+        ErrorCode::RebalanceInProgress,
         ErrorCode::UnsupportedVersion,
         ErrorCode::TopicAlreadyExists,
         ErrorCode::InvalidPartitions,
@@ -64,6 +88,10 @@ impl ErrorCode {
         ErrorCode::DuplicateSequenceNumber,
         ErrorCode::InvalidTimestamp,
         ErrorCode::KafkaStorageError,
+        ErrorCode::NonEmptyGroup,
+        ErrorCode::GroupIdNotFound,
+        ErrorCode::GroupMaxSizeReached,
+        ErrorCode::FencedInstanceId,
         ErrorCode::UnknownTopicId,
     ];
 
@@ -91,6 +119,10 @@ impl ErrorCode {
                 | ErrorCode::KafkaStorageError
                 | ErrorCode::NotController
                 | ErrorCode::CorruptMessage
+                | ErrorCode::CoordinatorLoadInProgress
+                | ErrorCode::CoordinatorNotAvailable
+                | ErrorCode::NotCoordinator
+                | ErrorCode::RebalanceInProgress
         )
     }
 
@@ -106,10 +138,20 @@ impl ErrorCode {
             ErrorCode::NotLeaderOrFollower => "NOT_LEADER_OR_FOLLOWER",
             ErrorCode::RequestTimedOut => "REQUEST_TIMED_OUT",
             ErrorCode::MessageTooLarge => "MESSAGE_TOO_LARGE",
+            ErrorCode::OffsetMetadataTooLarge => "OFFSET_METADATA_TOO_LARGE",
+            ErrorCode::CoordinatorLoadInProgress => "COORDINATOR_LOAD_IN_PROGRESS",
+            ErrorCode::CoordinatorNotAvailable => "COORDINATOR_NOT_AVAILABLE",
+            ErrorCode::NotCoordinator => "NOT_COORDINATOR",
             ErrorCode::InvalidTopic => "INVALID_TOPIC_EXCEPTION",
             ErrorCode::RecordListTooLarge => "RECORD_LIST_TOO_LARGE",
             ErrorCode::NotEnoughReplicas => "NOT_ENOUGH_REPLICAS",
             ErrorCode::InvalidRequiredAcks => "INVALID_REQUIRED_ACKS",
+            ErrorCode::IllegalGeneration => "ILLEGAL_GENERATION",
+            ErrorCode::InconsistentGroupProtocol => "INCONSISTENT_GROUP_PROTOCOL",
+            ErrorCode::InvalidGroupId => "INVALID_GROUP_ID",
+            ErrorCode::UnknownMemberId => "UNKNOWN_MEMBER_ID",
+            ErrorCode::InvalidSessionTimeout => "INVALID_SESSION_TIMEOUT",
+            ErrorCode::RebalanceInProgress => "REBALANCE_IN_PROGRESS",
             ErrorCode::UnsupportedVersion => "UNSUPPORTED_VERSION",
             ErrorCode::TopicAlreadyExists => "TOPIC_ALREADY_EXISTS",
             ErrorCode::InvalidPartitions => "INVALID_PARTITIONS",
@@ -122,6 +164,10 @@ impl ErrorCode {
             ErrorCode::DuplicateSequenceNumber => "DUPLICATE_SEQUENCE_NUMBER",
             ErrorCode::InvalidTimestamp => "INVALID_TIMESTAMP",
             ErrorCode::KafkaStorageError => "KAFKA_STORAGE_ERROR",
+            ErrorCode::NonEmptyGroup => "NON_EMPTY_GROUP",
+            ErrorCode::GroupIdNotFound => "GROUP_ID_NOT_FOUND",
+            ErrorCode::GroupMaxSizeReached => "GROUP_MAX_SIZE_REACHED",
+            ErrorCode::FencedInstanceId => "FENCED_INSTANCE_ID",
             ErrorCode::UnknownTopicId => "UNKNOWN_TOPIC_ID",
         }
     }

@@ -1,0 +1,1009 @@
+//! One consumer group's coordinator: membership, generations, rebalances, heartbeats,
+//! session expiry and committed offsets. Time comes in as milliseconds, replies go out as
+//! [`Action`]s naming the request they answer: no clocks, no sockets, so every path can be
+//! driven deterministically by tests.
+//!
+//! A crashed member (session expired) and a leaving member take the same path,
+//! [`Group::remove_member`].
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::protocol::ErrorCode;
+
+/// An opaque id the shell gives each request that waits for a reply.
+pub type Token = u64;
+
+/// Limits and defaults (Kafka's names in the doc comments).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupConfig {
+    /// `group.min.session.timeout.ms`
+    pub min_session_timeout_ms: u64,
+    /// `group.max.session.timeout.ms`
+    pub max_session_timeout_ms: u64,
+    /// `group.max.size`
+    pub max_members: usize,
+    /// Largest metadata string stored with a committed offset.
+    pub max_offset_metadata: usize,
+}
+
+impl Default for GroupConfig {
+    fn default() -> Self {
+        GroupConfig {
+            min_session_timeout_ms: 1_000,
+            max_session_timeout_ms: 300_000,
+            max_members: 1_000,
+            max_offset_metadata: 4096,
+        }
+    }
+}
+
+/// Where a group is in its life (Kafka's states).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupState {
+    /// No members (offsets may still be stored).
+    Empty,
+    /// Waiting for every member to (re)join.
+    PreparingRebalance,
+    /// Joined; waiting for the leader's assignment.
+    CompletingRebalance,
+    Stable,
+}
+
+/// A refused request: a Kafka error code and a message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{code}: {message}")]
+pub struct GroupError {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+fn err(code: ErrorCode, message: impl Into<String>) -> GroupError {
+    GroupError {
+        code,
+        message: message.into(),
+    }
+}
+
+/// A JoinGroup.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JoinRequest {
+    /// Empty for a new member; the coordinator picks its id.
+    pub member_id: String,
+    /// Static membership (`group.instance.id`): survives restarts without a rebalance.
+    pub group_instance_id: Option<String>,
+    pub client_id: String,
+    pub session_timeout_ms: u64,
+    pub rebalance_timeout_ms: u64,
+    pub protocol_type: String,
+    /// Assignor names with the member's metadata (subscription), in preference order.
+    pub protocols: Vec<(String, Vec<u8>)>,
+}
+
+/// A JoinGroup answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JoinResult {
+    pub generation: u32,
+    pub protocol: String,
+    pub leader: String,
+    pub member_id: String,
+    /// For the leader only: every member with its metadata for the chosen protocol.
+    pub members: Vec<(String, Option<String>, Vec<u8>)>,
+}
+
+/// A SyncGroup.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyncRequest {
+    pub member_id: String,
+    pub generation: u32,
+    /// From the leader: every member's assignment; empty from the others.
+    pub assignments: Vec<(String, Vec<u8>)>,
+}
+
+/// What the state machine asks the shell to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    JoinReply(Token, Result<JoinResult, GroupError>),
+    /// The member's assignment for the generation.
+    SyncReply(Token, Result<Vec<u8>, GroupError>),
+}
+
+/// One member as DescribeGroups shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberDescription {
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+    pub client_id: String,
+    pub assignment: Vec<u8>,
+}
+
+/// A committed offset.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommittedOffset {
+    pub offset: u64,
+    pub metadata: String,
+    pub commit_time_ms: u64,
+}
+
+#[derive(Debug, Clone)]
+struct Member {
+    instance_id: Option<String>,
+    client_id: String,
+    session_timeout_ms: u64,
+    rebalance_timeout_ms: u64,
+    protocols: Vec<(String, Vec<u8>)>,
+    last_heard_ms: u64,
+    pending_join: Option<Token>,
+    pending_sync: Option<Token>,
+    /// Joined in the current rebalance round.
+    joined: bool,
+    assignment: Vec<u8>,
+}
+
+/// One group.
+#[derive(Debug)]
+pub struct Group {
+    pub id: String,
+    cfg: GroupConfig,
+    state: GroupState,
+    generation: u32,
+    protocol_type: Option<String>,
+    protocol: Option<String>,
+    leader: Option<String>,
+    members: BTreeMap<String, Member>,
+    /// Static instance id -> member id.
+    instances: HashMap<String, String>,
+    rebalance_deadline_ms: Option<u64>,
+    next_member: u64,
+    offsets: BTreeMap<(String, u32), CommittedOffset>,
+}
+
+impl Group {
+    pub fn new(id: impl Into<String>, cfg: GroupConfig) -> Group {
+        Group {
+            id: id.into(),
+            cfg,
+            state: GroupState::Empty,
+            generation: 0,
+            protocol_type: None,
+            protocol: None,
+            leader: None,
+            members: BTreeMap::new(),
+            instances: HashMap::new(),
+            rebalance_deadline_ms: None,
+            next_member: 0,
+            offsets: BTreeMap::new(),
+        }
+    }
+
+    pub fn state(&self) -> GroupState {
+        self.state
+    }
+    pub fn generation(&self) -> u32 {
+        self.generation
+    }
+    pub fn leader(&self) -> Option<&str> {
+        self.leader.as_deref()
+    }
+    pub fn protocol(&self) -> Option<&str> {
+        self.protocol.as_deref()
+    }
+    pub fn member_ids(&self) -> Vec<String> {
+        self.members.keys().cloned().collect()
+    }
+    /// Every member, for DescribeGroups and `rill group describe`.
+    pub fn describe_members(&self) -> Vec<MemberDescription> {
+        self.members
+            .iter()
+            .map(|(id, m)| MemberDescription {
+                member_id: id.clone(),
+                group_instance_id: m.instance_id.clone(),
+                client_id: m.client_id.clone(),
+                assignment: m.assignment.clone(),
+            })
+            .collect()
+    }
+
+    /// A member's current assignment bytes.
+    pub fn assignment(&self, member_id: &str) -> Option<&[u8]> {
+        self.members.get(member_id).map(|m| m.assignment.as_slice())
+    }
+
+    /// JoinGroup: a new member, a rejoin, or a static member coming back.
+    pub fn join(&mut self, now_ms: u64, req: JoinRequest, token: Token) -> Vec<Action> {
+        let reply_err = |e: GroupError| vec![Action::JoinReply(token, Err(e))];
+        if req.session_timeout_ms < self.cfg.min_session_timeout_ms
+            || req.session_timeout_ms > self.cfg.max_session_timeout_ms
+        {
+            return reply_err(err(
+                ErrorCode::InvalidSessionTimeout,
+                format!(
+                    "session timeout {} ms outside {}..={} ms",
+                    req.session_timeout_ms,
+                    self.cfg.min_session_timeout_ms,
+                    self.cfg.max_session_timeout_ms
+                ),
+            ));
+        }
+        if req.protocols.is_empty() || req.protocol_type.is_empty() {
+            return reply_err(err(
+                ErrorCode::InconsistentGroupProtocol,
+                "no protocol given",
+            ));
+        }
+        if let Some(t) = &self.protocol_type {
+            if !self.members.is_empty() && *t != req.protocol_type {
+                return reply_err(err(
+                    ErrorCode::InconsistentGroupProtocol,
+                    format!(
+                        "group uses protocol type {t:?}, not {:?}",
+                        req.protocol_type
+                    ),
+                ));
+            }
+        }
+        if !self.members.is_empty() && !self.has_common_protocol(&req.protocols) {
+            return reply_err(err(
+                ErrorCode::InconsistentGroupProtocol,
+                "no assignor in common with the group's members",
+            ));
+        }
+        // Resolve who this is.
+        let member_id = match (&req.group_instance_id, req.member_id.is_empty()) {
+            (Some(instance), _) => match self.instances.get(instance).cloned() {
+                Some(known) if !req.member_id.is_empty() && req.member_id != known => {
+                    return reply_err(err(
+                        ErrorCode::FencedInstanceId,
+                        format!("instance {instance:?} belongs to member {known:?} now"),
+                    ));
+                }
+                Some(known) => known,
+                None => self.new_member_id(&req.client_id),
+            },
+            (None, true) => self.new_member_id(&req.client_id),
+            (None, false) => {
+                if !self.members.contains_key(&req.member_id) {
+                    return reply_err(err(
+                        ErrorCode::UnknownMemberId,
+                        format!("member {:?} is not in group {:?}", req.member_id, self.id),
+                    ));
+                }
+                req.member_id.clone()
+            }
+        };
+        let is_new = !self.members.contains_key(&member_id);
+        if is_new && self.members.len() >= self.cfg.max_members {
+            return reply_err(err(
+                ErrorCode::GroupMaxSizeReached,
+                format!(
+                    "group {:?} has the maximum of {} members",
+                    self.id, self.cfg.max_members
+                ),
+            ));
+        }
+        let unchanged = self
+            .members
+            .get(&member_id)
+            .is_some_and(|m| m.protocols == req.protocols);
+        if let Some(instance) = &req.group_instance_id {
+            self.instances.insert(instance.clone(), member_id.clone());
+        }
+        self.protocol_type = Some(req.protocol_type.clone());
+        let member = self
+            .members
+            .entry(member_id.clone())
+            .or_insert_with(|| Member {
+                instance_id: req.group_instance_id.clone(),
+                client_id: req.client_id.clone(),
+                session_timeout_ms: req.session_timeout_ms,
+                rebalance_timeout_ms: req.rebalance_timeout_ms,
+                protocols: Vec::new(),
+                last_heard_ms: now_ms,
+                pending_join: None,
+                pending_sync: None,
+                joined: false,
+                assignment: Vec::new(),
+            });
+        member.protocols = req.protocols;
+        member.session_timeout_ms = req.session_timeout_ms;
+        member.rebalance_timeout_ms = req.rebalance_timeout_ms;
+        member.last_heard_ms = now_ms;
+        let mut out = Vec::new();
+        // A second join replaces the first: answer the old one so nothing dangles.
+        if let Some(old) = member.pending_join.replace(token) {
+            out.push(Action::JoinReply(
+                old,
+                Err(err(
+                    ErrorCode::RebalanceInProgress,
+                    "superseded by a newer join",
+                )),
+            ));
+        }
+        member.joined = true;
+        // A known member rejoining a stable group with the same subscription: no rebalance
+        // (a static member's restart, or a consumer that lost its join reply).
+        if self.state == GroupState::Stable && !is_new && unchanged {
+            let m = self.members.get_mut(&member_id).expect("present");
+            let t = m.pending_join.take().expect("just set");
+            out.push(Action::JoinReply(t, Ok(self.join_result(&member_id))));
+            return out;
+        }
+        if self.state != GroupState::PreparingRebalance {
+            self.prepare_rebalance(now_ms);
+        }
+        out.extend(self.try_complete_join(now_ms));
+        out
+    }
+
+    fn new_member_id(&mut self, client_id: &str) -> String {
+        self.next_member += 1;
+        let client = if client_id.is_empty() {
+            "member"
+        } else {
+            client_id
+        };
+        format!("{client}-{}-{}", self.id.len(), self.next_member)
+    }
+
+    fn has_common_protocol(&self, protocols: &[(String, Vec<u8>)]) -> bool {
+        protocols.iter().any(|(name, _)| {
+            self.members
+                .values()
+                .all(|m| m.protocols.iter().any(|(n, _)| n == name))
+        })
+    }
+
+    fn prepare_rebalance(&mut self, now_ms: u64) {
+        self.state = GroupState::PreparingRebalance;
+        let timeout = self
+            .members
+            .values()
+            .map(|m| m.rebalance_timeout_ms)
+            .max()
+            .unwrap_or(0);
+        self.rebalance_deadline_ms = Some(now_ms + timeout);
+        for m in self.members.values_mut() {
+            m.assignment.clear();
+            // Members waiting on a sync of the old generation must rejoin.
+            m.joined = m.pending_join.is_some();
+        }
+    }
+
+    /// Completes the join phase once every member rejoined (or, from `tick`, at the deadline,
+    /// dropping those that did not).
+    fn try_complete_join(&mut self, now_ms: u64) -> Vec<Action> {
+        if self.state != GroupState::PreparingRebalance {
+            return Vec::new();
+        }
+        let all_joined = self.members.values().all(|m| m.joined);
+        let deadline_passed = self.rebalance_deadline_ms.is_some_and(|d| now_ms >= d);
+        if !all_joined && !deadline_passed {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        let stragglers: Vec<String> = self
+            .members
+            .iter()
+            .filter(|(_, m)| !m.joined)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in stragglers {
+            out.extend(self.drop_member(&id));
+        }
+        if self.members.is_empty() {
+            self.state = GroupState::Empty;
+            self.leader = None;
+            self.protocol = None;
+            self.generation += 1;
+            return out;
+        }
+        self.generation += 1;
+        self.protocol = self.choose_protocol();
+        if self
+            .leader
+            .as_ref()
+            .is_none_or(|l| !self.members.contains_key(l))
+        {
+            self.leader = self.members.keys().next().cloned();
+        }
+        self.state = GroupState::CompletingRebalance;
+        self.rebalance_deadline_ms = None;
+        let ids: Vec<String> = self.members.keys().cloned().collect();
+        for id in ids {
+            let result = self.join_result(&id);
+            let m = self.members.get_mut(&id).expect("present");
+            m.joined = false;
+            m.last_heard_ms = now_ms;
+            if let Some(t) = m.pending_join.take() {
+                out.push(Action::JoinReply(t, Ok(result)));
+            }
+        }
+        out
+    }
+
+    /// The first protocol of the leader-to-be's list that every member supports.
+    fn choose_protocol(&self) -> Option<String> {
+        let first = self.members.values().next()?;
+        first
+            .protocols
+            .iter()
+            .map(|(n, _)| n)
+            .find(|name| {
+                self.members
+                    .values()
+                    .all(|m| m.protocols.iter().any(|(n, _)| n == *name))
+            })
+            .cloned()
+    }
+
+    fn join_result(&self, member_id: &str) -> JoinResult {
+        let protocol = self.protocol.clone().unwrap_or_default();
+        let leader = self.leader.clone().unwrap_or_default();
+        let members = if leader == member_id {
+            self.members
+                .iter()
+                .map(|(id, m)| {
+                    let meta = m
+                        .protocols
+                        .iter()
+                        .find(|(n, _)| *n == protocol)
+                        .map(|(_, md)| md.clone())
+                        .unwrap_or_default();
+                    (id.clone(), m.instance_id.clone(), meta)
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        JoinResult {
+            generation: self.generation,
+            protocol,
+            leader,
+            member_id: member_id.to_string(),
+            members,
+        }
+    }
+
+    /// Validates a member id and generation against the group.
+    fn check_member(&self, member_id: &str, generation: u32) -> Result<(), GroupError> {
+        if !self.members.contains_key(member_id) {
+            return Err(err(
+                ErrorCode::UnknownMemberId,
+                format!("member {member_id:?} is not in group {:?}", self.id),
+            ));
+        }
+        if generation != self.generation {
+            return Err(err(
+                ErrorCode::IllegalGeneration,
+                format!(
+                    "generation {generation} is not the group's generation {}",
+                    self.generation
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// SyncGroup: the leader hands in the assignment; everyone gets their share.
+    pub fn sync(&mut self, now_ms: u64, req: SyncRequest, token: Token) -> Vec<Action> {
+        if let Err(e) = self.check_member(&req.member_id, req.generation) {
+            return vec![Action::SyncReply(token, Err(e))];
+        }
+        match self.state {
+            GroupState::PreparingRebalance => {
+                return vec![Action::SyncReply(
+                    token,
+                    Err(err(
+                        ErrorCode::RebalanceInProgress,
+                        "the group is rebalancing: rejoin",
+                    )),
+                )]
+            }
+            GroupState::Stable => {
+                let a = self.members[&req.member_id].assignment.clone();
+                return vec![Action::SyncReply(token, Ok(a))];
+            }
+            GroupState::Empty => {
+                return vec![Action::SyncReply(
+                    token,
+                    Err(err(ErrorCode::UnknownMemberId, "the group is empty")),
+                )]
+            }
+            GroupState::CompletingRebalance => {}
+        }
+        let mut out = Vec::new();
+        {
+            let m = self.members.get_mut(&req.member_id).expect("checked");
+            m.last_heard_ms = now_ms;
+            if let Some(old) = m.pending_sync.replace(token) {
+                out.push(Action::SyncReply(
+                    old,
+                    Err(err(ErrorCode::RebalanceInProgress, "superseded")),
+                ));
+            }
+        }
+        if self.leader.as_deref() == Some(req.member_id.as_str()) {
+            for (id, assignment) in req.assignments {
+                if let Some(m) = self.members.get_mut(&id) {
+                    m.assignment = assignment;
+                }
+            }
+            self.state = GroupState::Stable;
+            for m in self.members.values_mut() {
+                if let Some(t) = m.pending_sync.take() {
+                    out.push(Action::SyncReply(t, Ok(m.assignment.clone())));
+                }
+            }
+        }
+        out
+    }
+
+    /// Heartbeat: keeps the member's session alive and tells it when to rejoin.
+    pub fn heartbeat(
+        &mut self,
+        now_ms: u64,
+        member_id: &str,
+        generation: u32,
+    ) -> Result<(), GroupError> {
+        if !self.members.contains_key(member_id) {
+            return Err(err(
+                ErrorCode::UnknownMemberId,
+                format!("member {member_id:?} is not in group {:?}", self.id),
+            ));
+        }
+        self.members
+            .get_mut(member_id)
+            .expect("checked")
+            .last_heard_ms = now_ms;
+        if self.state == GroupState::PreparingRebalance {
+            return Err(err(
+                ErrorCode::RebalanceInProgress,
+                "the group is rebalancing: rejoin",
+            ));
+        }
+        self.check_member(member_id, generation)
+    }
+
+    /// LeaveGroup: the member goes now (same path as a crash detected by session timeout).
+    pub fn leave(&mut self, now_ms: u64, member_id: &str) -> Result<Vec<Action>, GroupError> {
+        if !self.members.contains_key(member_id) {
+            return Err(err(
+                ErrorCode::UnknownMemberId,
+                format!("member {member_id:?} is not in group {:?}", self.id),
+            ));
+        }
+        Ok(self.remove_member(now_ms, member_id))
+    }
+
+    /// Removes a member and rebalances the rest: the one code path for leaving and crashing.
+    pub fn remove_member(&mut self, now_ms: u64, member_id: &str) -> Vec<Action> {
+        let mut out = self.drop_member(member_id);
+        if self.members.is_empty() {
+            self.state = GroupState::Empty;
+            self.leader = None;
+            self.protocol = None;
+            self.generation += 1;
+            return out;
+        }
+        if self.state != GroupState::PreparingRebalance {
+            self.prepare_rebalance(now_ms);
+        }
+        out.extend(self.try_complete_join(now_ms));
+        out
+    }
+
+    fn drop_member(&mut self, member_id: &str) -> Vec<Action> {
+        let Some(m) = self.members.remove(member_id) else {
+            return Vec::new();
+        };
+        if let Some(instance) = &m.instance_id {
+            if self.instances.get(instance).map(String::as_str) == Some(member_id) {
+                self.instances.remove(instance);
+            }
+        }
+        let gone = || err(ErrorCode::UnknownMemberId, "removed from the group");
+        let mut out = Vec::new();
+        if let Some(t) = m.pending_join {
+            out.push(Action::JoinReply(t, Err(gone())));
+        }
+        if let Some(t) = m.pending_sync {
+            out.push(Action::SyncReply(t, Err(gone())));
+        }
+        out
+    }
+
+    /// Time passes: expires sessions and rebalance deadlines. Returns the replies that became
+    /// due and the ids of members whose session expired.
+    pub fn tick(&mut self, now_ms: u64) -> (Vec<Action>, Vec<String>) {
+        let expired: Vec<String> = self
+            .members
+            .iter()
+            .filter(|(_, m)| {
+                m.pending_join.is_none()
+                    && now_ms.saturating_sub(m.last_heard_ms) > m.session_timeout_ms
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        let mut out = Vec::new();
+        for id in &expired {
+            out.extend(self.remove_member(now_ms, id));
+        }
+        out.extend(self.try_complete_join(now_ms));
+        (out, expired)
+    }
+
+    /// OffsetCommit from a member of the current generation, or (generation -1 and no member
+    /// id) from a consumer outside any group while the group has no members.
+    pub fn commit(
+        &mut self,
+        now_ms: u64,
+        member_id: &str,
+        generation: i32,
+        offsets: &[((String, u32), u64, String)],
+    ) -> Result<(), GroupError> {
+        if generation < 0 && member_id.is_empty() {
+            if !self.members.is_empty() {
+                return Err(err(
+                    ErrorCode::UnknownMemberId,
+                    "the group has members: commit as one of them",
+                ));
+            }
+        } else {
+            self.check_member(member_id, generation as u32)?;
+            if self.state == GroupState::PreparingRebalance
+                || self.state == GroupState::CompletingRebalance
+            {
+                return Err(err(
+                    ErrorCode::RebalanceInProgress,
+                    "the group is rebalancing",
+                ));
+            }
+            self.members
+                .get_mut(member_id)
+                .expect("checked")
+                .last_heard_ms = now_ms;
+        }
+        if let Some((tp, _, _)) = offsets
+            .iter()
+            .find(|(_, _, md)| md.len() > self.cfg.max_offset_metadata)
+        {
+            return Err(err(
+                ErrorCode::OffsetMetadataTooLarge,
+                format!(
+                    "metadata of {}-{} exceeds {} bytes",
+                    tp.0, tp.1, self.cfg.max_offset_metadata
+                ),
+            ));
+        }
+        for (tp, offset, metadata) in offsets {
+            self.offsets.insert(
+                tp.clone(),
+                CommittedOffset {
+                    offset: *offset,
+                    metadata: metadata.clone(),
+                    commit_time_ms: now_ms,
+                },
+            );
+        }
+        Ok(())
+    }
+
+    /// The committed offset of a partition, if any.
+    pub fn committed(&self, topic: &str, partition: u32) -> Option<&CommittedOffset> {
+        self.offsets.get(&(topic.to_string(), partition))
+    }
+
+    /// Loads an offset replayed from `__consumer_offsets` at start (no checks: it was accepted
+    /// once).
+    pub fn load_offset(&mut self, topic: String, partition: u32, committed: CommittedOffset) {
+        self.offsets.insert((topic, partition), committed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn join_req(member: &str, instance: Option<&str>, topics: &str) -> JoinRequest {
+        JoinRequest {
+            member_id: member.to_string(),
+            group_instance_id: instance.map(str::to_string),
+            client_id: "c".into(),
+            session_timeout_ms: 10_000,
+            rebalance_timeout_ms: 30_000,
+            protocol_type: "consumer".into(),
+            protocols: vec![("range".into(), topics.as_bytes().to_vec())],
+        }
+    }
+
+    fn joined(actions: &[Action], token: Token) -> JoinResult {
+        actions
+            .iter()
+            .find_map(|a| match a {
+                Action::JoinReply(t, Ok(r)) if *t == token => Some(r.clone()),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("no join reply for {token} in {actions:?}"))
+    }
+
+    fn synced(actions: &[Action], token: Token) -> Vec<u8> {
+        actions
+            .iter()
+            .find_map(|a| match a {
+                Action::SyncReply(t, Ok(r)) if *t == token => Some(r.clone()),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("no sync reply for {token} in {actions:?}"))
+    }
+
+    /// Two members through a full rebalance; returns their ids (leader first).
+    fn two_members(g: &mut Group) -> (String, String) {
+        let a = g.join(0, join_req("", None, "t"), 1);
+        let ra = joined(&a, 1);
+        assert_eq!(ra.generation, 1);
+        assert_eq!(ra.leader, ra.member_id);
+        // The leader syncs; the group is stable with one member.
+        let s = g.sync(
+            1,
+            SyncRequest {
+                member_id: ra.member_id.clone(),
+                generation: 1,
+                assignments: vec![(ra.member_id.clone(), b"all".to_vec())],
+            },
+            2,
+        );
+        assert_eq!(synced(&s, 2), b"all");
+        // A second member starts a rebalance; the first learns it from its heartbeat.
+        let b = g.join(2, join_req("", None, "t"), 3);
+        assert!(b.is_empty(), "the join waits for the others");
+        assert_eq!(
+            g.heartbeat(3, &ra.member_id, 1).unwrap_err().code,
+            ErrorCode::RebalanceInProgress
+        );
+        let a2 = g.join(4, join_req(&ra.member_id, None, "t"), 4);
+        let (r1, r2) = (joined(&a2, 4), joined(&a2, 3));
+        assert_eq!(r1.generation, 2);
+        assert_eq!(
+            r1.leader, ra.member_id,
+            "the leader stays while it is a member"
+        );
+        assert_eq!(r1.members.len(), 2, "the leader sees every member");
+        assert!(r2.members.is_empty());
+        (r1.member_id, r2.member_id)
+    }
+
+    #[test]
+    fn join_sync_heartbeat_round_trip() {
+        let mut g = Group::new("g", GroupConfig::default());
+        let (leader, follower) = two_members(&mut g);
+        assert_eq!(g.state(), GroupState::CompletingRebalance);
+        // The follower's sync waits for the leader's.
+        assert!(g
+            .sync(
+                5,
+                SyncRequest {
+                    member_id: follower.clone(),
+                    generation: 2,
+                    assignments: vec![]
+                },
+                10
+            )
+            .is_empty());
+        let out = g.sync(
+            6,
+            SyncRequest {
+                member_id: leader.clone(),
+                generation: 2,
+                assignments: vec![
+                    (leader.clone(), b"p0".to_vec()),
+                    (follower.clone(), b"p1".to_vec()),
+                ],
+            },
+            11,
+        );
+        assert_eq!(synced(&out, 10), b"p1");
+        assert_eq!(synced(&out, 11), b"p0");
+        assert_eq!(g.state(), GroupState::Stable);
+        assert!(g.heartbeat(7, &follower, 2).is_ok());
+    }
+
+    #[test]
+    fn stale_generations_and_unknown_members_are_refused() {
+        let mut g = Group::new("g", GroupConfig::default());
+        let (leader, follower) = two_members(&mut g);
+        let out = g.sync(
+            5,
+            SyncRequest {
+                member_id: leader.clone(),
+                generation: 2,
+                assignments: vec![],
+            },
+            7,
+        );
+        synced(&out, 7);
+        assert_eq!(
+            g.heartbeat(6, &follower, 1).unwrap_err().code,
+            ErrorCode::IllegalGeneration
+        );
+        assert_eq!(
+            g.heartbeat(6, "ghost", 2).unwrap_err().code,
+            ErrorCode::UnknownMemberId
+        );
+        let e = g
+            .commit(6, "ghost", 2, &[(("t".into(), 0), 5, String::new())])
+            .unwrap_err();
+        assert_eq!(e.code, ErrorCode::UnknownMemberId);
+        let e = g
+            .commit(6, &follower, 1, &[(("t".into(), 0), 5, String::new())])
+            .unwrap_err();
+        assert_eq!(e.code, ErrorCode::IllegalGeneration);
+        assert!(
+            g.committed("t", 0).is_none(),
+            "a refused commit stored nothing"
+        );
+        g.commit(6, &follower, 2, &[(("t".into(), 0), 5, "m".into())])
+            .unwrap();
+        assert_eq!(g.committed("t", 0).unwrap().offset, 5);
+        let e = g.join(7, join_req("ghost", None, "t"), 9);
+        assert!(
+            matches!(&e[0], Action::JoinReply(9, Err(e)) if e.code == ErrorCode::UnknownMemberId)
+        );
+        assert_eq!(
+            g.state(),
+            GroupState::Stable,
+            "bad input did not disturb the group"
+        );
+        assert_eq!(g.generation(), 2);
+    }
+
+    #[test]
+    fn a_crashed_member_is_removed_at_its_session_timeout_like_a_leaver() {
+        let mut g = Group::new("g", GroupConfig::default());
+        let (leader, follower) = two_members(&mut g);
+        let out = g.sync(
+            5,
+            SyncRequest {
+                member_id: leader.clone(),
+                generation: 2,
+                assignments: vec![],
+            },
+            7,
+        );
+        synced(&out, 7);
+        // The leader keeps heartbeating; the follower goes silent.
+        for t in (1_000..=9_000).step_by(1_000) {
+            g.heartbeat(t, &leader, 2).unwrap();
+            assert!(g.tick(t).1.is_empty());
+        }
+        g.heartbeat(10_000, &leader, 2).unwrap();
+        let (_, expired) = g.tick(10_006);
+        assert_eq!(expired, vec![follower.clone()]);
+        assert_eq!(g.state(), GroupState::PreparingRebalance);
+        assert_eq!(
+            g.heartbeat(10_007, &follower, 2).unwrap_err().code,
+            ErrorCode::UnknownMemberId
+        );
+        // The survivor rejoins alone: generation 3 with one member.
+        let out = g.join(10_008, join_req(&leader, None, "t"), 20);
+        let r = joined(&out, 20);
+        assert_eq!((r.generation, r.members.len()), (3, 1));
+    }
+
+    #[test]
+    fn rebalance_deadline_drops_members_that_do_not_rejoin() {
+        let mut g = Group::new("g", GroupConfig::default());
+        let (leader, follower) = two_members(&mut g);
+        let out = g.sync(
+            5,
+            SyncRequest {
+                member_id: leader.clone(),
+                generation: 2,
+                assignments: vec![],
+            },
+            7,
+        );
+        synced(&out, 7);
+        // A third member triggers a rebalance; only the leader rejoins.
+        assert!(g.join(100, join_req("", None, "t"), 30).is_empty());
+        assert!(g.join(101, join_req(&leader, None, "t"), 31).is_empty());
+        let (out, _) = g.tick(100 + 30_000);
+        let r = joined(&out, 31);
+        assert_eq!(r.generation, 3);
+        assert_eq!(r.members.len(), 2);
+        assert!(!r.members.iter().any(|(id, _, _)| *id == follower));
+    }
+
+    #[test]
+    fn a_static_member_restarting_keeps_its_assignment_without_a_rebalance() {
+        let mut g = Group::new("g", GroupConfig::default());
+        let a = g.join(0, join_req("", Some("host-a"), "t"), 1);
+        let ra = joined(&a, 1);
+        let s = g.sync(
+            1,
+            SyncRequest {
+                member_id: ra.member_id.clone(),
+                generation: 1,
+                assignments: vec![(ra.member_id.clone(), b"mine".to_vec())],
+            },
+            2,
+        );
+        synced(&s, 2);
+        // Restarted: it forgot its member id but has its instance id.
+        let out = g.join(5, join_req("", Some("host-a"), "t"), 3);
+        let r = joined(&out, 3);
+        assert_eq!(
+            (r.member_id.as_str(), r.generation),
+            (ra.member_id.as_str(), 1)
+        );
+        assert_eq!(g.state(), GroupState::Stable);
+        let s = g.sync(
+            6,
+            SyncRequest {
+                member_id: r.member_id.clone(),
+                generation: 1,
+                assignments: vec![],
+            },
+            4,
+        );
+        assert_eq!(synced(&s, 4), b"mine");
+        // Someone claiming the instance with another member id is fenced.
+        let out = g.join(7, join_req("impostor", Some("host-a"), "t"), 5);
+        assert!(
+            matches!(&out[0], Action::JoinReply(5, Err(e)) if e.code == ErrorCode::FencedInstanceId)
+        );
+    }
+
+    #[test]
+    fn bad_joins_are_refused() {
+        let mut g = Group::new("g", GroupConfig::default());
+        let mut short = join_req("", None, "t");
+        short.session_timeout_ms = 10;
+        assert!(
+            matches!(&g.join(0, short, 1)[0], Action::JoinReply(1, Err(e)) if e.code == ErrorCode::InvalidSessionTimeout)
+        );
+        let r = joined(&g.join(0, join_req("", None, "t"), 2), 2);
+        let mut other = join_req("", None, "t");
+        other.protocols = vec![("roundrobin".into(), vec![])];
+        assert!(
+            matches!(&g.join(1, other, 3)[0], Action::JoinReply(3, Err(e)) if e.code == ErrorCode::InconsistentGroupProtocol)
+        );
+        let mut cfg = GroupConfig::default();
+        cfg.max_members = 1;
+        let mut small = Group::new("s", cfg);
+        joined(&small.join(0, join_req("", None, "t"), 1), 1);
+        assert!(
+            matches!(&small.join(0, join_req("", None, "t"), 2)[0], Action::JoinReply(2, Err(e)) if e.code == ErrorCode::GroupMaxSizeReached)
+        );
+        assert_eq!(g.member_ids(), vec![r.member_id]);
+    }
+
+    #[test]
+    fn leaving_empties_the_group_and_keeps_offsets() {
+        let mut g = Group::new("g", GroupConfig::default());
+        let r = joined(&g.join(0, join_req("", None, "t"), 1), 1);
+        synced(
+            &g.sync(
+                1,
+                SyncRequest {
+                    member_id: r.member_id.clone(),
+                    generation: 1,
+                    assignments: vec![],
+                },
+                2,
+            ),
+            2,
+        );
+        g.commit(2, &r.member_id, 1, &[(("t".into(), 3), 42, String::new())])
+            .unwrap();
+        g.leave(3, &r.member_id).unwrap();
+        assert_eq!(g.state(), GroupState::Empty);
+        assert_eq!(g.committed("t", 3).unwrap().offset, 42);
+        // With no members, a consumer outside the group may commit (reset-offsets).
+        g.commit(4, "", -1, &[(("t".into(), 3), 7, String::new())])
+            .unwrap();
+        assert_eq!(g.committed("t", 3).unwrap().offset, 7);
+        assert_eq!(
+            g.leave(5, &r.member_id).unwrap_err().code,
+            ErrorCode::UnknownMemberId
+        );
+    }
+}
