@@ -966,8 +966,10 @@ mod tests {
         assert!(
             matches!(&g.join(1, other, 3)[0], Action::JoinReply(3, Err(e)) if e.code == ErrorCode::InconsistentGroupProtocol)
         );
-        let mut cfg = GroupConfig::default();
-        cfg.max_members = 1;
+        let cfg = GroupConfig {
+            max_members: 1,
+            ..GroupConfig::default()
+        };
         let mut small = Group::new("s", cfg);
         joined(&small.join(0, join_req("", None, "t"), 1), 1);
         assert!(
