@@ -5,7 +5,7 @@
 //! Not wired to the network yet: the shell (coordinator placement on `__consumer_offsets`
 //! partitions, the APIs, offset persistence) comes next.
 
-// pub mod assignor; (being written)
+pub mod assignor;
 pub mod coordinator;
 
 pub use coordinator::{
