@@ -165,6 +165,33 @@ fn hostile_input_is_refused_and_the_broker_keeps_serving() {
     let (code, _) = produce_error(&b, "safe", &bad_body);
     assert_eq!(code, ErrorCode::CorruptMessage);
 
+    // One partition listed twice in one request: the first entry is stored, the second refused.
+    {
+        let batch = good_batch(2);
+        let entry = |at: u32| ProducePartition {
+            topic: "safe".into(),
+            partition: 0,
+            payload_offset: at,
+            payload_len: batch.len() as u32,
+        };
+        let meta = encode_meta(&ProduceRequest {
+            acks: 1,
+            timeout_ms: 10_000,
+            partitions: vec![entry(0), entry(batch.len() as u32)],
+        })
+        .unwrap();
+        let wire =
+            encode_request(&header(ApiKey::Produce as u16, 8), &meta, &[&batch, &batch]).unwrap();
+        let mut s = connect(&b);
+        s.write_all(&wire).unwrap();
+        let r: ProduceResponse = response(&mut s).unwrap().decode_meta().unwrap();
+        assert_eq!(r.partitions[0].error_code, 0);
+        assert_eq!(
+            ErrorCode::from_code(r.partitions[1].error_code),
+            ErrorCode::InvalidRequest
+        );
+    }
+
     // A produce to a topic that does not exist.
     let (code, msg) = produce_error(&b, "missing", &good_batch(1));
     assert_eq!(code, ErrorCode::UnknownTopicOrPartition);
@@ -172,7 +199,10 @@ fn hostile_input_is_refused_and_the_broker_keeps_serving() {
 
     // The broker still serves, and the stored data is exactly what was acknowledged.
     produce_values(&b, "safe", 0, (50..60).map(|i| format!("keep-{i}")));
-    let got = values(&consume_exactly(&b, "safe", StartFrom::Beginning, 60));
-    let want: Vec<String> = (0..60).map(|i| format!("keep-{i}")).collect();
+    // The raw batch above stored two records "v0", "v1" at offsets 50 and 51.
+    let got = values(&consume_exactly(&b, "safe", StartFrom::Beginning, 62));
+    let mut want: Vec<String> = (0..50).map(|i| format!("keep-{i}")).collect();
+    want.extend(["v0".to_string(), "v1".to_string()]);
+    want.extend((50..60).map(|i| format!("keep-{i}")));
     assert_eq!(got, want);
 }

@@ -9,7 +9,7 @@ use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use rill_shards::rt::{DmaFile, ReadResult};
 
 use super::error::LogError;
@@ -295,24 +295,20 @@ impl PartitionLog {
 
     /// Assigns offsets to a validated batch and queues it for the next flush. Returns the
     /// stamped bytes (what will be on disk) for the tail cache.
-    pub fn append(
-        &mut self,
-        batch: &[u8],
-        append_time_ms: i64,
-        record_count: u32,
-    ) -> Result<Bytes, LogError> {
+    /// Queues a validated batch already stamped with this log's next offset.
+    pub fn append_stamped(&mut self, batch: Bytes, record_count: u32) -> Result<(), LogError> {
         if let Some(f) = &self.failed {
             return Err(LogError::Failed(f.clone()));
         }
         assert!(batch.len() >= HEADER_LEN && record_count > 0);
-        let base = self.next_offset;
-        let mut owned = BytesMut::with_capacity(batch.len());
-        owned.extend_from_slice(batch);
-        crate::batch::stamp_batch(&mut owned, base, append_time_ms);
-        let bytes = owned.freeze();
-        self.next_offset = base + u64::from(record_count);
-        self.pending.push(bytes.clone());
-        Ok(bytes)
+        let header = crate::batch::BatchHeader::decode(&batch).expect("length checked");
+        assert_eq!(
+            header.base_offset, self.next_offset,
+            "appended offsets must be contiguous"
+        );
+        self.next_offset += u64::from(record_count);
+        self.pending.push(batch);
+        Ok(())
     }
 
     pub fn has_pending(&self) -> bool {

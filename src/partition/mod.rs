@@ -189,15 +189,33 @@ impl Partition {
         now_ms: i64,
         cache: &TailCache,
     ) -> Result<(u64, u64), LogError> {
+        let mut stamped = Vec::with_capacity(batches.len());
+        let mut next = self.log_end_offset();
+        for b in batches {
+            let mut owned = bytes::BytesMut::from(b.bytes());
+            crate::batch::stamp_batch(&mut owned, next, now_ms);
+            next += u64::from(b.header().record_count);
+            stamped.push((owned.freeze(), b.header().record_count));
+        }
+        self.append_stamped(stamped, cache)
+    }
+
+    /// Appends validated batches whose base offsets were stamped from this partition's log
+    /// end (see the produce handler). Returns the first offset and the offset after the last.
+    pub fn append_stamped(
+        &self,
+        batches: Vec<(bytes::Bytes, u32)>,
+        cache: &TailCache,
+    ) -> Result<(u64, u64), LogError> {
         if self.deleted.get() {
             return Err(LogError::Failed("partition is being deleted".into()));
         }
         let mut log = self.log.borrow_mut();
         let first = log.next_offset();
-        for b in batches {
+        for (bytes, count) in batches {
             let base = log.next_offset();
-            let stored = log.append(b.bytes(), now_ms, b.header().record_count)?;
-            cache.insert(self.cache_key, base, log.next_offset(), stored);
+            log.append_stamped(bytes.clone(), count)?;
+            cache.insert(self.cache_key, base, log.next_offset(), bytes);
         }
         Ok((first, log.next_offset()))
     }

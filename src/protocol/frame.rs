@@ -169,6 +169,12 @@ impl RequestFrame {
     pub fn payload_slice(&self, offset: u32, len: u32) -> Result<&[u8], FrameError> {
         slice_checked(self.payload(), offset, len)
     }
+
+    /// The frame's memory and where its payload starts in it: a produce stamps its batches
+    /// there and keeps them, instead of copying them out.
+    pub fn into_parts(self) -> (FrameBuf, usize) {
+        (self.buf, self.payload.start)
+    }
 }
 
 fn slice_checked(payload: &[u8], offset: u32, len: u32) -> Result<&[u8], FrameError> {

@@ -39,7 +39,7 @@ pub async fn serve(shard: Rc<Shard>, mut stream: TcpStream) {
             }
         };
         let correlation = frame.header.correlation_id;
-        let reply = handlers::dispatch(&shard, &frame).await;
+        let reply = handlers::dispatch(&shard, frame).await;
         let result = match reply {
             Reply::None => Ok(()),
             Reply::Error(code, message) => {

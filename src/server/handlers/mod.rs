@@ -61,7 +61,7 @@ impl From<FrameError> for Reply {
     }
 }
 
-pub async fn dispatch(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
+pub async fn dispatch(shard: &Rc<Shard>, frame: RequestFrame) -> Reply {
     let h = &frame.header;
     let Some(api) = ApiKey::from_u16(h.api_key) else {
         return Reply::Error(
@@ -81,17 +81,17 @@ pub async fn dispatch(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
     }
     match api {
         ApiKey::ApiVersions => metadata::api_versions(),
-        ApiKey::Metadata => metadata::metadata(shard, frame),
-        ApiKey::CreateTopics => topics::create(shard, frame).await,
-        ApiKey::DeleteTopics => topics::delete(shard, frame).await,
+        ApiKey::Metadata => metadata::metadata(shard, &frame),
+        ApiKey::CreateTopics => topics::create(shard, &frame).await,
+        ApiKey::DeleteTopics => topics::delete(shard, &frame).await,
         ApiKey::Produce => produce::produce(shard, frame).await,
-        ApiKey::Fetch => fetch::fetch(shard, frame).await,
-        ApiKey::ListOffsets => list_offsets::list_offsets(shard, frame).await,
-        ApiKey::AlterTopicConfigs => topics::alter_config(shard, frame).await,
-        ApiKey::CreatePartitions => topics::create_partitions(shard, frame).await,
-        ApiKey::DeleteRecords => log_admin::delete_records(shard, frame).await,
-        ApiKey::DescribePartitions => log_admin::describe_partitions(shard, frame),
-        ApiKey::DecommissionPartition => topics::decommission(shard, frame).await,
+        ApiKey::Fetch => fetch::fetch(shard, &frame).await,
+        ApiKey::ListOffsets => list_offsets::list_offsets(shard, &frame).await,
+        ApiKey::AlterTopicConfigs => topics::alter_config(shard, &frame).await,
+        ApiKey::CreatePartitions => topics::create_partitions(shard, &frame).await,
+        ApiKey::DeleteRecords => log_admin::delete_records(shard, &frame).await,
+        ApiKey::DescribePartitions => log_admin::describe_partitions(shard, &frame),
+        ApiKey::DecommissionPartition => topics::decommission(shard, &frame).await,
     }
 }
 

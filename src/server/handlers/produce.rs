@@ -27,7 +27,14 @@ fn validate_all(mut bytes: &[u8]) -> Result<Vec<BatchView<'_>>, BatchError> {
     Ok(out)
 }
 
-pub async fn produce(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
+/// One partition's accepted batches: (offset in the frame buffer, length, record count).
+struct Accepted {
+    result: usize,
+    partition: Rc<crate::partition::Partition>,
+    batches: Vec<(usize, usize, u32)>,
+}
+
+pub async fn produce(shard: &Rc<Shard>, frame: RequestFrame) -> Reply {
     let req: ProduceRequest = match frame.decode_meta() {
         Ok(r) => r,
         Err(e) => return e.into(),
@@ -40,8 +47,9 @@ pub async fn produce(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
     }
     let now = now_ms();
     let mut results = Vec::with_capacity(req.partitions.len());
-    let mut waits = Vec::new();
-    for (i, pp) in req.partitions.iter().enumerate() {
+    let mut accepted: Vec<Accepted> = Vec::new();
+    // Phase 1: validate everything against the frame as it arrived.
+    for pp in &req.partitions {
         let mut result = ProducePartitionResult {
             topic: pp.topic.clone(),
             partition: pp.partition,
@@ -51,53 +59,106 @@ pub async fn produce(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
             log_append_time_ms: -1,
             log_start_offset: -1,
         };
-        let Some(p) = shard.partition(&pp.topic, pp.partition) else {
-            let (code, msg) = locate_error(shard, &pp.topic, pp.partition);
+        let refuse = |result: &mut ProducePartitionResult, code: ErrorCode, msg: String| {
             result.error_code = code.code();
             result.message = msg;
+        };
+        let Some(p) = shard.partition(&pp.topic, pp.partition) else {
+            let (code, msg) = locate_error(shard, &pp.topic, pp.partition);
+            refuse(&mut result, code, msg);
             results.push(result);
             continue;
         };
-        let batches = match frame
-            .payload_slice(pp.payload_offset, pp.payload_len)
-            .map_err(|e| e.to_string())
-            .and_then(|b| validate_all(b).map_err(|e| e.to_string()))
-        {
+        if accepted.iter().any(|a| Rc::ptr_eq(&a.partition, &p)) {
+            refuse(
+                &mut result,
+                ErrorCode::InvalidRequest,
+                "partition listed twice in one request".into(),
+            );
+            results.push(result);
+            continue;
+        }
+        let payload = match frame.payload_slice(pp.payload_offset, pp.payload_len) {
             Ok(b) => b,
-            Err(msg) => {
-                result.error_code = ErrorCode::CorruptMessage.code();
-                result.message = msg;
+            Err(e) => {
+                refuse(&mut result, ErrorCode::CorruptMessage, e.to_string());
+                results.push(result);
+                continue;
+            }
+        };
+        let batches = match validate_all(payload) {
+            Ok(b) => b,
+            Err(e) => {
+                refuse(&mut result, ErrorCode::CorruptMessage, e.to_string());
                 results.push(result);
                 continue;
             }
         };
         if p.is_decommissioned() {
-            result.error_code = ErrorCode::PolicyViolation.code();
-            result.message = format!(
+            let msg = format!(
                 "{}-{} is decommissioned: writes stopped",
                 pp.topic, pp.partition
             );
+            refuse(&mut result, ErrorCode::PolicyViolation, msg);
             results.push(result);
             continue;
         }
         let max = p.settings().max_message_bytes;
         if let Some(big) = batches.iter().find(|b| b.len() > max) {
-            result.error_code = ErrorCode::MessageTooLarge.code();
-            result.message = format!(
+            let msg = format!(
                 "a batch of {} bytes exceeds max.message.bytes {max}",
                 big.len()
             );
+            refuse(&mut result, ErrorCode::MessageTooLarge, msg);
             results.push(result);
             continue;
         }
-        match p.append(&batches, now, &shard.cache) {
+        let start = pp.payload_offset as usize;
+        let mut at = start;
+        let mut list = Vec::with_capacity(batches.len());
+        for b in &batches {
+            list.push((at, b.len(), b.header().record_count));
+            at += b.len();
+        }
+        accepted.push(Accepted {
+            result: results.len(),
+            partition: p,
+            batches: list,
+        });
+        results.push(result);
+    }
+    // Phase 2: stamp offsets and append time into the frame's own memory, then keep slices of
+    // it: the producer's bytes are stored without a copy (the DMA write copies them once).
+    // Nothing awaits between reading each log end and appending, so no other append interleaves.
+    let (mut buf, payload_start) = frame.into_parts();
+    for a in &accepted {
+        let mut next = a.partition.log_end_offset();
+        for (at, len, count) in &a.batches {
+            let s = payload_start + at;
+            crate::batch::stamp_batch(&mut buf[s..s + len], next, now);
+            next += u64::from(*count);
+        }
+    }
+    let frame_bytes = bytes::Bytes::from_owner(buf);
+    let mut waits = Vec::new();
+    for a in accepted {
+        let slices: Vec<(bytes::Bytes, u32)> = a
+            .batches
+            .iter()
+            .map(|(at, len, count)| {
+                let s = payload_start + at;
+                (frame_bytes.slice(s..s + len), *count)
+            })
+            .collect();
+        let result = &mut results[a.result];
+        match a.partition.append_stamped(slices, &shard.cache) {
             Ok((first, next)) => {
-                shard.group_commit.mark_dirty(&p);
+                shard.group_commit.mark_dirty(&a.partition);
                 result.base_offset = first as i64;
                 result.log_append_time_ms = now;
-                result.log_start_offset = p.log_start_offset() as i64;
+                result.log_start_offset = a.partition.log_start_offset() as i64;
                 if req.acks != 0 {
-                    waits.push((i, p.wait_for_ack(next - 1)));
+                    waits.push((a.result, a.partition.wait_for_ack(next - 1)));
                 }
             }
             Err(e) => {
@@ -105,7 +166,6 @@ pub async fn produce(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
                 result.message = e.to_string();
             }
         }
-        results.push(result);
     }
     if req.acks == 0 {
         return Reply::None;
