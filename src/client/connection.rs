@@ -16,6 +16,33 @@ use crate::protocol::frame::{
 use crate::protocol::messages::ErrorBody;
 use crate::protocol::ApiKey;
 
+/// Parses a response frame and turns a frame-level error or a correlation mismatch into a
+/// [`ClientError`]; shared by both connection kinds.
+pub fn parse_response(
+    addr: SocketAddr,
+    buf: crate::protocol::frame::FrameBuf,
+    correlation_id: u32,
+) -> Result<ResponseFrame, ClientError> {
+    let frame = ResponseFrame::parse(buf).map_err(|source| ClientError::Frame {
+        addr: addr.to_string(),
+        source,
+    })?;
+    if frame.error != crate::protocol::ErrorCode::None {
+        let message = frame
+            .decode_meta::<ErrorBody>()
+            .map(|b| b.message)
+            .unwrap_or_default();
+        return Err(ClientError::broker(frame.error, message));
+    }
+    if frame.correlation_id != correlation_id {
+        return Err(ClientError::Invalid(format!(
+            "response correlation id {} does not match request {correlation_id}",
+            frame.correlation_id
+        )));
+    }
+    Ok(frame)
+}
+
 /// Largest response frame a client accepts.
 pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 256 << 20;
 
@@ -105,24 +132,7 @@ impl Connection {
                     },
                 },
             )?;
-        let frame = ResponseFrame::parse(buf).map_err(|source| ClientError::Frame {
-            addr: self.addr.to_string(),
-            source,
-        })?;
-        if frame.error != crate::protocol::ErrorCode::None {
-            let message = frame
-                .decode_meta::<ErrorBody>()
-                .map(|b| b.message)
-                .unwrap_or_default();
-            return Err(ClientError::broker(frame.error, message));
-        }
-        if frame.correlation_id != correlation_id {
-            return Err(ClientError::Invalid(format!(
-                "response correlation id {} does not match request {correlation_id}",
-                frame.correlation_id
-            )));
-        }
-        Ok(frame)
+        parse_response(self.addr, buf, correlation_id)
     }
 
     /// One request, one response: returns the decoded meta and the frame (for its payload).

@@ -321,10 +321,7 @@ impl Client {
             configs,
             timeout_ms: self.cfg.request_timeout.as_millis() as u32,
         };
-        let (resp, _): (TopicResults, _) = self.call(addr, ApiKey::AlterTopicConfigs, &req, &[])?;
-        topic_result(resp)?;
-        self.refresh_metadata()?;
-        Ok(())
+        self.topic_command(addr, ApiKey::AlterTopicConfigs, &req)
     }
 
     /// Grows `name` to `count` partitions. Keys may map to other partitions afterwards.
@@ -335,10 +332,7 @@ impl Client {
             count,
             timeout_ms: self.cfg.request_timeout.as_millis() as u32,
         };
-        let (resp, _): (TopicResults, _) = self.call(addr, ApiKey::CreatePartitions, &req, &[])?;
-        topic_result(resp)?;
-        self.refresh_metadata()?;
-        Ok(())
+        self.topic_command(addr, ApiKey::CreatePartitions, &req)
     }
 
     /// Stops writes to a partition for good; readers drain it and retention removes its files.
@@ -349,11 +343,7 @@ impl Client {
             partition,
             timeout_ms: self.cfg.request_timeout.as_millis() as u32,
         };
-        let (resp, _): (TopicResults, _) =
-            self.call(addr, ApiKey::DecommissionPartition, &req, &[])?;
-        topic_result(resp)?;
-        self.refresh_metadata()?;
-        Ok(())
+        self.topic_command(addr, ApiKey::DecommissionPartition, &req)
     }
 
     /// Truncates history: offsets below `before` become unreadable and whole segments below it
@@ -412,6 +402,28 @@ impl Client {
             ));
         }
         Ok(s)
+    }
+
+    /// Sends a request answered by one topic result, then refreshes metadata.
+    fn topic_command<Req>(
+        &mut self,
+        addr: SocketAddr,
+        api: ApiKey,
+        req: &Req,
+    ) -> Result<(), ClientError>
+    where
+        Req: for<'a> rkyv::Serialize<
+            rkyv::api::high::HighSerializer<
+                rkyv::util::AlignedVec,
+                rkyv::ser::allocator::ArenaHandle<'a>,
+                rkyv::rancor::BoxedError,
+            >,
+        >,
+    {
+        let (resp, _): (TopicResults, _) = self.call(addr, api, req, &[])?;
+        topic_result(resp)?;
+        self.refresh_metadata()?;
+        Ok(())
     }
 
     /// Topic names, sorted (from a fresh metadata fetch).
@@ -492,10 +504,7 @@ impl Client {
             }],
             timeout_ms: self.cfg.request_timeout.as_millis() as u32,
         };
-        let (resp, _): (TopicResults, _) = self.call(addr, ApiKey::CreateTopics, &req, &[])?;
-        topic_result(resp)?;
-        self.refresh_metadata()?;
-        Ok(())
+        self.topic_command(addr, ApiKey::CreateTopics, &req)
     }
 
     /// Deletes a topic, then refreshes metadata.
@@ -505,10 +514,7 @@ impl Client {
             topics: vec![name.to_string()],
             timeout_ms: self.cfg.request_timeout.as_millis() as u32,
         };
-        let (resp, _): (TopicResults, _) = self.call(addr, ApiKey::DeleteTopics, &req, &[])?;
-        topic_result(resp)?;
-        self.refresh_metadata()?;
-        Ok(())
+        self.topic_command(addr, ApiKey::DeleteTopics, &req)
     }
 
     /// Sends encoded batches to one partition's leader. `acks` 0 returns `None` at once.

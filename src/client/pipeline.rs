@@ -15,8 +15,7 @@ use super::error::ClientError;
 use crate::protocol::frame::{
     encode_request_head, read_frame_blocking, RequestHeader, ResponseFrame,
 };
-use crate::protocol::messages::ErrorBody;
-use crate::protocol::{ApiKey, ErrorCode, FrameError};
+use crate::protocol::{ApiKey, FrameError};
 
 /// Called with the response to a request (on the connection's reader thread; keep it short).
 pub type Completion = Box<dyn FnOnce(Result<ResponseFrame, ClientError>) + Send>;
@@ -150,10 +149,7 @@ impl PipelinedConnection {
         let payload_len = payload.iter().map(|p| (**p).as_ref().len()).sum();
         let head = encode_request_head(&header, meta, payload_len)
             .map_err(|e| ClientError::Invalid(e.to_string()))?;
-        let closed = || ClientError::Io {
-            addr: self.addr.to_string(),
-            source: std::io::Error::new(std::io::ErrorKind::BrokenPipe, "connection closed"),
-        };
+        let closed = || closed(self.addr);
         if self.is_dead() {
             return Err(closed());
         }
@@ -173,6 +169,13 @@ impl Drop for PipelinedConnection {
         // Closing the queue ends the writer; shutting the socket ends the reader.
         self.tx.take();
         let _ = self.socket.shutdown(Shutdown::Both);
+    }
+}
+
+fn closed(addr: SocketAddr) -> ClientError {
+    ClientError::Io {
+        addr: addr.to_string(),
+        source: std::io::Error::new(std::io::ErrorKind::BrokenPipe, "connection closed"),
     }
 }
 
@@ -200,26 +203,14 @@ fn write_loop(
     for mut out in rx.iter() {
         if dead.load(Ordering::Acquire) {
             if let Some(c) = out.completion {
-                c(Err(ClientError::Io {
-                    addr: addr.to_string(),
-                    source: std::io::Error::new(
-                        std::io::ErrorKind::BrokenPipe,
-                        "connection closed",
-                    ),
-                }));
+                c(Err(closed(addr)));
             }
             continue;
         }
         if let Some(c) = out.completion.take() {
             // Waits while max_in_flight requests are unanswered; fails if the reader is gone.
             if slots.send(()).is_err() {
-                c(Err(ClientError::Io {
-                    addr: addr.to_string(),
-                    source: std::io::Error::new(
-                        std::io::ErrorKind::BrokenPipe,
-                        "connection closed",
-                    ),
-                }));
+                c(Err(closed(addr)));
                 continue;
             }
             if let Ok(mut q) = inflight.lock() {
@@ -275,27 +266,6 @@ fn read_loop(
             let _ = socket.shutdown(Shutdown::Both);
             return;
         };
-        let result = ResponseFrame::parse(buf)
-            .map_err(|source| ClientError::Frame {
-                addr: addr.to_string(),
-                source,
-            })
-            .and_then(|f| {
-                if f.error != ErrorCode::None {
-                    let message = f
-                        .decode_meta::<ErrorBody>()
-                        .map(|b| b.message)
-                        .unwrap_or_default();
-                    return Err(ClientError::broker(f.error, message));
-                }
-                if f.correlation_id != correlation_id {
-                    return Err(ClientError::Invalid(format!(
-                        "response correlation id {} does not match request {correlation_id}",
-                        f.correlation_id
-                    )));
-                }
-                Ok(f)
-            });
-        completion(result);
+        completion(super::connection::parse_response(addr, buf, correlation_id));
     }
 }

@@ -603,10 +603,32 @@ impl Producer {
 
     /// Sends every buffered record now and waits until all are acknowledged or failed.
     pub fn flush(&self) -> Result<(), ClientError> {
-        let mut st = self.shared.lock();
-        st.flush_wanted = true;
+        self.flush_until(None)
+    }
+
+    /// Bytes of records buffered and not yet acknowledged.
+    pub fn buffered_bytes(&self) -> usize {
+        self.shared.lock().buffered
+    }
+}
+
+impl Drop for Producer {
+    fn drop(&mut self) {
+        let _ = self.flush_until(Some(Instant::now() + self.shared.cfg.delivery_timeout));
+        self.shared.lock().closed = true;
         self.shared.wake();
-        while st.outstanding > 0 {
+        self.shared.changed.notify_all();
+        if let Some(t) = self.sender.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Producer {
+    /// Sends everything buffered and waits for the outcomes, until `deadline` if given.
+    fn flush_until(&self, deadline: Option<Instant>) -> Result<(), ClientError> {
+        let mut st = self.shared.lock();
+        while st.outstanding > 0 && deadline.is_none_or(|d| Instant::now() < d) {
             if st.closed {
                 return Err(ClientError::Invalid("producer is closed".into()));
             }
@@ -622,45 +644,9 @@ impl Producer {
         st.flush_wanted = false;
         Ok(())
     }
-
-    /// Bytes of records buffered and not yet acknowledged.
-    pub fn buffered_bytes(&self) -> usize {
-        self.shared.lock().buffered
-    }
 }
 
-impl Drop for Producer {
-    fn drop(&mut self) {
-        let _ = self.flush_within(self.shared.cfg.delivery_timeout);
-        self.shared.lock().closed = true;
-        self.shared.wake();
-        self.shared.changed.notify_all();
-        if let Some(t) = self.sender.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-impl Producer {
-    fn flush_within(&self, limit: Duration) -> Result<(), ClientError> {
-        let deadline = Instant::now() + limit;
-        let mut st = self.shared.lock();
-        while st.outstanding > 0 && Instant::now() < deadline {
-            st.flush_wanted = true;
-            self.shared.wake();
-            st = self
-                .shared
-                .changed
-                .wait_timeout(st, Duration::from_millis(50))
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
-        }
-        Ok(())
-    }
-}
-
-/// A batch on its way: enough to answer or requeue it.
-/// Batches of one partition sent together, oldest first.
+/// Batches of one partition sent together, oldest first: enough to answer or requeue them.
 struct Sent {
     topic: Arc<str>,
     partition: u32,

@@ -61,10 +61,7 @@ pub async fn alter_config(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
         name: req.topic.clone(),
         configs: req.configs.into_iter().collect(),
     };
-    let result = propose(shard, req.topic, cmd, timeout).await;
-    Reply::meta(&TopicResults {
-        topics: vec![result],
-    })
+    one_topic(shard, req.topic, cmd, timeout).await
 }
 
 pub async fn create_partitions(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
@@ -77,10 +74,7 @@ pub async fn create_partitions(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply
         name: req.topic.clone(),
         count: req.count,
     };
-    let result = propose(shard, req.topic, cmd, timeout).await;
-    Reply::meta(&TopicResults {
-        topics: vec![result],
-    })
+    one_topic(shard, req.topic, cmd, timeout).await
 }
 
 pub async fn decommission(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
@@ -93,7 +87,12 @@ pub async fn decommission(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
         name: req.topic.clone(),
         partition: req.partition,
     };
-    let result = propose(shard, req.topic, cmd, timeout).await;
+    one_topic(shard, req.topic, cmd, timeout).await
+}
+
+/// Proposes one topic command and answers with its result.
+async fn one_topic(shard: &Rc<Shard>, name: String, cmd: Command, timeout: Duration) -> Reply {
+    let result = propose(shard, name, cmd, timeout).await;
     Reply::meta(&TopicResults {
         topics: vec![result],
     })
