@@ -162,3 +162,31 @@ fn broker_flags_come_from_a_config_file_and_rill_variables() {
     let o = cli("127.0.0.1:1", &["broker", "--config", &path], None);
     assert_one_line_error(&o, "unknown key 'no_such_flag'");
 }
+
+#[test]
+fn sigterm_stops_the_broker_cleanly_and_keeps_the_data() {
+    let mut b = TestBroker::start(2, &["--fsync", "never"]);
+    assert!(b
+        .cli(&["topic", "create", "calm", "--partitions", "2"], None)
+        .status
+        .success());
+    let input: String = (0..500).map(|i| format!("line-{i}\n")).collect();
+    assert!(b
+        .cli(&["produce", "calm", "--acks", "1"], Some(&input))
+        .status
+        .success());
+    let status = b.terminate();
+    assert!(status.success(), "exit status {status}: {}", b.log_text());
+    assert!(b.log_text().contains("stopped cleanly"), "{}", b.log_text());
+    b.start_again();
+    let o = b.cli(
+        &["consume", "calm", "-n", "500", "--timeout-ms", "20000"],
+        None,
+    );
+    let (out, _) = text(&o);
+    let mut got: Vec<&str> = out.lines().collect();
+    got.sort_unstable();
+    let mut want: Vec<String> = (0..500).map(|i| format!("line-{i}")).collect();
+    want.sort_unstable();
+    assert_eq!(got, want);
+}

@@ -17,6 +17,10 @@ pub struct GroupCommit {
     dirty: RefCell<Vec<Rc<Partition>>>,
     wake: Event,
     policy: FsyncPolicy,
+    /// A round is on disk now.
+    busy: std::cell::Cell<bool>,
+    /// Notified at the end of every round.
+    idle: Event,
 }
 
 impl GroupCommit {
@@ -25,6 +29,8 @@ impl GroupCommit {
             dirty: RefCell::new(Vec::new()),
             wake: Event::new(),
             policy,
+            busy: std::cell::Cell::new(false),
+            idle: Event::new(),
         })
     }
 
@@ -48,7 +54,23 @@ impl GroupCommit {
                 continue;
             }
             drop(listener);
+            self.busy.set(true);
             self.round(dirty).await;
+            self.busy.set(false);
+            self.idle.notify(usize::MAX);
+        }
+    }
+
+    /// Waits until every append made so far went through a round (for a clean shutdown:
+    /// the caller stopped taking appends first).
+    pub async fn quiesce(&self) {
+        loop {
+            let listener = self.idle.listen();
+            if !self.busy.get() && self.dirty.borrow().is_empty() {
+                return;
+            }
+            self.wake.notify(1);
+            listener.await;
         }
     }
 

@@ -41,7 +41,29 @@ pub enum BrokerError {
 const METADATA_QUEUE: usize = 64;
 
 /// Runs a broker until the process is stopped.
+/// Blocks SIGINT and SIGTERM in this thread and every thread it starts after, so that only
+/// `wait_for_stop_signal` receives them.
+fn block_stop_signals() -> libc::sigset_t {
+    // SAFETY: plain libc signal-set calls on a local set.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    }
+}
+
+fn wait_for_stop_signal(set: &libc::sigset_t) -> i32 {
+    let mut sig = 0;
+    // SAFETY: `set` is a valid signal set; sigwait writes the signal number.
+    unsafe { libc::sigwait(set, &mut sig) };
+    sig
+}
+
 pub fn run_broker(cfg: BrokerConfig) -> Result<(), BrokerError> {
+    let signals = block_stop_signals();
     let shards = cfg.cores.len();
     let last_port = u32::from(cfg.listen.port()) + shards as u32 - 1;
     if shards == 0 || last_port > u32::from(u16::MAX) {
@@ -91,12 +113,16 @@ pub fn run_broker(cfg: BrokerConfig) -> Result<(), BrokerError> {
         name: "rill-shard".into(),
     };
     let shard_cfg = cfg.clone();
+    let (stop_txs, stop_rxs): (Vec<_>, Vec<_>) =
+        (0..shards).map(|_| flume::bounded::<()>(1)).unzip();
+    let stops = Arc::new(rill_shards::PerShard::new(stop_rxs));
     let set = start_shards(scfg, move |ctx: ShardContext| {
         let cfg = shard_cfg.clone();
         let handle = handle.clone();
         let applied = applied.clone();
         let bound_tx = bound_tx.clone();
-        async move { run_shard(ctx, cfg, handle, applied, bound_tx).await }
+        let stop = stops.take(ctx.id);
+        async move { run_shard(ctx, cfg, handle, applied, bound_tx, stop).await }
     })?;
     for _ in 0..shards {
         match bound_rx.recv() {
@@ -118,12 +144,18 @@ pub fn run_broker(cfg: BrokerConfig) -> Result<(), BrokerError> {
     if cfg.kafka_listen.is_some() {
         log::warn!("the Kafka protocol listener is not built yet; --kafka-listen is ignored");
     }
+    let sig = wait_for_stop_signal(&signals);
+    eprintln!("rill: signal {sig}: stopping (no new connections; pending writes are flushed)");
+    for tx in &stop_txs {
+        let _ = tx.send(());
+    }
     for (i, r) in set.join().into_iter().enumerate() {
         if let Err(e) = r {
             log::error!("shard {i} stopped: {e}");
         }
     }
     controller.shutdown();
+    eprintln!("rill: broker {} stopped cleanly", cfg.node_id);
     Ok(())
 }
 
@@ -133,6 +165,7 @@ async fn run_shard(
     handle: controller::ControllerHandle,
     applied: Arc<AppliedIndexes>,
     bound: flume::Sender<Result<(), BrokerError>>,
+    stop: Option<flume::Receiver<()>>,
 ) {
     let addr = std::net::SocketAddr::new(cfg.listen.ip(), cfg.listen.port() + ctx.id as u16);
     let listener = match TcpListener::bind(addr) {
@@ -190,7 +223,19 @@ async fn run_shard(
     })
     .detach();
     let _ = bound.send(Ok(()));
-    accept_loop(shard, listener).await;
+    let stopped = async {
+        match stop {
+            Some(rx) => {
+                let _ = rx.recv_async().await;
+            }
+            None => std::future::pending::<()>().await,
+        }
+    };
+    futures_lite::future::or(accept_loop(shard.clone(), listener), stopped).await;
+    // Stop: the listener is closed; let every append accepted so far reach the disk (and the
+    // disk's cache, whatever --fsync says), then end the shard.
+    shard.group_commit.quiesce().await;
+    GroupCommit::sync_all(&shard.all_partitions()).await;
 }
 
 /// Segments one shard deletes per retention tick at most: the rest wait for the next tick, so

@@ -145,6 +145,29 @@ impl TestBroker {
         }
     }
 
+    /// Sends SIGTERM and waits (generously) for the broker to exit; returns its status.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let mut c = self.child.take().expect("broker running");
+        // SAFETY: signalling our own child process by its pid.
+        unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+        let start = Instant::now();
+        loop {
+            if let Some(status) = c.try_wait().expect("wait") {
+                return status;
+            }
+            if start.elapsed() > DEADLINE {
+                let _ = c.kill();
+                panic!("broker ignored SIGTERM: {}", self.log_text());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Starts the broker again after `terminate` or `kill`.
+    pub fn start_again(&mut self) {
+        self.spawn();
+    }
+
     pub fn restart(&mut self) {
         self.kill();
         self.spawn();
