@@ -116,6 +116,7 @@ fn delete_topic_removes_its_files_and_a_new_topic_of_that_name_starts_empty() {
             .map(|d| {
                 d.flatten()
                     .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.starts_with("gone~"))
                     .collect()
             })
             .unwrap_or_default()

@@ -128,6 +128,9 @@ pub struct BrokerArgs {
     pub max_connections_per_shard: usize,
     #[arg(long, env = "RILL_MAX_PARTITIONS_PER_TOPIC", default_value_t = 10_000)]
     pub max_partitions_per_topic: u32,
+    /// Partitions of the internal `__consumer_offsets` topic (set when it is first created).
+    #[arg(long, env = "RILL_OFFSETS_TOPIC_PARTITIONS", default_value_t = 8)]
+    pub offsets_topic_partitions: u32,
     /// glommio registered I/O memory per shard.
     #[arg(long, env = "RILL_IO_MEMORY_BYTES", default_value_t = 10 << 20)]
     pub io_memory_bytes: usize,

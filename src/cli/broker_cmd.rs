@@ -124,6 +124,10 @@ pub fn config_from_args(a: &BrokerArgs) -> Result<BrokerConfig, String> {
     c.max_produce_timeout = Duration::from_millis(a.max_produce_timeout_ms.max(1));
     c.max_connections_per_shard = a.max_connections_per_shard;
     c.max_partitions_per_topic = a.max_partitions_per_topic;
+    if a.offsets_topic_partitions == 0 {
+        return Err("--offsets-topic-partitions must be at least 1".into());
+    }
+    c.offsets_topic_partitions = a.offsets_topic_partitions;
     c.io_memory_bytes = a.io_memory_bytes;
     c.spin_before_park =
         (a.spin_before_park_us > 0).then(|| Duration::from_micros(a.spin_before_park_us));

@@ -426,10 +426,17 @@ impl Client {
         Ok(())
     }
 
-    /// Topic names, sorted (from a fresh metadata fetch).
+    /// Topic names, sorted (from a fresh metadata fetch); internal topics (`__` prefix, such as
+    /// `__consumer_offsets`) are left out, as Kafka's admin client does by default.
     pub fn list_topics(&mut self) -> Result<Vec<String>, ClientError> {
         self.refresh_metadata()?;
-        let mut names: Vec<String> = self.metadata.topics.keys().cloned().collect();
+        let mut names: Vec<String> = self
+            .metadata
+            .topics
+            .keys()
+            .filter(|n| !n.starts_with("__"))
+            .cloned()
+            .collect();
         names.sort();
         Ok(names)
     }

@@ -16,6 +16,11 @@ pub enum ApiKey {
     DeleteRecords = 9,
     DescribePartitions = 10,
     DecommissionPartition = 11,
+    FindCoordinator = 12,
+    JoinGroup = 13,
+    SyncGroup = 14,
+    Heartbeat = 15,
+    LeaveGroup = 16,
 }
 
 impl ApiKey {
@@ -32,6 +37,11 @@ impl ApiKey {
         ApiKey::DeleteRecords,
         ApiKey::DescribePartitions,
         ApiKey::DecommissionPartition,
+        ApiKey::FindCoordinator,
+        ApiKey::JoinGroup,
+        ApiKey::SyncGroup,
+        ApiKey::Heartbeat,
+        ApiKey::LeaveGroup,
     ];
 
     pub fn from_u16(v: u16) -> Option<ApiKey> {

@@ -280,3 +280,79 @@ pub struct DecommissionPartitionRequest {
     pub partition: u32,
     pub timeout_ms: u32,
 }
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct FindCoordinatorRequest {
+    pub group: String,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct FindCoordinatorResponse {
+    pub error_code: i16,
+    pub message: String,
+    pub node_id: u32,
+    pub host: String,
+    /// The port of the shard hosting the group's coordinator.
+    pub port: u16,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct JoinGroupRequest {
+    pub group: String,
+    /// Empty for a new member.
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+    pub session_timeout_ms: u32,
+    pub rebalance_timeout_ms: u32,
+    pub protocol_type: String,
+    /// Assignor names with the member's subscription metadata, in preference order.
+    pub protocols: Vec<(String, Vec<u8>)>,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct JoinGroupResponse {
+    pub error_code: i16,
+    pub message: String,
+    pub generation: u32,
+    pub protocol: String,
+    pub leader: String,
+    pub member_id: String,
+    /// For the leader: (member id, instance id, metadata) of every member.
+    pub members: Vec<(String, Option<String>, Vec<u8>)>,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct SyncGroupRequest {
+    pub group: String,
+    pub member_id: String,
+    pub generation: u32,
+    /// From the leader: every member's assignment.
+    pub assignments: Vec<(String, Vec<u8>)>,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct SyncGroupResponse {
+    pub error_code: i16,
+    pub message: String,
+    pub assignment: Vec<u8>,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct HeartbeatRequest {
+    pub group: String,
+    pub member_id: String,
+    pub generation: u32,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct LeaveGroupRequest {
+    pub group: String,
+    pub member_id: String,
+}
+
+/// The answer to Heartbeat and LeaveGroup.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct GroupStatusResponse {
+    pub error_code: i16,
+    pub message: String,
+}

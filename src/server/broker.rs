@@ -10,6 +10,7 @@ use rill_shards::{start_shards, ShardConfig, ShardContext};
 
 use super::config::BrokerConfig;
 use super::connection;
+use super::groups::OFFSETS_TOPIC;
 use super::sendfile::SendfileWorker;
 use super::shard::{remove_orphan_topic_dirs, AppliedIndexes, Shard};
 use crate::controller::metadata::{BrokerInfo, Command, MetadataLimits};
@@ -99,6 +100,21 @@ pub fn run_broker(cfg: BrokerConfig) -> Result<(), BrokerError> {
         .propose(registration)
         .recv_timeout(Duration::from_secs(60))
         .map_err(|_| ControllerError::Timeout)??;
+    if handle.metadata().topic(OFFSETS_TOPIC).is_none() {
+        // The internal topic whose partitions place group coordinators.
+        let create = Command::CreateTopic {
+            name: OFFSETS_TOPIC.to_string(),
+            partitions: cfg.offsets_topic_partitions,
+            replication_factor: 1,
+            configs: [("segment.bytes".to_string(), (16u64 << 20).to_string())]
+                .into_iter()
+                .collect(),
+        };
+        handle
+            .propose(create)
+            .recv_timeout(Duration::from_secs(60))
+            .map_err(|_| ControllerError::Timeout)??;
+    }
     let md = handle.metadata();
     remove_orphan_topic_dirs(&cfg.data_dir, &md);
 
@@ -213,6 +229,7 @@ async fn run_shard(
         .detach();
     }
     spawn_local(retention_loop(shard.clone())).detach();
+    spawn_local(group_ticks(shard.clone())).detach();
     let s = shard.clone();
     spawn_local(async move {
         while let Ok(md) = updates.recv_async().await {
@@ -236,6 +253,16 @@ async fn run_shard(
     // disk's cache, whatever --fsync says), then end the shard.
     shard.group_commit.quiesce().await;
     GroupCommit::sync_all(&shard.all_partitions()).await;
+}
+
+/// How often a shard expires group sessions and rebalance deadlines.
+const GROUP_TICK: Duration = Duration::from_millis(100);
+
+async fn group_ticks(shard: Rc<Shard>) {
+    loop {
+        rill_shards::rt::sleep(GROUP_TICK).await;
+        shard.groups.tick(crate::clock::now_ms().max(0) as u64);
+    }
 }
 
 /// Segments one shard deletes per retention tick at most: the rest wait for the next tick, so

@@ -35,6 +35,8 @@ pub struct BrokerConfig {
     pub max_produce_timeout: Duration,
     pub max_connections_per_shard: usize,
     pub max_partitions_per_topic: u32,
+    /// Partitions of `__consumer_offsets`, which place group coordinators on shards.
+    pub offsets_topic_partitions: u32,
     pub io_memory_bytes: usize,
     pub spin_before_park: Option<Duration>,
 }
@@ -61,6 +63,7 @@ impl BrokerConfig {
             max_produce_timeout: Duration::from_secs(30),
             max_connections_per_shard: 10_000,
             max_partitions_per_topic: 10_000,
+            offsets_topic_partitions: 8,
             io_memory_bytes: 10 << 20,
             spin_before_park: None,
         }

@@ -6,6 +6,7 @@
 pub mod broker;
 pub mod config;
 pub mod connection;
+pub mod groups;
 pub mod handlers;
 pub mod sendfile;
 pub mod shard;

@@ -53,6 +53,8 @@ pub struct Shard {
     partitions: RefCell<PartitionMap>,
     next_cache_key: Cell<u64>,
     pub connections: Cell<usize>,
+    /// The consumer groups this shard coordinates.
+    pub groups: super::groups::GroupHost,
     /// Present with `--file-reads sendfile`.
     pub sendfile: Option<super::sendfile::SendfileWorker>,
 }
@@ -94,6 +96,7 @@ impl Shard {
             partitions: RefCell::new(HashMap::new()),
             next_cache_key: Cell::new(1),
             connections: Cell::new(0),
+            groups: super::groups::GroupHost::new(crate::group::GroupConfig::default()),
             sendfile,
         })
     }

@@ -21,6 +21,8 @@ pub struct TestBroker {
     pub shards: usize,
     pub extra: Vec<String>,
     pub env: Vec<(String, String)>,
+    /// Broker processes started so far (each prints one "ready" line to the shared log).
+    spawns: usize,
     child: Option<Child>,
     log: PathBuf,
 }
@@ -62,6 +64,7 @@ impl TestBroker {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
+            spawns: 0,
             child: None,
             log,
         };
@@ -102,6 +105,7 @@ impl TestBroker {
             .spawn()
             .expect("spawn rill broker");
         self.child = Some(child);
+        self.spawns += 1;
         self.wait_ready();
     }
 
@@ -122,7 +126,8 @@ impl TestBroker {
                     .unwrap();
                 TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
             });
-            if all_up && Client::connect(ClientConfig::new(self.bootstrap())).is_ok() {
+            let announced = self.log_text().matches(" ready: ").count() >= self.spawns;
+            if all_up && announced && Client::connect(ClientConfig::new(self.bootstrap())).is_ok() {
                 return;
             }
             assert!(

@@ -1,6 +1,7 @@
 //! Request handlers: decode the meta, act on the shard, encode the reply.
 
 mod fetch;
+mod groups;
 mod list_offsets;
 mod log_admin;
 mod metadata;
@@ -92,6 +93,11 @@ pub async fn dispatch(shard: &Rc<Shard>, frame: RequestFrame) -> Reply {
         ApiKey::DeleteRecords => log_admin::delete_records(shard, &frame).await,
         ApiKey::DescribePartitions => log_admin::describe_partitions(shard, &frame),
         ApiKey::DecommissionPartition => topics::decommission(shard, &frame).await,
+        ApiKey::FindCoordinator => groups::find_coordinator(shard, &frame),
+        ApiKey::JoinGroup => groups::join(shard, &frame).await,
+        ApiKey::SyncGroup => groups::sync(shard, &frame).await,
+        ApiKey::Heartbeat => groups::heartbeat(shard, &frame),
+        ApiKey::LeaveGroup => groups::leave(shard, &frame),
     }
 }
 

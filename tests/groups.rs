@@ -1,0 +1,174 @@
+//! Group membership over the wire (the coordinator shell): FindCoordinator routes to the
+//! coordinating shard, joins and syncs complete rebalances, heartbeats and generations are
+//! checked, and a silent member is removed at its session timeout.
+
+mod common;
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::time::{Duration, Instant};
+
+use common::{TestBroker, DEADLINE};
+use rill::client::{Client, ClientConfig};
+use rill::protocol::messages::*;
+use rill::protocol::{ApiKey, ErrorCode};
+
+fn client(b: &TestBroker) -> Client {
+    Client::connect(ClientConfig::new(b.bootstrap())).unwrap()
+}
+
+fn coordinator(c: &mut Client, bootstrap: SocketAddr, group: &str) -> SocketAddr {
+    let (r, _): (FindCoordinatorResponse, _) = c
+        .call(
+            bootstrap,
+            ApiKey::FindCoordinator,
+            &FindCoordinatorRequest {
+                group: group.into(),
+            },
+            &[],
+        )
+        .unwrap();
+    assert_eq!(r.error_code, 0, "{}", r.message);
+    (r.host.as_str(), r.port)
+        .to_socket_addrs()
+        .unwrap()
+        .next()
+        .unwrap()
+}
+
+fn join(c: &mut Client, at: SocketAddr, member: &str) -> JoinGroupResponse {
+    let req = JoinGroupRequest {
+        group: "g".into(),
+        member_id: member.into(),
+        group_instance_id: None,
+        session_timeout_ms: 1_500,
+        rebalance_timeout_ms: 20_000,
+        protocol_type: "consumer".into(),
+        protocols: vec![("range".into(), b"t".to_vec())],
+    };
+    c.call(at, ApiKey::JoinGroup, &req, &[]).unwrap().0
+}
+
+fn sync(
+    c: &mut Client,
+    at: SocketAddr,
+    member: &str,
+    generation: u32,
+    assignments: Vec<(String, Vec<u8>)>,
+) -> SyncGroupResponse {
+    let req = SyncGroupRequest {
+        group: "g".into(),
+        member_id: member.into(),
+        generation,
+        assignments,
+    };
+    c.call(at, ApiKey::SyncGroup, &req, &[]).unwrap().0
+}
+
+fn heartbeat(c: &mut Client, at: SocketAddr, member: &str, generation: u32) -> ErrorCode {
+    let req = HeartbeatRequest {
+        group: "g".into(),
+        member_id: member.into(),
+        generation,
+    };
+    let (r, _): (GroupStatusResponse, _) = c.call(at, ApiKey::Heartbeat, &req, &[]).unwrap();
+    ErrorCode::from_code(r.error_code)
+}
+
+#[test]
+fn members_join_sync_heartbeat_and_expire_through_the_coordinator() {
+    let b = TestBroker::start(2, &[]);
+    let bootstrap: SocketAddr = b.bootstrap().parse().unwrap();
+    let mut a = client(&b);
+    let at = coordinator(&mut a, bootstrap, "g");
+    // The other shard is not the coordinator and says so.
+    let other: SocketAddr = if at.port() == b.port {
+        format!("127.0.0.1:{}", b.port + 1).parse().unwrap()
+    } else {
+        bootstrap
+    };
+    let wrong = join(&mut a, other, "");
+    assert_eq!(
+        ErrorCode::from_code(wrong.error_code),
+        ErrorCode::NotCoordinator,
+        "{}",
+        wrong.message
+    );
+
+    // A alone: generation 1, leader, its own assignment back.
+    let ra = join(&mut a, at, "");
+    assert_eq!((ra.error_code, ra.generation), (0, 1));
+    assert_eq!(ra.leader, ra.member_id);
+    let sa = sync(
+        &mut a,
+        at,
+        &ra.member_id,
+        1,
+        vec![(ra.member_id.clone(), b"p0,p1".to_vec())],
+    );
+    assert_eq!(sa.assignment, b"p0,p1");
+
+    // B joins from another thread: its join waits until A rejoins.
+    let bootstrap_s = b.bootstrap();
+    let bj = std::thread::spawn(move || {
+        let mut c = Client::connect(ClientConfig::new(bootstrap_s)).unwrap();
+        let r = join(&mut c, at, "");
+        (c, r)
+    });
+    let start = Instant::now();
+    while heartbeat(&mut a, at, &ra.member_id, 1) != ErrorCode::RebalanceInProgress {
+        assert!(start.elapsed() < DEADLINE, "A never heard of the rebalance");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let ra2 = join(&mut a, at, &ra.member_id);
+    let (mut bc, rb) = bj.join().unwrap();
+    assert_eq!((ra2.generation, rb.generation), (2, 2));
+    assert_eq!(ra2.leader, ra.member_id, "the leader stays");
+    assert_eq!(ra2.members.len(), 2);
+    assert!(
+        rb.members.is_empty(),
+        "only the leader gets the member list"
+    );
+
+    // B's sync waits for the leader's assignment.
+    let rb_id = rb.member_id.clone();
+    let bs = std::thread::spawn(move || {
+        let r = sync(&mut bc, at, &rb_id, 2, vec![]);
+        (bc, r)
+    });
+    let plan = vec![
+        (ra.member_id.clone(), b"p0".to_vec()),
+        (rb.member_id.clone(), b"p1".to_vec()),
+    ];
+    assert_eq!(sync(&mut a, at, &ra.member_id, 2, plan).assignment, b"p0");
+    let (mut bc, sb) = bs.join().unwrap();
+    assert_eq!(sb.assignment, b"p1");
+
+    // Stale generations and unknown members are refused; the group stays as it is.
+    assert_eq!(
+        heartbeat(&mut bc, at, &rb.member_id, 1),
+        ErrorCode::IllegalGeneration
+    );
+    assert_eq!(
+        heartbeat(&mut bc, at, "ghost", 2),
+        ErrorCode::UnknownMemberId
+    );
+    assert_eq!(heartbeat(&mut bc, at, &rb.member_id, 2), ErrorCode::None);
+
+    // B goes silent: at its session timeout it is removed, and A is told to rejoin.
+    let start = Instant::now();
+    loop {
+        match heartbeat(&mut a, at, &ra.member_id, 2) {
+            ErrorCode::None => {}
+            ErrorCode::RebalanceInProgress => break,
+            other => panic!("unexpected {other}"),
+        }
+        assert!(start.elapsed() < DEADLINE, "B was never expired");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let ra3 = join(&mut a, at, &ra.member_id);
+    assert_eq!((ra3.generation, ra3.members.len()), (3, 1));
+    assert_eq!(
+        heartbeat(&mut bc, at, &rb.member_id, 2),
+        ErrorCode::UnknownMemberId
+    );
+}
