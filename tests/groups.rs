@@ -172,3 +172,84 @@ fn members_join_sync_heartbeat_and_expire_through_the_coordinator() {
         ErrorCode::UnknownMemberId
     );
 }
+
+fn commit(
+    c: &mut Client,
+    at: SocketAddr,
+    member: &str,
+    generation: i32,
+    offset: u64,
+) -> (ErrorCode, String) {
+    let req = OffsetCommitRequest {
+        group: "g".into(),
+        member_id: member.into(),
+        generation,
+        offsets: vec![
+            ("t".into(), 0, offset, format!("meta-{offset}")),
+            ("t".into(), 1, offset + 1, String::new()),
+        ],
+    };
+    let (r, _): (GroupStatusResponse, _) = c.call(at, ApiKey::OffsetCommit, &req, &[]).unwrap();
+    (ErrorCode::from_code(r.error_code), r.message)
+}
+
+fn fetch(c: &mut Client, at: SocketAddr) -> Vec<(String, u32, i64, String)> {
+    let req = OffsetFetchRequest {
+        group: "g".into(),
+        partitions: vec![("t".into(), 0), ("t".into(), 1), ("t".into(), 2)],
+    };
+    let (r, _): (OffsetFetchResponse, _) = c.call(at, ApiKey::OffsetFetch, &req, &[]).unwrap();
+    assert_eq!(r.error_code, 0, "{}", r.message);
+    r.offsets
+}
+
+#[test]
+fn committed_offsets_are_checked_durable_and_survive_a_restart() {
+    let mut b = TestBroker::start(2, &[]);
+    let bootstrap: SocketAddr = b.bootstrap().parse().unwrap();
+    let mut a = client(&b);
+    let at = coordinator(&mut a, bootstrap, "g");
+    let r = join(&mut a, at, "");
+    assert_eq!(
+        sync(
+            &mut a,
+            at,
+            &r.member_id,
+            1,
+            vec![(r.member_id.clone(), b"all".to_vec())]
+        )
+        .error_code,
+        0
+    );
+    // Refused: a stale generation, an unknown member, an outsider while the group has members.
+    assert_eq!(
+        commit(&mut a, at, &r.member_id, 0, 5).0,
+        ErrorCode::IllegalGeneration
+    );
+    assert_eq!(
+        commit(&mut a, at, "ghost", 1, 5).0,
+        ErrorCode::UnknownMemberId
+    );
+    assert_eq!(commit(&mut a, at, "", -1, 5).0, ErrorCode::UnknownMemberId);
+    assert!(
+        fetch(&mut a, at).iter().all(|(_, _, o, _)| *o == -1),
+        "a refused commit was stored"
+    );
+    // Accepted, then replaced by a later commit.
+    assert_eq!(commit(&mut a, at, &r.member_id, 1, 10).0, ErrorCode::None);
+    assert_eq!(commit(&mut a, at, &r.member_id, 1, 42).0, ErrorCode::None);
+    let want = vec![
+        ("t".to_string(), 0, 42, "meta-42".to_string()),
+        ("t".to_string(), 1, 43, String::new()),
+        ("t".to_string(), 2, -1, String::new()),
+    ];
+    assert_eq!(fetch(&mut a, at), want);
+    // A restart replays them from __consumer_offsets.
+    b.restart();
+    let mut c = client(&b);
+    let at = coordinator(&mut c, bootstrap, "g");
+    assert_eq!(fetch(&mut c, at), want);
+    // The group has no members now: an outside commit (reset-offsets) is allowed.
+    assert_eq!(commit(&mut c, at, "", -1, 7).0, ErrorCode::None);
+    assert_eq!(fetch(&mut c, at)[0].2, 7);
+}

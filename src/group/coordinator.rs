@@ -631,11 +631,10 @@ impl Group {
         (out, expired)
     }
 
-    /// OffsetCommit from a member of the current generation, or (generation -1 and no member
-    /// id) from a consumer outside any group while the group has no members.
-    pub fn commit(
-        &mut self,
-        now_ms: u64,
+    /// Whether `commit` would accept these offsets, without storing them: the shell makes a
+    /// commit durable first and stores it after.
+    pub fn check_commit(
+        &self,
         member_id: &str,
         generation: i32,
         offsets: &[((String, u32), u64, String)],
@@ -657,10 +656,6 @@ impl Group {
                     "the group is rebalancing",
                 ));
             }
-            self.members
-                .get_mut(member_id)
-                .expect("checked")
-                .last_heard_ms = now_ms;
         }
         if let Some((tp, _, _)) = offsets
             .iter()
@@ -673,6 +668,22 @@ impl Group {
                     tp.0, tp.1, self.cfg.max_offset_metadata
                 ),
             ));
+        }
+        Ok(())
+    }
+
+    /// OffsetCommit from a member of the current generation, or (generation -1 and no member
+    /// id) from a consumer outside any group while the group has no members.
+    pub fn commit(
+        &mut self,
+        now_ms: u64,
+        member_id: &str,
+        generation: i32,
+        offsets: &[((String, u32), u64, String)],
+    ) -> Result<(), GroupError> {
+        self.check_commit(member_id, generation, offsets)?;
+        if let Some(m) = self.members.get_mut(member_id) {
+            m.last_heard_ms = now_ms;
         }
         for (tp, offset, metadata) in offsets {
             self.offsets.insert(

@@ -21,6 +21,8 @@ pub enum ApiKey {
     SyncGroup = 14,
     Heartbeat = 15,
     LeaveGroup = 16,
+    OffsetCommit = 17,
+    OffsetFetch = 18,
 }
 
 impl ApiKey {
@@ -42,6 +44,8 @@ impl ApiKey {
         ApiKey::SyncGroup,
         ApiKey::Heartbeat,
         ApiKey::LeaveGroup,
+        ApiKey::OffsetCommit,
+        ApiKey::OffsetFetch,
     ];
 
     pub fn from_u16(v: u16) -> Option<ApiKey> {

@@ -356,3 +356,27 @@ pub struct GroupStatusResponse {
     pub error_code: i16,
     pub message: String,
 }
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct OffsetCommitRequest {
+    pub group: String,
+    /// Empty with generation -1: a commit from outside the group (allowed while it is empty).
+    pub member_id: String,
+    pub generation: i32,
+    /// (topic, partition, next offset to read, metadata)
+    pub offsets: Vec<(String, u32, u64, String)>,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct OffsetFetchRequest {
+    pub group: String,
+    pub partitions: Vec<(String, u32)>,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct OffsetFetchResponse {
+    pub error_code: i16,
+    pub message: String,
+    /// (topic, partition, committed offset or -1, metadata)
+    pub offsets: Vec<(String, u32, i64, String)>,
+}

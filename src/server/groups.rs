@@ -163,3 +163,155 @@ fn unknown_group(group: &str) -> GroupError {
         message: format!("group {group:?} has no members here"),
     }
 }
+
+/// A committed offset as a record of `__consumer_offsets`: key `group \0 topic \0 partition`,
+/// value `offset (u64 LE) ++ metadata`. The latest record of a key is the committed offset.
+pub fn encode_commit(
+    group: &str,
+    topic: &str,
+    partition: u32,
+    offset: u64,
+    metadata: &str,
+) -> (Vec<u8>, Vec<u8>) {
+    let key = format!("{group}\0{topic}\0{partition}").into_bytes();
+    let mut value = offset.to_le_bytes().to_vec();
+    value.extend_from_slice(metadata.as_bytes());
+    (key, value)
+}
+
+/// The inverse of [`encode_commit`]; `None` for a record that is not a commit.
+pub fn decode_commit(key: &[u8], value: &[u8]) -> Option<(String, String, u32, u64, String)> {
+    let key = std::str::from_utf8(key).ok()?;
+    let mut parts = key.split('\0');
+    let (group, topic, partition) = (parts.next()?, parts.next()?, parts.next()?.parse().ok()?);
+    if parts.next().is_some() || value.len() < 8 {
+        return None;
+    }
+    let offset = u64::from_le_bytes(value[..8].try_into().ok()?);
+    let metadata = String::from_utf8_lossy(&value[8..]).into_owned();
+    Some((
+        group.to_string(),
+        topic.to_string(),
+        partition,
+        offset,
+        metadata,
+    ))
+}
+
+impl GroupHost {
+    /// Validates a commit against the group (creating an empty group for commits from
+    /// outside one, as reset-offsets does).
+    pub fn check_commit(
+        &self,
+        group: &str,
+        member_id: &str,
+        generation: i32,
+        offsets: &[((String, u32), u64, String)],
+    ) -> Result<(), GroupError> {
+        self.groups
+            .borrow_mut()
+            .entry(group.to_string())
+            .or_insert_with(|| Group::new(group, self.cfg.clone()))
+            .check_commit(member_id, generation, offsets)
+    }
+
+    /// Stores offsets made durable (or replayed from the log at start).
+    pub fn store_offsets(
+        &self,
+        group: &str,
+        now_ms: u64,
+        offsets: Vec<((String, u32), u64, String)>,
+    ) {
+        let mut groups = self.groups.borrow_mut();
+        let g = groups
+            .entry(group.to_string())
+            .or_insert_with(|| Group::new(group, self.cfg.clone()));
+        for ((topic, partition), offset, metadata) in offsets {
+            g.load_offset(
+                topic,
+                partition,
+                crate::group::coordinator::CommittedOffset {
+                    offset,
+                    metadata,
+                    commit_time_ms: now_ms,
+                },
+            );
+        }
+    }
+
+    /// The committed offset of a partition for a group.
+    pub fn committed(&self, group: &str, topic: &str, partition: u32) -> Option<(u64, String)> {
+        self.groups
+            .borrow()
+            .get(group)
+            .and_then(|g| g.committed(topic, partition))
+            .map(|c| (c.offset, c.metadata.clone()))
+    }
+}
+
+/// Loads the committed offsets of every `__consumer_offsets` partition this shard owns, by
+/// reading them from the log start to the high watermark (run once, before serving).
+pub async fn replay_offsets(shard: &std::rc::Rc<super::shard::Shard>) {
+    use crate::batch::BatchIter;
+    use crate::log::FileReads;
+    use crate::partition::ReadLimits;
+    let mine: Vec<_> = shard
+        .all_partitions()
+        .into_iter()
+        .filter(|p| &*p.topic == OFFSETS_TOPIC)
+        .collect();
+    for p in mine {
+        let mut at = p.log_start_offset();
+        let end = p.high_watermark();
+        let mut loaded = 0usize;
+        while at < end {
+            let limits = ReadLimits {
+                max_bytes: 1 << 20,
+                file_reads: FileReads::Copy,
+            };
+            let chunks = match p.read(at, limits, &shard.cache).await {
+                Ok(c) if !c.is_empty() => c,
+                Ok(_) => break,
+                Err(e) => {
+                    log::error!("replaying {OFFSETS_TOPIC}-{}: {e}", p.index);
+                    break;
+                }
+            };
+            let before = at;
+            for chunk in &chunks {
+                // Copy into aligned memory: rkyv reads the records in place.
+                let mut buf = rkyv::util::AlignedVec::<16>::new();
+                buf.extend_from_slice(chunk.as_slice().unwrap_or_default());
+                for batch in BatchIter::new(&buf).map_while(Result::ok) {
+                    let Ok(records) = batch.records() else { break };
+                    for r in records {
+                        if r.offset < at {
+                            continue;
+                        }
+                        at = r.offset + 1;
+                        if let Some((group, topic, partition, offset, metadata)) =
+                            decode_commit(r.key().unwrap_or_default(), r.value())
+                        {
+                            shard.groups.store_offsets(
+                                &group,
+                                r.timestamp_ms.max(0) as u64,
+                                vec![((topic, partition), offset, metadata)],
+                            );
+                            loaded += 1;
+                        }
+                    }
+                }
+            }
+            if at == before {
+                break; // no progress: never spin
+            }
+        }
+        if loaded > 0 {
+            log::info!(
+                "shard {}: loaded {loaded} committed offsets from {OFFSETS_TOPIC}-{}",
+                shard.id,
+                p.index
+            );
+        }
+    }
+}

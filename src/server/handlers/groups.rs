@@ -24,7 +24,7 @@ fn now() -> u64 {
 }
 
 /// `None` when this shard coordinates `group`, else why not.
-fn not_here(shard: &Shard, group: &str) -> Option<(ErrorCode, String)> {
+pub(super) fn not_here(shard: &Shard, group: &str) -> Option<(ErrorCode, String)> {
     if group.is_empty() {
         return Some((ErrorCode::InvalidGroupId, "empty group id".into()));
     }

@@ -5,6 +5,7 @@ mod groups;
 mod list_offsets;
 mod log_admin;
 mod metadata;
+mod offsets;
 mod produce;
 mod topics;
 
@@ -98,6 +99,8 @@ pub async fn dispatch(shard: &Rc<Shard>, frame: RequestFrame) -> Reply {
         ApiKey::SyncGroup => groups::sync(shard, &frame).await,
         ApiKey::Heartbeat => groups::heartbeat(shard, &frame),
         ApiKey::LeaveGroup => groups::leave(shard, &frame),
+        ApiKey::OffsetCommit => offsets::commit(shard, &frame).await,
+        ApiKey::OffsetFetch => offsets::fetch(shard, &frame),
     }
 }
 
