@@ -106,9 +106,13 @@ pub fn run_broker(cfg: BrokerConfig) -> Result<(), BrokerError> {
             name: OFFSETS_TOPIC.to_string(),
             partitions: cfg.offsets_topic_partitions,
             replication_factor: 1,
-            configs: [("segment.bytes".to_string(), (16u64 << 20).to_string())]
-                .into_iter()
-                .collect(),
+            // Kept forever: until it is compacted, retention would drop committed offsets.
+            configs: [
+                ("segment.bytes".to_string(), (16u64 << 20).to_string()),
+                ("retention.ms".to_string(), "-1".to_string()),
+            ]
+            .into_iter()
+            .collect(),
         };
         handle
             .propose(create)
