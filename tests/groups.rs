@@ -253,3 +253,41 @@ fn committed_offsets_are_checked_durable_and_survive_a_restart() {
     assert_eq!(commit(&mut c, at, "", -1, 7).0, ErrorCode::None);
     assert_eq!(fetch(&mut c, at)[0].2, 7);
 }
+
+#[test]
+fn the_offsets_log_is_compacted_and_keeps_the_latest_commit_of_each_key() {
+    let mut b = TestBroker::start(
+        1,
+        &[
+            "--offsets-compact-every",
+            "6",
+            "--offsets-topic-partitions",
+            "1",
+        ],
+    );
+    let bootstrap: SocketAddr = b.bootstrap().parse().unwrap();
+    let mut a = client(&b);
+    let at = coordinator(&mut a, bootstrap, "g");
+    let r = join(&mut a, at, "");
+    assert_eq!(sync(&mut a, at, &r.member_id, 1, vec![]).error_code, 0);
+    for i in 0..40 {
+        assert_eq!(commit(&mut a, at, &r.member_id, 1, i).0, ErrorCode::None);
+    }
+    let s = a.partition_state("__consumer_offsets", 0).unwrap();
+    // 80 commit records went in; compaction left the log starting far into them.
+    assert!(s.log_start_offset >= 60, "never compacted: {s:?}");
+    let want = vec![
+        ("t".to_string(), 0, 39, "meta-39".to_string()),
+        ("t".to_string(), 1, 40, String::new()),
+        ("t".to_string(), 2, -1, String::new()),
+    ];
+    assert_eq!(fetch(&mut a, at), want);
+    b.restart();
+    let mut c = client(&b);
+    let at = coordinator(&mut c, bootstrap, "g");
+    assert_eq!(
+        fetch(&mut c, at),
+        want,
+        "the compacted log replays to the latest commits"
+    );
+}

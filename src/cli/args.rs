@@ -131,6 +131,10 @@ pub struct BrokerArgs {
     /// Partitions of the internal `__consumer_offsets` topic (set when it is first created).
     #[arg(long, env = "RILL_OFFSETS_TOPIC_PARTITIONS", default_value_t = 8)]
     pub offsets_topic_partitions: u32,
+    /// Commit records a `__consumer_offsets` partition takes before it is compacted (a
+    /// snapshot of the latest commits, then the older history is truncated).
+    #[arg(long, env = "RILL_OFFSETS_COMPACT_EVERY", default_value_t = 10_000)]
+    pub offsets_compact_every: usize,
     /// glommio registered I/O memory per shard.
     #[arg(long, env = "RILL_IO_MEMORY_BYTES", default_value_t = 10 << 20)]
     pub io_memory_bytes: usize,

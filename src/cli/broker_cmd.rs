@@ -128,6 +128,7 @@ pub fn config_from_args(a: &BrokerArgs) -> Result<BrokerConfig, String> {
         return Err("--offsets-topic-partitions must be at least 1".into());
     }
     c.offsets_topic_partitions = a.offsets_topic_partitions;
+    c.offsets_compact_every = a.offsets_compact_every.max(1);
     c.io_memory_bytes = a.io_memory_bytes;
     c.spin_before_park =
         (a.spin_before_park_us > 0).then(|| Duration::from_micros(a.spin_before_park_us));

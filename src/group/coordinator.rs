@@ -698,6 +698,11 @@ impl Group {
         Ok(())
     }
 
+    /// Every committed offset of the group.
+    pub fn all_committed(&self) -> impl Iterator<Item = (&(String, u32), &CommittedOffset)> {
+        self.offsets.iter()
+    }
+
     /// The committed offset of a partition, if any.
     pub fn committed(&self, topic: &str, partition: u32) -> Option<&CommittedOffset> {
         self.offsets.get(&(topic.to_string(), partition))

@@ -37,6 +37,8 @@ pub struct BrokerConfig {
     pub max_partitions_per_topic: u32,
     /// Partitions of `__consumer_offsets`, which place group coordinators on shards.
     pub offsets_topic_partitions: u32,
+    /// Commit records an offsets partition takes between two compactions.
+    pub offsets_compact_every: usize,
     pub io_memory_bytes: usize,
     pub spin_before_park: Option<Duration>,
 }
@@ -64,6 +66,7 @@ impl BrokerConfig {
             max_connections_per_shard: 10_000,
             max_partitions_per_topic: 10_000,
             offsets_topic_partitions: 8,
+            offsets_compact_every: 10_000,
             io_memory_bytes: 10 << 20,
             spin_before_park: None,
         }

@@ -35,6 +35,12 @@ enum Waiter {
 /// Groups coordinated by one shard.
 pub struct GroupHost {
     cfg: GroupConfig,
+    /// Per offsets partition: commit records appended since its last compaction.
+    since_compaction: RefCell<HashMap<u32, usize>>,
+    /// Per offsets partition: base offsets of commits appended but not yet durable. A
+    /// compaction never truncates above the lowest of them.
+    in_flight: RefCell<HashMap<u32, std::collections::BTreeSet<u64>>>,
+    compacting: RefCell<std::collections::HashSet<u32>>,
     groups: RefCell<HashMap<String, Group>>,
     waiters: RefCell<HashMap<Token, Waiter>>,
     next_token: Cell<Token>,
@@ -44,6 +50,9 @@ impl GroupHost {
     pub fn new(cfg: GroupConfig) -> GroupHost {
         GroupHost {
             cfg,
+            since_compaction: RefCell::new(HashMap::new()),
+            in_flight: RefCell::new(HashMap::new()),
+            compacting: RefCell::new(std::collections::HashSet::new()),
             groups: RefCell::new(HashMap::new()),
             waiters: RefCell::new(HashMap::new()),
             next_token: Cell::new(1),
@@ -313,5 +322,72 @@ pub async fn replay_offsets(shard: &std::rc::Rc<super::shard::Shard>) {
                 p.index
             );
         }
+    }
+}
+
+impl GroupHost {
+    /// A commit record was appended at `base` to offsets partition `p`.
+    pub fn commit_appended(&self, p: u32, base: u64, records: usize) {
+        self.in_flight
+            .borrow_mut()
+            .entry(p)
+            .or_default()
+            .insert(base);
+        *self.since_compaction.borrow_mut().entry(p).or_default() += records;
+    }
+
+    /// The commit at `base` is durable (or failed).
+    pub fn commit_settled(&self, p: u32, base: u64) {
+        if let Some(s) = self.in_flight.borrow_mut().get_mut(&p) {
+            s.remove(&base);
+        }
+    }
+
+    /// If partition `p` took `every` commit records since its last compaction (and none is
+    /// running), starts one: returns the snapshot records (the latest commit of every group
+    /// hosted there) and marks the compaction running.
+    pub fn begin_compaction(
+        &self,
+        p: u32,
+        partitions: u32,
+        every: usize,
+    ) -> Option<Vec<(Vec<u8>, Vec<u8>)>> {
+        let due = self.since_compaction.borrow().get(&p).copied().unwrap_or(0) >= every;
+        if !due || !self.compacting.borrow_mut().insert(p) {
+            return None;
+        }
+        self.since_compaction.borrow_mut().insert(p, 0);
+        let groups = self.groups.borrow();
+        let mut records = Vec::new();
+        for g in groups
+            .values()
+            .filter(|g| offsets_partition(&g.id, partitions) == p)
+        {
+            for ((topic, partition), c) in g.all_committed() {
+                records.push(encode_commit(
+                    &g.id,
+                    topic,
+                    *partition,
+                    c.offset,
+                    &c.metadata,
+                ));
+            }
+        }
+        Some(records)
+    }
+
+    /// Where a compaction of `p` whose snapshot starts at `snapshot_base` may truncate: below
+    /// the snapshot, and below any commit not yet durable (it is not in the snapshot).
+    pub fn compaction_point(&self, p: u32, snapshot_base: u64) -> u64 {
+        let lowest = self
+            .in_flight
+            .borrow()
+            .get(&p)
+            .and_then(|s| s.iter().next().copied());
+        lowest.map_or(snapshot_base, |l| l.min(snapshot_base))
+    }
+
+    pub fn end_compaction(&self, p: u32) {
+        self.compacting.borrow_mut().remove(&p);
     }
 }

@@ -77,10 +77,11 @@ pub async fn commit(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
         Ok(v) => v,
         Err(e) => return status(ErrorCode::UnknownServerError, e.to_string()),
     };
-    let next = match p.append(&[view], now, &shard.cache) {
-        Ok((_, next)) => next,
+    let (base, next) = match p.append(&[view], now, &shard.cache) {
+        Ok(r) => r,
         Err(e) => return status(e.code(), e.to_string()),
     };
+    shard.groups.commit_appended(p.index, base, offsets.len());
     shard.group_commit.mark_dirty(&p);
     let deadline = Instant::now() + shard.cfg.max_produce_timeout;
     let rx = p.wait_for_ack(next - 1);
@@ -89,11 +90,20 @@ pub async fn commit(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
         None
     })
     .await;
+    shard.groups.commit_settled(p.index, base);
     match acked {
         Some(Ok(Ok(()))) => {
             shard
                 .groups
                 .store_offsets(&req.group, now.max(0) as u64, offsets);
+            if let Some(records) =
+                shard
+                    .groups
+                    .begin_compaction(p.index, n, shard.cfg.offsets_compact_every)
+            {
+                compact(shard, &p, records).await;
+                shard.groups.end_compaction(p.index);
+            }
             status(ErrorCode::None, String::new())
         }
         Some(Ok(Err(code))) => status(code, "the commit could not be stored".into()),
@@ -104,6 +114,65 @@ pub async fn commit(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
         None => status(
             ErrorCode::RequestTimedOut,
             "the commit was not durable in time".into(),
+        ),
+    }
+}
+
+/// Compacts an offsets partition: appends a snapshot of the latest commit of every group it
+/// hosts, waits until that is durable, then truncates the log below it (Kafka compacts by key;
+/// snapshot-and-truncate keeps the same latest-per-key content with the log's own tools).
+async fn compact(
+    shard: &Rc<Shard>,
+    p: &Rc<crate::partition::Partition>,
+    records: Vec<(Vec<u8>, Vec<u8>)>,
+) {
+    let now = now_ms();
+    let mut snapshot_base = None;
+    let mut last_next = None;
+    for chunk in records.chunks(1024) {
+        let mut builder = BatchBuilder::new();
+        for (k, v) in chunk {
+            builder.push(now, Some(k), v, &[], &[]);
+        }
+        let Ok(bytes) = builder.build() else { return };
+        let Ok(view) = BatchView::validate(&bytes) else {
+            return;
+        };
+        match p.append(&[view], now, &shard.cache) {
+            Ok((base, next)) => {
+                snapshot_base.get_or_insert(base);
+                last_next = Some(next);
+            }
+            Err(e) => {
+                log::warn!("{OFFSETS_TOPIC}-{}: compaction append failed: {e}", p.index);
+                return;
+            }
+        }
+    }
+    // No commit recorded at all: the whole history is obsolete.
+    let (base, next) = match (snapshot_base, last_next) {
+        (Some(b), Some(n)) => (b, n),
+        _ => (p.log_end_offset(), p.log_end_offset()),
+    };
+    if next > base {
+        shard.group_commit.mark_dirty(p);
+        let rx = p.wait_for_ack(next - 1);
+        if !matches!(rx.recv_async().await, Ok(Ok(()))) {
+            return;
+        }
+    }
+    let point = shard
+        .groups
+        .compaction_point(p.index, base)
+        .min(p.high_watermark());
+    match p.truncate_before(point).await {
+        Ok(start) => log::info!(
+            "{OFFSETS_TOPIC}-{}: compacted, log starts at {start}",
+            p.index
+        ),
+        Err(e) => log::warn!(
+            "{OFFSETS_TOPIC}-{}: compaction truncate failed: {e}",
+            p.index
         ),
     }
 }
