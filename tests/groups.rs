@@ -97,6 +97,14 @@ fn members_join_sync_heartbeat_and_expire_through_the_coordinator() {
     // A alone: generation 1, leader, its own assignment back.
     let ra = join(&mut a, at, "");
     assert_eq!((ra.error_code, ra.generation), (0, 1));
+    // Every shard is asked: the group shows up whichever shard coordinates it.
+    assert_eq!(
+        a.list_groups().unwrap(),
+        vec![("g".to_string(), "CompletingRebalance".to_string())]
+    );
+    let o = b.cli(&["group", "list"], None);
+    assert!(o.status.success());
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "g\n");
     assert_eq!(ra.leader, ra.member_id);
     let sa = sync(
         &mut a,

@@ -473,6 +473,36 @@ impl Client {
         })
     }
 
+    /// Every consumer group of the cluster with its state, sorted (asks every shard: each
+    /// knows the groups it coordinates).
+    pub fn list_groups(&mut self) -> Result<Vec<(String, String)>, ClientError> {
+        self.refresh_metadata()?;
+        let mut addrs = Vec::new();
+        for b in self.metadata.brokers.values() {
+            for shard in 0..b.shards {
+                let port = u16::try_from(u32::from(b.port) + shard).map_err(|_| {
+                    ClientError::Invalid(format!("bad shard port of broker {}", b.node_id))
+                })?;
+                let addr = (b.host.as_str(), port)
+                    .to_socket_addrs()
+                    .ok()
+                    .and_then(|mut a| a.next())
+                    .ok_or_else(|| {
+                        ClientError::Invalid(format!("cannot resolve {}:{port}", b.host))
+                    })?;
+                addrs.push(addr);
+            }
+        }
+        let mut groups = Vec::new();
+        for addr in addrs {
+            let (r, _): (ListGroupsResponse, _) =
+                self.call(addr, ApiKey::ListGroups, &ListGroupsRequest {}, &[])?;
+            groups.extend(r.groups);
+        }
+        groups.sort();
+        Ok(groups)
+    }
+
     /// The cluster id and its brokers (from a fresh metadata fetch).
     pub fn cluster_info(&mut self) -> Result<ClusterInfo, ClientError> {
         self.refresh_metadata()?;

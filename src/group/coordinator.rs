@@ -157,6 +157,18 @@ pub struct Group {
     offsets: BTreeMap<(String, u32), CommittedOffset>,
 }
 
+impl GroupState {
+    /// Kafka's name of the state.
+    pub fn name(self) -> &'static str {
+        match self {
+            GroupState::Empty => "Empty",
+            GroupState::PreparingRebalance => "PreparingRebalance",
+            GroupState::CompletingRebalance => "CompletingRebalance",
+            GroupState::Stable => "Stable",
+        }
+    }
+}
+
 impl Group {
     pub fn new(id: impl Into<String>, cfg: GroupConfig) -> Group {
         Group {

@@ -23,6 +23,7 @@ pub enum ApiKey {
     LeaveGroup = 16,
     OffsetCommit = 17,
     OffsetFetch = 18,
+    ListGroups = 19,
 }
 
 impl ApiKey {
@@ -46,6 +47,7 @@ impl ApiKey {
         ApiKey::LeaveGroup,
         ApiKey::OffsetCommit,
         ApiKey::OffsetFetch,
+        ApiKey::ListGroups,
     ];
 
     pub fn from_u16(v: u16) -> Option<ApiKey> {

@@ -380,3 +380,12 @@ pub struct OffsetFetchResponse {
     /// (topic, partition, committed offset or -1, metadata)
     pub offsets: Vec<(String, u32, i64, String)>,
 }
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
+pub struct ListGroupsRequest {}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct ListGroupsResponse {
+    /// (group, state) of the groups this shard coordinates.
+    pub groups: Vec<(String, String)>,
+}

@@ -144,6 +144,18 @@ impl GroupHost {
         Ok(())
     }
 
+    /// (group, state) of every group this shard coordinates, sorted.
+    pub fn list(&self) -> Vec<(String, String)> {
+        let mut out: Vec<_> = self
+            .groups
+            .borrow()
+            .values()
+            .map(|g| (g.id.clone(), g.state().name().to_string()))
+            .collect();
+        out.sort();
+        out
+    }
+
     /// Expires sessions and rebalance deadlines of every group.
     pub fn tick(&self, now_ms: u64) {
         let mut actions = Vec::new();

@@ -194,6 +194,12 @@ fn status(r: Result<(), GroupError>) -> Reply {
     })
 }
 
+pub fn list(shard: &Rc<Shard>) -> Reply {
+    Reply::meta(&crate::protocol::messages::ListGroupsResponse {
+        groups: shard.groups.list(),
+    })
+}
+
 pub fn heartbeat(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
     let req: HeartbeatRequest = match frame.decode_meta() {
         Ok(r) => r,

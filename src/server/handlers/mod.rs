@@ -101,6 +101,7 @@ pub async fn dispatch(shard: &Rc<Shard>, frame: RequestFrame) -> Reply {
         ApiKey::LeaveGroup => groups::leave(shard, &frame),
         ApiKey::OffsetCommit => offsets::commit(shard, &frame).await,
         ApiKey::OffsetFetch => offsets::fetch(shard, &frame),
+        ApiKey::ListGroups => groups::list(shard),
     }
 }
 
