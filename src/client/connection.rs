@@ -4,10 +4,8 @@ use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-use rkyv::api::high::{HighDeserializer, HighSerializer, HighValidator};
+use rkyv::api::high::{HighDeserializer, HighValidator};
 use rkyv::rancor::BoxedError;
-use rkyv::ser::allocator::ArenaHandle;
-use rkyv::util::AlignedVec;
 
 use super::error::ClientError;
 use crate::protocol::frame::{
@@ -103,7 +101,7 @@ impl Connection {
     /// Sends a request without waiting (acks=0 produce: the broker answers nothing).
     pub fn send<T>(&mut self, api: ApiKey, meta: &T, payload: &[&[u8]]) -> Result<u32, ClientError>
     where
-        T: for<'a> rkyv::Serialize<HighSerializer<AlignedVec, ArenaHandle<'a>, BoxedError>>,
+        T: crate::protocol::frame::EncodeMeta,
     {
         let meta = encode_meta(meta).map_err(|e| ClientError::Invalid(e.to_string()))?;
         let correlation_id = self.next_correlation;
@@ -143,7 +141,7 @@ impl Connection {
         payload: &[&[u8]],
     ) -> Result<(Resp, ResponseFrame), ClientError>
     where
-        Req: for<'a> rkyv::Serialize<HighSerializer<AlignedVec, ArenaHandle<'a>, BoxedError>>,
+        Req: crate::protocol::frame::EncodeMeta,
         Resp: rkyv::Archive,
         Resp::Archived: for<'a> rkyv::bytecheck::CheckBytes<HighValidator<'a, BoxedError>>
             + rkyv::Deserialize<Resp, HighDeserializer<BoxedError>>,

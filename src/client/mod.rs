@@ -251,13 +251,7 @@ impl Client {
         payload: &[&[u8]],
     ) -> Result<(Resp, ResponseFrame), ClientError>
     where
-        Req: for<'a> rkyv::Serialize<
-            rkyv::api::high::HighSerializer<
-                rkyv::util::AlignedVec,
-                rkyv::ser::allocator::ArenaHandle<'a>,
-                rkyv::rancor::BoxedError,
-            >,
-        >,
+        Req: crate::protocol::frame::EncodeMeta,
         Resp: rkyv::Archive,
         Resp::Archived: for<'a> rkyv::bytecheck::CheckBytes<
                 rkyv::api::high::HighValidator<'a, rkyv::rancor::BoxedError>,
@@ -412,13 +406,7 @@ impl Client {
         req: &Req,
     ) -> Result<(), ClientError>
     where
-        Req: for<'a> rkyv::Serialize<
-            rkyv::api::high::HighSerializer<
-                rkyv::util::AlignedVec,
-                rkyv::ser::allocator::ArenaHandle<'a>,
-                rkyv::rancor::BoxedError,
-            >,
-        >,
+        Req: crate::protocol::frame::EncodeMeta,
     {
         let (resp, _): (TopicResults, _) = self.call(addr, api, req, &[])?;
         topic_result(resp)?;

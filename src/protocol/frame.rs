@@ -47,11 +47,20 @@ impl FrameError {
     }
 }
 
-/// Serializes a meta body.
-pub fn encode_meta<T>(value: &T) -> Result<AlignedVec, FrameError>
-where
-    T: for<'a> rkyv::Serialize<HighSerializer<AlignedVec, ArenaHandle<'a>, BoxedError>>,
+/// A request or response meta body: anything rkyv serializes the way the protocol does.
+/// Named once here so that every sender spells the bound the same way.
+pub trait EncodeMeta:
+    for<'a> rkyv::Serialize<HighSerializer<AlignedVec, ArenaHandle<'a>, BoxedError>>
 {
+}
+
+impl<T> EncodeMeta for T where
+    T: for<'a> rkyv::Serialize<HighSerializer<AlignedVec, ArenaHandle<'a>, BoxedError>>
+{
+}
+
+/// Serializes a meta body.
+pub fn encode_meta<T: EncodeMeta>(value: &T) -> Result<AlignedVec, FrameError> {
     rkyv::to_bytes::<BoxedError>(value).map_err(|e| FrameError::Meta(e.to_string()))
 }
 

@@ -29,26 +29,14 @@ pub enum Reply {
 impl Reply {
     fn meta<T>(value: &T) -> Reply
     where
-        T: for<'a> rkyv::Serialize<
-            rkyv::api::high::HighSerializer<
-                rkyv::util::AlignedVec,
-                rkyv::ser::allocator::ArenaHandle<'a>,
-                rkyv::rancor::BoxedError,
-            >,
-        >,
+        T: crate::protocol::frame::EncodeMeta,
     {
         Reply::with_payload(value, Vec::new())
     }
 
     fn with_payload<T>(value: &T, chunks: Vec<ReadChunk>) -> Reply
     where
-        T: for<'a> rkyv::Serialize<
-            rkyv::api::high::HighSerializer<
-                rkyv::util::AlignedVec,
-                rkyv::ser::allocator::ArenaHandle<'a>,
-                rkyv::rancor::BoxedError,
-            >,
-        >,
+        T: crate::protocol::frame::EncodeMeta,
     {
         match encode_meta(value) {
             Ok(m) => Reply::Meta(m.to_vec(), chunks),
