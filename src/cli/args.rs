@@ -234,6 +234,12 @@ pub struct ConsumeArgs {
     pub tags: Vec<String>,
     #[arg(long)]
     pub isolation: Option<String>,
+    /// With --group: at-least-once (commit after printing) or at-most-once (commit before).
+    #[arg(long, default_value = "at-least-once")]
+    pub delivery: String,
+    /// With --group: a member not heard of for this long leaves the group.
+    #[arg(long, default_value_t = 10_000)]
+    pub session_timeout_ms: u64,
 }
 
 #[derive(Subcommand, Debug)]

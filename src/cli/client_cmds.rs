@@ -1,32 +1,20 @@
 //! The client commands: topic, produce, consume, group, cluster.
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, Write};
 use std::time::{Duration, Instant};
 
-use super::args::{ClusterCommand, Command, ConsumeArgs, GroupCommand, ProduceArgs, TopicCommand};
+use super::args::{ClusterCommand, Command, ConsumeArgs, ProduceArgs, TopicCommand};
 use crate::client::{
-    Acks, Client, ClientConfig, Consumer, ConsumerConfig, DeliveryFuture, Producer, ProducerConfig,
+    Acks, Client, ClientConfig, Consumer, ConsumerConfig, ConsumerRecord, Delivery, DeliveryFuture,
+    GroupConsumer, GroupConsumerConfig, OffsetReset, PendingCommit, Producer, ProducerConfig,
     ProducerRecord, StartFrom,
 };
 
 pub fn run(bootstrap: &str, cmd: Command) -> Result<(), String> {
     match cmd {
         Command::Broker(_) => unreachable!("handled by the caller"),
-        Command::Group(GroupCommand::List) => {
-            let mut client = connect(bootstrap)?;
-            for (group, _state) in client.list_groups().map_err(|e| e.to_string())? {
-                println!("{group}");
-            }
-            Ok(())
-        }
-        Command::Group(g) => {
-            let what = match g {
-                GroupCommand::List => "group list",
-                GroupCommand::Describe { .. } => "group describe",
-                GroupCommand::ResetOffsets { .. } => "group reset-offsets",
-            };
-            Err(format!("{what}: not supported by this build yet"))
-        }
+        Command::Group(g) => super::group_cmds::run(bootstrap, g),
         Command::Topic(t) => topic(connect(bootstrap)?, t),
         Command::Produce(p) => produce(bootstrap, p),
         Command::Consume(c) => consume(bootstrap, c),
@@ -252,9 +240,6 @@ fn parse_from(v: &str) -> Result<StartFrom, String> {
 }
 
 fn consume(bootstrap: &str, a: ConsumeArgs) -> Result<(), String> {
-    if a.group.is_some() {
-        return Err("--group: consumer groups are not supported by this build yet".into());
-    }
     if !a.tags.is_empty() {
         return Err("--tags: broker-side tag filtering is not supported by this build yet".into());
     }
@@ -266,6 +251,9 @@ fn consume(bootstrap: &str, a: ConsumeArgs) -> Result<(), String> {
         }
     }
     let from = parse_from(&a.from)?;
+    if let Some(group) = &a.group {
+        return consume_in_group(bootstrap, group, from, &a);
+    }
     let mut consumer = Consumer::new(ClientConfig::new(bootstrap), ConsumerConfig::default())
         .map_err(|e| e.to_string())?;
     consumer
@@ -299,16 +287,113 @@ fn consume(bootstrap: &str, a: ConsumeArgs) -> Result<(), String> {
             if a.count.is_some_and(|n| printed >= n) {
                 break;
             }
-            if a.print_key {
-                out.write_all(r.key().unwrap_or_default())
-                    .map_err(|e| e.to_string())?;
-                out.write_all(b"\t").map_err(|e| e.to_string())?;
-            }
-            out.write_all(r.value()).map_err(|e| e.to_string())?;
-            out.write_all(b"\n").map_err(|e| e.to_string())?;
+            print_record(&mut out, &r, a.print_key)?;
             printed += 1;
         }
     }
     out.flush().map_err(|e| e.to_string())?;
     Ok(())
+}
+
+/// Writes one record as the CLI prints it.
+fn print_record(
+    out: &mut impl Write,
+    r: &ConsumerRecord<'_>,
+    print_key: bool,
+) -> Result<(), String> {
+    if print_key {
+        out.write_all(r.key().unwrap_or_default())
+            .map_err(|e| e.to_string())?;
+        out.write_all(b"\t").map_err(|e| e.to_string())?;
+    }
+    out.write_all(r.value()).map_err(|e| e.to_string())?;
+    out.write_all(b"\n").map_err(|e| e.to_string())
+}
+
+/// `consume --group`: a member of the group. At-least-once commits the positions of what was
+/// printed and flushed (exactly those, so `-n` never commits a record it did not print);
+/// at-most-once commits each poll's records before printing them.
+fn consume_in_group(
+    bootstrap: &str,
+    group: &str,
+    from: StartFrom,
+    a: &ConsumeArgs,
+) -> Result<(), String> {
+    if a.partition.is_some() {
+        return Err("--partition cannot be used with --group: the group assigns partitions".into());
+    }
+    let mut cfg = GroupConsumerConfig::new(group);
+    cfg.delivery = match a.delivery.as_str() {
+        "at-least-once" => Delivery::Manual,
+        "at-most-once" => Delivery::AtMostOnce,
+        other => {
+            return Err(format!(
+                "--delivery '{other}': expected at-least-once or at-most-once"
+            ))
+        }
+    };
+    cfg.consumer.auto_offset_reset = match from {
+        StartFrom::Beginning => OffsetReset::Earliest,
+        StartFrom::End => OffsetReset::Latest,
+        _ => {
+            return Err(format!(
+                "--from '{}' cannot be used with --group: a group starts at its committed \
+                 offsets (beginning or end only apply where it has none; move them with \
+                 `rill group reset-offsets`)",
+                a.from
+            ))
+        }
+    };
+    cfg.session_timeout = Duration::from_millis(a.session_timeout_ms);
+    cfg.heartbeat_interval = (cfg.session_timeout / 10).max(Duration::from_millis(100));
+    let at_least_once = cfg.delivery == Delivery::Manual;
+    let mut consumer =
+        GroupConsumer::new(ClientConfig::new(bootstrap), cfg).map_err(|e| e.to_string())?;
+    consumer.subscribe(&[&a.topic]).map_err(|e| e.to_string())?;
+    let idle_limit = a.timeout_ms.map(Duration::from_millis);
+    let mut last_message = Instant::now();
+    let mut printed = 0u64;
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let mut pending: Option<PendingCommit> = None;
+    while a.count.is_none_or(|n| printed < n) {
+        let wait = match idle_limit {
+            Some(limit) => limit
+                .saturating_sub(last_message.elapsed())
+                .min(Duration::from_millis(500)),
+            None => Duration::from_millis(500),
+        };
+        let records = consumer.poll(wait).map_err(|e| e.to_string())?;
+        if records.is_empty() {
+            if idle_limit.is_some_and(|l| last_message.elapsed() >= l) {
+                break;
+            }
+            continue;
+        }
+        last_message = Instant::now();
+        let mut done: BTreeMap<(String, u32), u64> = BTreeMap::new();
+        for r in records.iter() {
+            if a.count.is_some_and(|n| printed >= n) {
+                break;
+            }
+            print_record(&mut out, &r, a.print_key)?;
+            done.insert((r.topic.to_string(), r.partition), r.offset() + 1);
+            printed += 1;
+        }
+        out.flush().map_err(|e| e.to_string())?;
+        if at_least_once {
+            // One commit in flight at a time; a failed one is covered by the next.
+            if let Some(Err(e)) = pending.take().and_then(|p| p.try_result()) {
+                log::warn!("commit failed: {e}");
+            }
+            let offsets: Vec<(String, u32, u64)> =
+                done.into_iter().map(|((t, p), o)| (t, p, o)).collect();
+            pending = Some(consumer.commit_offsets_async(&offsets));
+        }
+    }
+    out.flush().map_err(|e| e.to_string())?;
+    if let Some(p) = pending {
+        let _ = p.wait();
+    }
+    consumer.close().map_err(|e| e.to_string())
 }

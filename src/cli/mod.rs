@@ -3,6 +3,7 @@ pub mod args;
 pub mod broker_cmd;
 pub mod client_cmds;
 pub mod config_file;
+pub mod group_cmds;
 
 use clap::{CommandFactory, FromArgMatches};
 

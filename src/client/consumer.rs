@@ -2,9 +2,9 @@
 //! application works on the current one (prefetching), and `poll` hands back the fetched
 //! responses whole: records are read in place from them, never copied one by one.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::pipeline::{Completion, PipelinedConnection};
@@ -200,7 +200,20 @@ impl Records {
     pub fn to_owned(&self) -> Vec<ConsumedRecord> {
         self.iter().map(|r| r.to_owned()).collect()
     }
+    /// (topic, partition, offset after the last record) for each partition in these records.
+    pub fn positions(&self) -> impl Iterator<Item = (&str, u32, u64)> + '_ {
+        self.parts
+            .iter()
+            .map(|p| (&*p.topic, p.partition, p.next_offset))
+    }
+    /// Keeps only the records of partitions `keep` accepts.
+    pub(crate) fn retain_partitions(&mut self, mut keep: impl FnMut(&str, u32) -> bool) {
+        self.parts.retain(|p| keep(&p.topic, p.partition));
+    }
 }
+
+/// A partition's (index, start offset) as an assign resolved it.
+type Resolved = Vec<(u32, u64)>;
 
 enum Command {
     Assign {
@@ -208,7 +221,12 @@ enum Command {
         topic: String,
         partitions: Option<Vec<u32>>,
         from: StartFrom,
-        done: flume::Sender<Result<Vec<u32>, ClientError>>,
+        done: flume::Sender<Result<Resolved, ClientError>>,
+    },
+    Unassign {
+        epoch: u64,
+        partitions: Vec<(String, u32)>,
+        done: flume::Sender<()>,
     },
     Seek {
         epoch: u64,
@@ -223,12 +241,25 @@ struct Fetched {
     result: Result<Vec<FetchedPartition>, ClientError>,
 }
 
+/// The high watermark of each partition as its latest fetch reported it, written by the
+/// fetcher thread (for lag).
+type HighWatermarks = Arc<Mutex<HashMap<(Arc<str>, u32), u64>>>;
+
 /// An assign-mode consumer with a prefetching fetcher thread.
 pub struct Consumer {
     commands: Option<flume::Sender<Command>>,
     fetched: flume::Receiver<Fetched>,
+    /// Fetches taken off `fetched` while waiting for the fetcher to answer a command (the
+    /// fetcher may be blocked handing one over), in order, ahead of the channel.
+    backlog: VecDeque<Fetched>,
+    /// Bumped by every assign, unassign and seek; a fetch carries the epoch the fetcher had.
     epoch: u64,
+    /// Per partition: the epoch of its last assign, unassign or seek. Fetched data of a
+    /// partition from before that is stale; other partitions' data in the same fetch is not.
+    changed: HashMap<(String, u32), u64>,
+    assigned: BTreeSet<(String, u32)>,
     positions: BTreeMap<(String, u32), u64>,
+    high_watermarks: HighWatermarks,
     fetcher: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -238,7 +269,8 @@ impl Consumer {
         let client = Client::connect(client_cfg)?;
         let (cmd_tx, cmd_rx) = flume::bounded(64);
         let (out_tx, out_rx) = flume::bounded(cfg.prefetch.max(1));
-        let fetcher = Fetcher::new(client, cfg, cmd_rx, out_tx);
+        let high_watermarks = HighWatermarks::default();
+        let fetcher = Fetcher::new(client, cfg, cmd_rx, out_tx, high_watermarks.clone());
         let handle = std::thread::Builder::new()
             .name("rill-consumer".into())
             .spawn(move || fetcher.run())
@@ -246,8 +278,12 @@ impl Consumer {
         Ok(Consumer {
             commands: Some(cmd_tx),
             fetched: out_rx,
+            backlog: VecDeque::new(),
             epoch: 0,
+            changed: HashMap::new(),
+            assigned: BTreeSet::new(),
             positions: BTreeMap::new(),
+            high_watermarks,
             fetcher: Some(handle),
         })
     }
@@ -276,10 +312,89 @@ impl Consumer {
             from,
             done,
         })?;
-        let assigned = wait
-            .recv()
-            .map_err(|_| ClientError::Invalid("the consumer's fetcher stopped".into()))??;
-        Ok(assigned)
+        let resolved = self.await_fetcher(wait)??;
+        for &(p, at) in &resolved {
+            let key = (topic.to_string(), p);
+            self.changed.insert(key.clone(), self.epoch);
+            self.assigned.insert(key.clone());
+            self.positions.insert(key, at);
+        }
+        Ok(resolved.into_iter().map(|(p, _)| p).collect())
+    }
+
+    /// Removes partitions from the assignment: nothing more is fetched or returned for them,
+    /// including records already prefetched.
+    pub fn unassign(&mut self, partitions: &[(String, u32)]) -> Result<(), ClientError> {
+        if partitions.is_empty() {
+            return Ok(());
+        }
+        self.epoch += 1;
+        let (done, wait) = flume::bounded(1);
+        self.command(Command::Unassign {
+            epoch: self.epoch,
+            partitions: partitions.to_vec(),
+            done,
+        })?;
+        self.await_fetcher(wait)?;
+        let mut hw = self
+            .high_watermarks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        for key in partitions {
+            self.changed.insert(key.clone(), self.epoch);
+            self.assigned.remove(key);
+            self.positions.remove(key);
+            hw.remove(&(Arc::from(key.0.as_str()), key.1));
+        }
+        Ok(())
+    }
+
+    /// Waits for the fetcher's answer to a command, taking fetched responses aside meanwhile:
+    /// a fetcher blocked handing over a response would never read the command.
+    fn await_fetcher<T>(&mut self, reply: flume::Receiver<T>) -> Result<T, ClientError> {
+        enum Got<T> {
+            Reply(Result<T, flume::RecvError>),
+            Fetched(Result<Fetched, flume::RecvError>),
+        }
+        loop {
+            let got = flume::Selector::new()
+                .recv(&reply, Got::Reply)
+                .recv(&self.fetched, Got::Fetched)
+                .wait();
+            match got {
+                Got::Reply(Ok(t)) => return Ok(t),
+                Got::Fetched(Ok(f)) => self.backlog.push_back(f),
+                Got::Reply(Err(_)) | Got::Fetched(Err(_)) => {
+                    return Err(ClientError::Invalid(
+                        "the consumer's fetcher stopped".into(),
+                    ))
+                }
+            }
+        }
+    }
+
+    /// The partitions assigned now.
+    pub fn assignment(&self) -> Vec<(String, u32)> {
+        self.assigned.iter().cloned().collect()
+    }
+
+    /// A partition's high watermark as its latest fetch reported it; `None` before the first
+    /// fetch of the partition answered.
+    pub fn high_watermark(&self, topic: &str, partition: u32) -> Option<u64> {
+        self.high_watermarks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&(Arc::from(topic), partition))
+            .copied()
+    }
+
+    /// How far a partition's position is behind its high watermark (as of the latest fetch).
+    pub fn lag(&self, topic: &str, partition: u32) -> Option<u64> {
+        let position = self.position(topic, partition)?;
+        Some(
+            self.high_watermark(topic, partition)?
+                .saturating_sub(position),
+        )
     }
 
     /// Moves one partition's position; records fetched before are dropped.
@@ -290,7 +405,9 @@ impl Consumer {
         from: StartFrom,
     ) -> Result<(), ClientError> {
         self.epoch += 1;
-        self.positions.remove(&(topic.to_string(), partition));
+        let key = (topic.to_string(), partition);
+        self.changed.insert(key.clone(), self.epoch);
+        self.positions.remove(&key);
         self.command(Command::Seek {
             epoch: self.epoch,
             topic: topic.to_string(),
@@ -299,7 +416,8 @@ impl Consumer {
         })
     }
 
-    /// The offset after the last record `poll` returned for a partition.
+    /// The offset after the last record `poll` returned for a partition (its start offset
+    /// until then; `None` after a seek until the next records of it).
     pub fn position(&self, topic: &str, partition: u32) -> Option<u64> {
         self.positions.get(&(topic.to_string(), partition)).copied()
     }
@@ -307,6 +425,11 @@ impl Consumer {
     /// The next non-empty set of records, for async code: await it under your runtime's
     /// timeout (e.g. `tokio::time::timeout`). It never blocks a thread.
     pub async fn next_records(&mut self) -> Result<Records, ClientError> {
+        while let Some(got) = self.backlog.pop_front() {
+            if let Some(records) = self.accept(got)? {
+                return Ok(records);
+            }
+        }
         loop {
             let got = self
                 .fetched
@@ -319,12 +442,20 @@ impl Consumer {
         }
     }
 
-    /// Keeps a fetch unless a later seek or assign made it stale.
+    /// Keeps the partitions of a fetch that no later seek, assign or unassign made stale.
     fn accept(&mut self, got: Fetched) -> Result<Option<Records>, ClientError> {
-        if got.epoch < self.epoch {
+        let mut parts = match got.result {
+            Ok(parts) => parts,
+            Err(_) if got.epoch < self.epoch => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        parts.retain(|p| {
+            let key = (p.topic.to_string(), p.partition);
+            self.changed.get(&key).is_none_or(|&e| e <= got.epoch) && self.assigned.contains(&key)
+        });
+        if parts.is_empty() {
             return Ok(None);
         }
-        let parts = got.result?;
         for p in &parts {
             self.positions
                 .insert((p.topic.to_string(), p.partition), p.next_offset);
@@ -335,6 +466,11 @@ impl Consumer {
     /// Records fetched so far, waiting up to `timeout` when there are none.
     pub fn poll(&mut self, timeout: Duration) -> Result<Records, ClientError> {
         let deadline = Instant::now() + timeout;
+        while let Some(got) = self.backlog.pop_front() {
+            if let Some(records) = self.accept(got)? {
+                return Ok(records);
+            }
+        }
         loop {
             let got = match self.fetched.recv_deadline(deadline) {
                 Ok(f) => f,
@@ -381,6 +517,7 @@ struct Fetcher {
     in_flight: HashMap<SocketAddr, Asked>,
     responses_tx: flume::Sender<(SocketAddr, Result<ResponseFrame, ClientError>)>,
     responses: flume::Receiver<(SocketAddr, Result<ResponseFrame, ClientError>)>,
+    high_watermarks: HighWatermarks,
 }
 
 impl Fetcher {
@@ -389,6 +526,7 @@ impl Fetcher {
         cfg: ConsumerConfig,
         commands: flume::Receiver<Command>,
         out: flume::Sender<Fetched>,
+        high_watermarks: HighWatermarks,
     ) -> Fetcher {
         let (responses_tx, responses) = flume::unbounded();
         Fetcher {
@@ -402,6 +540,7 @@ impl Fetcher {
             in_flight: HashMap::new(),
             responses_tx,
             responses,
+            high_watermarks,
         }
     }
 
@@ -586,9 +725,17 @@ impl Fetcher {
             } => {
                 self.epoch = epoch;
                 let r = (|| {
-                    let n = match self.client.metadata().partitions(&topic) {
-                        Ok(n) => n,
-                        Err(_) => {
+                    // Unknown topic, or a partition beyond the cached count (partitions were
+                    // added): the cache is stale, refresh it once.
+                    let cached = self.client.metadata().partitions(&topic).ok();
+                    let beyond = |n: u32| {
+                        partitions
+                            .as_ref()
+                            .is_some_and(|ps| ps.iter().any(|&p| p >= n))
+                    };
+                    let n = match cached {
+                        Some(n) if !beyond(n) => n,
+                        _ => {
                             self.client.refresh_metadata()?;
                             self.client.metadata().partitions(&topic)?
                         }
@@ -606,12 +753,23 @@ impl Fetcher {
                         }
                         resolved.push((*p, self.resolve(&topic, *p, from)?));
                     }
-                    for (p, at) in resolved {
+                    for &(p, at) in &resolved {
                         self.positions.insert((name.clone(), p), at);
                     }
-                    Ok(parts)
+                    Ok(resolved)
                 })();
                 let _ = done.send(r);
+            }
+            Command::Unassign {
+                epoch,
+                partitions,
+                done,
+            } => {
+                self.epoch = epoch;
+                for (topic, p) in partitions {
+                    self.positions.remove(&(Arc::from(topic.as_str()), p));
+                }
+                let _ = done.send(());
             }
             Command::Seek {
                 epoch,
@@ -661,7 +819,12 @@ impl Fetcher {
             }
             let topic = key.0.clone();
             match ErrorCode::from_code(r.error_code) {
-                ErrorCode::None => {}
+                ErrorCode::None => {
+                    self.high_watermarks
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(key.clone(), r.high_watermark);
+                }
                 ErrorCode::OffsetOutOfRange => {
                     let to = match self.cfg.auto_offset_reset {
                         OffsetReset::Earliest => StartFrom::Beginning,

@@ -7,7 +7,9 @@
 
 pub mod connection;
 pub mod consumer;
+pub mod coordinator;
 pub mod error;
+pub mod group_consumer;
 pub mod murmur2;
 pub mod pipeline;
 pub mod producer;
@@ -16,11 +18,16 @@ use std::collections::HashMap;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
+/// A topic partition: topic name and partition index.
+pub use crate::group::assignor::TopicPartition;
 pub use connection::Connection;
 pub use consumer::{
     ConsumedRecord, Consumer, ConsumerConfig, ConsumerRecord, OffsetReset, Records, StartFrom,
 };
 pub use error::ClientError;
+pub use group_consumer::{
+    Delivery, GroupConsumer, GroupConsumerConfig, PendingCommit, RebalanceListener,
+};
 pub use producer::{
     Acks, DeliveryFuture, Producer, ProducerConfig, ProducerRecord, RecordMetadata,
 };

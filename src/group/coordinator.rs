@@ -199,6 +199,11 @@ impl Group {
     pub fn protocol(&self) -> Option<&str> {
         self.protocol.as_deref()
     }
+    /// The protocol type the members joined with (e.g. "consumer"); kept once the group is
+    /// empty again, as Kafka does. `None` until a member joined.
+    pub fn protocol_type(&self) -> Option<&str> {
+        self.protocol_type.as_deref()
+    }
     pub fn member_ids(&self) -> Vec<String> {
         self.members.keys().cloned().collect()
     }
@@ -332,8 +337,12 @@ impl Group {
         }
         member.joined = true;
         // A known member rejoining a stable group with the same subscription: no rebalance
-        // (a static member's restart, or a consumer that lost its join reply).
-        if self.state == GroupState::Stable && !is_new && unchanged {
+        // (a static member's restart, or a consumer that lost its join reply). The leader
+        // rejoining under its member id always rebalances: it does so when the partitions it
+        // assigns changed (a static leader restarting comes without its member id).
+        let leader_asks =
+            !req.member_id.is_empty() && self.leader.as_deref() == Some(member_id.as_str());
+        if self.state == GroupState::Stable && !is_new && unchanged && !leader_asks {
             let m = self.members.get_mut(&member_id).expect("present");
             let t = m.pending_join.take().expect("just set");
             out.push(Action::JoinReply(t, Ok(self.join_result(&member_id))));
@@ -660,9 +669,10 @@ impl Group {
             }
         } else {
             self.check_member(member_id, generation as u32)?;
-            if self.state == GroupState::PreparingRebalance
-                || self.state == GroupState::CompletingRebalance
-            {
+            // While the group prepares a rebalance the generation is still valid: members
+            // commit what they processed before they rejoin (Kafka accepts these too). Once
+            // the join completed, the old generation's assignment is void.
+            if self.state == GroupState::CompletingRebalance {
                 return Err(err(
                     ErrorCode::RebalanceInProgress,
                     "the group is rebalancing",
@@ -797,6 +807,39 @@ mod tests {
         assert_eq!(r1.members.len(), 2, "the leader sees every member");
         assert!(r2.members.is_empty());
         (r1.member_id, r2.member_id)
+    }
+
+    #[test]
+    fn a_rejoining_leader_rebalances_a_rejoining_follower_does_not() {
+        let mut g = Group::new("g", GroupConfig::default());
+        let (leader, follower) = two_members(&mut g);
+        let out = g.sync(
+            5,
+            SyncRequest {
+                member_id: leader.clone(),
+                generation: 2,
+                assignments: vec![
+                    (leader.clone(), b"l".to_vec()),
+                    (follower.clone(), b"f".to_vec()),
+                ],
+            },
+            10,
+        );
+        synced(&out, 10);
+        assert_eq!(g.state(), GroupState::Stable);
+        // The follower asks again with the same subscription: its current generation back.
+        let out = g.join(6, join_req(&follower, None, "t"), 11);
+        assert_eq!(joined(&out, 11).generation, 2);
+        assert_eq!(g.state(), GroupState::Stable);
+        // The leader asks again (partition counts changed): a new round for everyone.
+        let out = g.join(7, join_req(&leader, None, "t"), 12);
+        assert!(out.is_empty(), "waits for the follower: {out:?}");
+        assert_eq!(g.state(), GroupState::PreparingRebalance);
+        let out = g.join(8, join_req(&follower, None, "t"), 13);
+        assert_eq!(
+            (joined(&out, 12).generation, joined(&out, 13).generation),
+            (3, 3)
+        );
     }
 
     #[test]
@@ -1035,5 +1078,39 @@ mod tests {
             g.leave(5, &r.member_id).unwrap_err().code,
             ErrorCode::UnknownMemberId
         );
+    }
+
+    #[test]
+    fn a_group_describes_its_protocol_members_and_assignments() {
+        let mut g = Group::new("g", GroupConfig::default());
+        assert_eq!((g.protocol_type(), g.protocol()), (None, None));
+        let (leader, follower) = two_members(&mut g);
+        let out = g.sync(
+            5,
+            SyncRequest {
+                member_id: leader.clone(),
+                generation: 2,
+                assignments: vec![
+                    (leader.clone(), b"p0".to_vec()),
+                    (follower.clone(), b"p1".to_vec()),
+                ],
+            },
+            7,
+        );
+        synced(&out, 7);
+        assert_eq!(g.protocol_type(), Some("consumer"));
+        assert_eq!(g.protocol(), Some("range"));
+        let members = g.describe_members();
+        let by_id = |id: &str| members.iter().find(|m| m.member_id == id).unwrap();
+        assert_eq!(members.len(), 2);
+        assert_eq!(by_id(&leader).assignment, b"p0");
+        assert_eq!(by_id(&follower).assignment, b"p1");
+        assert_eq!(by_id(&follower).client_id, "c");
+        // Everyone leaves: no members, no protocol, but the protocol type stays (Kafka too).
+        g.leave(6, &follower).unwrap();
+        g.leave(7, &leader).unwrap();
+        assert_eq!(g.state(), GroupState::Empty);
+        assert!(g.describe_members().is_empty());
+        assert_eq!((g.protocol_type(), g.protocol()), (Some("consumer"), None));
     }
 }

@@ -1,11 +1,11 @@
 //! Consumer groups: the coordinator of one group as a sans-IO state machine (Kafka's classic
 //! join/sync protocol: the group leader computes the assignment, the coordinator relays it),
 //! and the assignors.
-//!
-//! Not wired to the network yet: the shell (coordinator placement on `__consumer_offsets`
-//! partitions, the APIs, offset persistence) comes next.
+//! The shell (coordinator placement on `__consumer_offsets`, the APIs, offset persistence)
+//! is in `server::groups`; the member side is `client::group_consumer`.
 
 pub mod assignor;
+pub mod consumer_protocol;
 pub mod coordinator;
 
 pub use coordinator::{

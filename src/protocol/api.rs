@@ -24,6 +24,7 @@ pub enum ApiKey {
     OffsetCommit = 17,
     OffsetFetch = 18,
     ListGroups = 19,
+    DescribeGroups = 20,
 }
 
 impl ApiKey {
@@ -48,6 +49,7 @@ impl ApiKey {
         ApiKey::OffsetCommit,
         ApiKey::OffsetFetch,
         ApiKey::ListGroups,
+        ApiKey::DescribeGroups,
     ];
 
     pub fn from_u16(v: u16) -> Option<ApiKey> {

@@ -370,6 +370,8 @@ pub struct OffsetCommitRequest {
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct OffsetFetchRequest {
     pub group: String,
+    /// (topic, partition) to look up. Empty: every offset the group has committed, sorted by
+    /// topic and partition (Kafka's null topic list).
     pub partitions: Vec<(String, u32)>,
 }
 
@@ -388,4 +390,46 @@ pub struct ListGroupsRequest {}
 pub struct ListGroupsResponse {
     /// (group, state) of the groups this shard coordinates.
     pub groups: Vec<(String, String)>,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct DescribeGroupsRequest {
+    pub groups: Vec<String>,
+}
+
+/// One member of a described group.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct MemberInfo {
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+    pub client_id: String,
+    /// The assignment bytes the leader gave it (for consumers, a
+    /// `group::consumer_protocol::MemberAssignment`); empty while the group rebalances.
+    pub assignment: Vec<u8>,
+}
+
+/// One group as its coordinator sees it. A group the coordinator does not know is state
+/// "Dead" with no members and error code 0 (as Kafka answers); a group coordinated elsewhere
+/// is NOT_COORDINATOR.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct GroupDescription {
+    pub error_code: i16,
+    pub message: String,
+    pub group: String,
+    /// Kafka's state name: Empty, PreparingRebalance, CompletingRebalance, Stable or Dead.
+    pub state: String,
+    /// e.g. "consumer"; empty when no member ever joined.
+    pub protocol_type: String,
+    /// The assignor chosen for the current generation; empty when there is none.
+    pub protocol: String,
+    pub generation: u32,
+    /// Member id of the group leader; empty when there is none.
+    pub leader: String,
+    pub members: Vec<MemberInfo>,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct DescribeGroupsResponse {
+    /// One description per requested group, in request order.
+    pub groups: Vec<GroupDescription>,
 }

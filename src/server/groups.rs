@@ -9,6 +9,7 @@ use crate::controller::metadata::ClusterMetadata;
 use crate::group::coordinator::{
     Action, Group, GroupConfig, GroupError, JoinRequest, JoinResult, SyncRequest, Token,
 };
+use crate::protocol::messages::{GroupDescription, MemberInfo};
 
 /// The internal topic whose partitions place group coordinators.
 pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
@@ -93,12 +94,18 @@ impl GroupHost {
         let (tx, rx) = flume::bounded(1);
         let token = self.token();
         self.waiters.borrow_mut().insert(token, Waiter::Join(tx));
-        let actions = self
-            .groups
-            .borrow_mut()
-            .entry(group.to_string())
-            .or_insert_with(|| Group::new(group, self.cfg.clone()))
-            .join(now_ms, req, token);
+        let actions = {
+            let mut groups = self.groups.borrow_mut();
+            let g = groups
+                .entry(group.to_string())
+                .or_insert_with(|| Group::new(group, self.cfg.clone()));
+            let actions = g.join(now_ms, req, token);
+            // A refused first join leaves nothing behind: made-up group ids cost no memory.
+            if g.member_ids().is_empty() && g.all_committed().next().is_none() {
+                groups.remove(group);
+            }
+            actions
+        };
         self.deliver(actions);
         rx
     }
@@ -154,6 +161,46 @@ impl GroupHost {
             .collect();
         out.sort();
         out
+    }
+
+    /// DescribeGroups for one group this shard coordinates. A group never seen here (no
+    /// member joined, no offset committed) is described as Kafka does: state "Dead", no
+    /// members, no error.
+    pub fn describe(&self, group: &str) -> GroupDescription {
+        let groups = self.groups.borrow();
+        let Some(g) = groups.get(group) else {
+            return GroupDescription {
+                error_code: 0,
+                message: String::new(),
+                group: group.to_string(),
+                state: "Dead".into(),
+                protocol_type: String::new(),
+                protocol: String::new(),
+                generation: 0,
+                leader: String::new(),
+                members: Vec::new(),
+            };
+        };
+        GroupDescription {
+            error_code: 0,
+            message: String::new(),
+            group: group.to_string(),
+            state: g.state().name().to_string(),
+            protocol_type: g.protocol_type().unwrap_or_default().to_string(),
+            protocol: g.protocol().unwrap_or_default().to_string(),
+            generation: g.generation(),
+            leader: g.leader().unwrap_or_default().to_string(),
+            members: g
+                .describe_members()
+                .into_iter()
+                .map(|m| MemberInfo {
+                    member_id: m.member_id,
+                    group_instance_id: m.group_instance_id,
+                    client_id: m.client_id,
+                    assignment: m.assignment,
+                })
+                .collect(),
+        }
     }
 
     /// Expires sessions and rebalance deadlines of every group.
@@ -220,8 +267,9 @@ pub fn decode_commit(key: &[u8], value: &[u8]) -> Option<(String, String, u32, u
 }
 
 impl GroupHost {
-    /// Validates a commit against the group (creating an empty group for commits from
-    /// outside one, as reset-offsets does).
+    /// Validates a commit against the group; a group not known yet is checked as an empty
+    /// one (commits from outside a group, as reset-offsets does) and created only when the
+    /// commit is stored.
     pub fn check_commit(
         &self,
         group: &str,
@@ -229,11 +277,12 @@ impl GroupHost {
         generation: i32,
         offsets: &[((String, u32), u64, String)],
     ) -> Result<(), GroupError> {
-        self.groups
-            .borrow_mut()
-            .entry(group.to_string())
-            .or_insert_with(|| Group::new(group, self.cfg.clone()))
-            .check_commit(member_id, generation, offsets)
+        match self.groups.borrow().get(group) {
+            Some(g) => g.check_commit(member_id, generation, offsets),
+            None => {
+                Group::new(group, self.cfg.clone()).check_commit(member_id, generation, offsets)
+            }
+        }
     }
 
     /// Stores offsets made durable (or replayed from the log at start).
@@ -258,6 +307,16 @@ impl GroupHost {
                 },
             );
         }
+    }
+
+    /// Every committed offset of a group as (topic, partition, offset, metadata), sorted by
+    /// topic and partition (OffsetFetch with no partitions named).
+    pub fn all_committed(&self, group: &str) -> Vec<(String, u32, u64, String)> {
+        self.groups.borrow().get(group).map_or_else(Vec::new, |g| {
+            g.all_committed()
+                .map(|((t, p), c)| (t.clone(), *p, c.offset, c.metadata.clone()))
+                .collect()
+        })
     }
 
     /// The committed offset of a partition for a group.
@@ -401,5 +460,112 @@ impl GroupHost {
 
     pub fn end_compaction(&self, p: u32) {
         self.compacting.borrow_mut().remove(&p);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn join_req(member: &str) -> JoinRequest {
+        JoinRequest {
+            member_id: member.to_string(),
+            group_instance_id: Some("host-a".into()),
+            client_id: "cli".into(),
+            session_timeout_ms: 10_000,
+            rebalance_timeout_ms: 30_000,
+            protocol_type: "consumer".into(),
+            protocols: vec![("range".into(), Vec::new())],
+        }
+    }
+
+    #[test]
+    fn refused_requests_for_unknown_groups_leave_nothing_behind() {
+        let host = GroupHost::new(GroupConfig::default());
+        let mut bad = join_req("");
+        bad.session_timeout_ms = 1; // below the minimum
+        assert!(host.join(0, "made-up", bad).try_recv().unwrap().is_err());
+        let commit = [(("t".to_string(), 0), 5, String::new())];
+        assert!(host.check_commit("other", "nobody", 3, &commit).is_err());
+        // A commit from outside a group passes the check and creates nothing yet.
+        assert!(host.check_commit("third", "", -1, &commit).is_ok());
+        assert!(host.list().is_empty(), "{:?}", host.list());
+        assert_eq!(host.describe("made-up").state, "Dead");
+    }
+
+    #[test]
+    fn describing_groups_known_and_unknown() {
+        let host = GroupHost::new(GroupConfig::default());
+        let dead = host.describe("nobody");
+        assert_eq!((dead.state.as_str(), dead.error_code), ("Dead", 0));
+        assert!(dead.members.is_empty() && dead.protocol_type.is_empty());
+        assert_eq!(dead.group, "nobody");
+
+        let joined = host.join(0, "g", join_req("")).try_recv().unwrap().unwrap();
+        let d = host.describe("g");
+        assert_eq!(d.state, "CompletingRebalance");
+        let rx = host
+            .sync(
+                1,
+                "g",
+                SyncRequest {
+                    member_id: joined.member_id.clone(),
+                    generation: joined.generation,
+                    assignments: vec![(joined.member_id.clone(), b"mine".to_vec())],
+                },
+            )
+            .unwrap();
+        assert_eq!(rx.try_recv().unwrap().unwrap(), b"mine");
+        let d = host.describe("g");
+        assert_eq!(
+            (
+                d.state.as_str(),
+                d.protocol_type.as_str(),
+                d.protocol.as_str(),
+                d.generation,
+                d.leader.as_str()
+            ),
+            ("Stable", "consumer", "range", 1, joined.member_id.as_str())
+        );
+        assert_eq!(
+            d.members,
+            vec![MemberInfo {
+                member_id: joined.member_id.clone(),
+                group_instance_id: Some("host-a".into()),
+                client_id: "cli".into(),
+                assignment: b"mine".to_vec(),
+            }]
+        );
+        // Gone again: Empty (not Dead), the group is still known.
+        host.leave(2, "g", &joined.member_id).unwrap();
+        let d = host.describe("g");
+        assert_eq!((d.state.as_str(), d.members.len()), ("Empty", 0));
+    }
+
+    #[test]
+    fn all_committed_offsets_of_a_group_sorted() {
+        let host = GroupHost::new(GroupConfig::default());
+        assert!(host.all_committed("g").is_empty());
+        host.store_offsets(
+            "g",
+            0,
+            vec![
+                (("u".into(), 0), 9, "m".into()),
+                (("t".into(), 1), 5, String::new()),
+                (("t".into(), 0), 3, String::new()),
+            ],
+        );
+        host.store_offsets("other", 0, vec![(("t".into(), 0), 1, String::new())]);
+        host.store_offsets("g", 1, vec![(("t".into(), 1), 6, String::new())]);
+        assert_eq!(
+            host.all_committed("g"),
+            vec![
+                ("t".to_string(), 0, 3, String::new()),
+                ("t".to_string(), 1, 6, String::new()),
+                ("u".to_string(), 0, 9, "m".to_string()),
+            ]
+        );
+        // A group with offsets only (nobody joined) is Empty, not Dead.
+        assert_eq!(host.describe("other").state, "Empty");
     }
 }

@@ -1,5 +1,6 @@
-//! FindCoordinator and the group membership APIs (JoinGroup, SyncGroup, Heartbeat,
-//! LeaveGroup), answered by the shard that coordinates the group.
+//! FindCoordinator, the group membership APIs (JoinGroup, SyncGroup, Heartbeat,
+//! LeaveGroup) and DescribeGroups, answered by the shard that coordinates the group;
+//! ListGroups, answered by every shard for the groups it coordinates.
 
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -9,8 +10,9 @@ use crate::clock::now_ms;
 use crate::group::coordinator::{GroupError, JoinRequest, SyncRequest};
 use crate::protocol::frame::RequestFrame;
 use crate::protocol::messages::{
-    FindCoordinatorRequest, FindCoordinatorResponse, GroupStatusResponse, HeartbeatRequest,
-    JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, SyncGroupRequest, SyncGroupResponse,
+    DescribeGroupsRequest, DescribeGroupsResponse, FindCoordinatorRequest, FindCoordinatorResponse,
+    GroupDescription, GroupStatusResponse, HeartbeatRequest, JoinGroupRequest, JoinGroupResponse,
+    LeaveGroupRequest, SyncGroupRequest, SyncGroupResponse,
 };
 use crate::protocol::ErrorCode;
 use crate::server::groups::coordinator_of;
@@ -198,6 +200,34 @@ pub fn list(shard: &Rc<Shard>) -> Reply {
     Reply::meta(&crate::protocol::messages::ListGroupsResponse {
         groups: shard.groups.list(),
     })
+}
+
+/// DescribeGroups: each group is described by this shard if it coordinates it, else
+/// answered NOT_COORDINATOR (the client asks each group's coordinator).
+pub fn describe(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
+    let req: DescribeGroupsRequest = match frame.decode_meta() {
+        Ok(r) => r,
+        Err(e) => return e.into(),
+    };
+    let groups = req
+        .groups
+        .into_iter()
+        .map(|group| match not_here(shard, &group) {
+            None => shard.groups.describe(&group),
+            Some((code, message)) => GroupDescription {
+                error_code: code.code(),
+                message,
+                group,
+                state: String::new(),
+                protocol_type: String::new(),
+                protocol: String::new(),
+                generation: 0,
+                leader: String::new(),
+                members: Vec::new(),
+            },
+        })
+        .collect();
+    Reply::meta(&DescribeGroupsResponse { groups })
 }
 
 pub fn heartbeat(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {

@@ -90,6 +90,7 @@ pub async fn dispatch(shard: &Rc<Shard>, frame: RequestFrame) -> Reply {
         ApiKey::OffsetCommit => offsets::commit(shard, &frame).await,
         ApiKey::OffsetFetch => offsets::fetch(shard, &frame),
         ApiKey::ListGroups => groups::list(shard),
+        ApiKey::DescribeGroups => groups::describe(shard, &frame),
     }
 }
 

@@ -192,6 +192,16 @@ pub fn fetch(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
         resp.message = msg;
         return Reply::meta(&resp);
     }
+    if req.partitions.is_empty() {
+        // No partitions named: every committed offset of the group (Kafka's null topics).
+        resp.offsets = shard
+            .groups
+            .all_committed(&req.group)
+            .into_iter()
+            .map(|(t, p, o, m)| (t, p, o as i64, m))
+            .collect();
+        return Reply::meta(&resp);
+    }
     resp.offsets = req
         .partitions
         .into_iter()
