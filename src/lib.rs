@@ -5,6 +5,7 @@ pub mod client;
 pub mod clock;
 pub mod controller;
 pub mod group;
+pub mod kafka;
 pub mod log;
 pub mod partition;
 pub mod protocol;

@@ -74,6 +74,14 @@ pub fn run_broker(cfg: BrokerConfig) -> Result<(), BrokerError> {
             cfg.listen.port()
         )));
     }
+    if let Some(k) = cfg.kafka_listen {
+        if u32::from(k.port()) + shards as u32 - 1 > u32::from(u16::MAX) {
+            return Err(BrokerError::Config(format!(
+                "{shards} shards from Kafka port {} do not fit below 65536",
+                k.port()
+            )));
+        }
+    }
     let dir = cfg.data_dir.clone();
     let dir_err = |source| BrokerError::DataDir {
         path: dir.display().to_string(),
@@ -161,8 +169,13 @@ pub fn run_broker(cfg: BrokerConfig) -> Result<(), BrokerError> {
         cfg.fsync,
         cfg.data_dir.display()
     );
-    if cfg.kafka_listen.is_some() {
-        log::warn!("the Kafka protocol listener is not built yet; --kafka-listen is ignored");
+    if let Some(k) = cfg.kafka_listen {
+        eprintln!(
+            "rill: Kafka protocol on {}:{}..{}",
+            k.ip(),
+            k.port(),
+            u32::from(k.port()) + shards as u32 - 1
+        );
     }
     let sig = wait_for_stop_signal(&signals);
     eprintln!("rill: signal {sig}: stopping (no new connections; pending writes are flushed)");
@@ -187,14 +200,24 @@ async fn run_shard(
     bound: flume::Sender<Result<(), BrokerError>>,
     stop: Option<flume::Receiver<()>>,
 ) {
-    let addr = std::net::SocketAddr::new(cfg.listen.ip(), cfg.listen.port() + ctx.id as u16);
-    let listener = match TcpListener::bind(addr) {
+    let bind = |base: std::net::SocketAddr| {
+        let addr = std::net::SocketAddr::new(base.ip(), base.port() + ctx.id as u16);
+        TcpListener::bind(addr).map_err(|e| BrokerError::Listen {
+            addr: addr.to_string(),
+            why: e.to_string(),
+        })
+    };
+    let listener = match bind(cfg.listen) {
         Ok(l) => l,
         Err(e) => {
-            let _ = bound.send(Err(BrokerError::Listen {
-                addr: addr.to_string(),
-                why: e.to_string(),
-            }));
+            let _ = bound.send(Err(e));
+            return;
+        }
+    };
+    let kafka_listener = match cfg.kafka_listen.map(bind).transpose() {
+        Ok(l) => l,
+        Err(e) => {
+            let _ = bound.send(Err(e));
             return;
         }
     };
@@ -253,7 +276,19 @@ async fn run_shard(
             None => std::future::pending::<()>().await,
         }
     };
-    futures_lite::future::or(accept_loop(shard.clone(), listener), stopped).await;
+    let listeners = async {
+        match kafka_listener {
+            Some(k) => {
+                futures_lite::future::zip(
+                    accept_loop(shard.clone(), listener, Protocol::Native),
+                    accept_loop(shard.clone(), k, Protocol::Kafka),
+                )
+                .await;
+            }
+            None => accept_loop(shard.clone(), listener, Protocol::Native).await,
+        }
+    };
+    futures_lite::future::or(listeners, stopped).await;
     // Stop: the listener is closed; let every append accepted so far reach the disk (and the
     // disk's cache, whatever --fsync says), then end the shard.
     shard.group_commit.quiesce().await;
@@ -293,7 +328,14 @@ async fn retention_loop(shard: Rc<Shard>) {
     }
 }
 
-async fn accept_loop(shard: Rc<Shard>, listener: TcpListener) {
+/// Which wire protocol a listener speaks.
+#[derive(Clone, Copy)]
+enum Protocol {
+    Native,
+    Kafka,
+}
+
+async fn accept_loop(shard: Rc<Shard>, listener: TcpListener, protocol: Protocol) {
     loop {
         match listener.accept().await {
             Ok(stream) => {
@@ -309,7 +351,10 @@ async fn accept_loop(shard: Rc<Shard>, listener: TcpListener) {
                 shard.connections.set(shard.connections.get() + 1);
                 let s = shard.clone();
                 spawn_local(async move {
-                    connection::serve(s.clone(), stream).await;
+                    match protocol {
+                        Protocol::Native => connection::serve(s.clone(), stream).await,
+                        Protocol::Kafka => crate::kafka::connection::serve(s.clone(), stream).await,
+                    }
                     s.connections.set(s.connections.get() - 1);
                 })
                 .detach();

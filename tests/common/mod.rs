@@ -21,6 +21,8 @@ pub struct TestBroker {
     pub shards: usize,
     pub extra: Vec<String>,
     pub env: Vec<(String, String)>,
+    /// Kafka protocol port of shard 0, when the Kafka listener is on.
+    pub kafka_port: Option<u16>,
     /// Broker processes started so far (each prints one "ready" line to the shared log).
     spawns: usize,
     child: Option<Child>,
@@ -64,12 +66,32 @@ impl TestBroker {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
+            kafka_port: None,
             spawns: 0,
             child: None,
             log,
         };
         b.spawn();
         b
+    }
+
+    /// Starts a broker with the Kafka listener on (its own free port range).
+    pub fn start_kafka(shards: usize, extra: &[&str]) -> TestBroker {
+        let kafka = free_ports(shards);
+        let mut args = vec!["--kafka-listen".to_string(), format!("127.0.0.1:{kafka}")];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let mut b = Self::start_with_env(shards, &args, &[]);
+        b.kafka_port = Some(kafka);
+        b
+    }
+
+    /// The Kafka bootstrap address (`host:port` of shard 0's Kafka listener).
+    pub fn kafka_bootstrap(&self) -> String {
+        format!(
+            "127.0.0.1:{}",
+            self.kafka_port.expect("the Kafka listener is on")
+        )
     }
 
     pub fn data_dir(&self) -> PathBuf {
@@ -94,8 +116,11 @@ impl TestBroker {
             .arg(self.bootstrap())
             .arg("--shards")
             .arg(self.shards.to_string())
-            .arg("--kafka-listen")
-            .arg("off")
+            .args(if self.extra.iter().any(|a| a == "--kafka-listen") {
+                &[][..]
+            } else {
+                &["--kafka-listen", "off"][..]
+            })
             .args(&self.extra)
             .env("RUST_LOG", "info")
             .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))

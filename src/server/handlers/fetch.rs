@@ -89,20 +89,22 @@ pub async fn fetch(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
             );
         }
         drop(chunks);
-        let woke = futures_lite::future::or(
-            async {
-                select_all(listeners).await;
-                true
-            },
-            async {
-                shard.deadlines.sleep_until(deadline).await;
-                false
-            },
-        )
-        .await;
-        if !woke && Instant::now() < deadline {
-            // Spurious: loop re-checks.
-            continue;
-        }
+        wait_for_data(shard, listeners, deadline).await;
     }
+}
+
+/// A long poll's wait: until one of the partitions gets data or the deadline passes (the
+/// caller re-reads either way; a spurious wake-up just loops).
+pub(crate) async fn wait_for_data(
+    shard: &Shard,
+    listeners: Vec<event_listener::EventListener>,
+    deadline: Instant,
+) {
+    futures_lite::future::or(
+        async {
+            select_all(listeners).await;
+        },
+        shard.deadlines.sleep_until(deadline),
+    )
+    .await;
 }

@@ -1,12 +1,12 @@
 //! Request handlers: decode the meta, act on the shard, encode the reply.
 
-mod fetch;
+pub(crate) mod fetch;
 mod groups;
 mod list_offsets;
 mod log_admin;
 mod metadata;
 mod offsets;
-mod produce;
+pub(crate) mod produce;
 mod topics;
 
 use std::rc::Rc;
@@ -95,7 +95,7 @@ pub async fn dispatch(shard: &Rc<Shard>, frame: RequestFrame) -> Reply {
 }
 
 /// Why a partition cannot be served here: unknown topic, or owned by another shard/broker.
-fn locate_error(shard: &Shard, topic: &str, partition: u32) -> (ErrorCode, String) {
+pub(crate) fn locate_error(shard: &Shard, topic: &str, partition: u32) -> (ErrorCode, String) {
     let md = shard.metadata.borrow();
     match md.topic(topic) {
         None => (

@@ -170,13 +170,30 @@ pub async fn produce(shard: &Rc<Shard>, frame: RequestFrame) -> Reply {
     if req.acks == 0 {
         return Reply::None;
     }
+    for (i, code, message) in await_acks(shard, waits, req.timeout_ms).await {
+        results[i].error_code = code.code();
+        results[i].message = message;
+    }
+    Reply::meta(&ProduceResponse {
+        partitions: results,
+    })
+}
+
+/// Waits for each (index, ack) until the request's timeout (capped by
+/// `--max-produce-timeout-ms`; 0 means the cap); returns the ones that failed, by index.
+pub(crate) async fn await_acks(
+    shard: &Shard,
+    waits: Vec<(usize, flume::Receiver<Result<(), ErrorCode>>)>,
+    timeout_ms: u32,
+) -> Vec<(usize, ErrorCode, String)> {
     let max = shard.cfg.max_produce_timeout;
-    let timeout = if req.timeout_ms == 0 {
+    let timeout = if timeout_ms == 0 {
         max
     } else {
-        Duration::from_millis(u64::from(req.timeout_ms)).min(max)
+        Duration::from_millis(u64::from(timeout_ms)).min(max)
     };
     let deadline = Instant::now() + timeout;
+    let mut failed = Vec::new();
     for (i, rx) in waits {
         let outcome = futures_lite::future::or(async { Some(rx.recv_async().await) }, async {
             shard.deadlines.sleep_until(deadline).await;
@@ -195,10 +212,7 @@ pub async fn produce(shard: &Rc<Shard>, frame: RequestFrame) -> Reply {
                 "not durable within the request timeout".to_string(),
             ),
         };
-        results[i].error_code = code.code();
-        results[i].message = msg;
+        failed.push((i, code, msg));
     }
-    Reply::meta(&ProduceResponse {
-        partitions: results,
-    })
+    failed
 }

@@ -1,0 +1,219 @@
+//! One Kafka client connection: read a size-prefixed request, decode it, answer it, in order
+//! (Kafka brokers too handle one request per connection at a time).
+//!
+//! What Kafka does with bad input, this does: an unknown API key, an unsupported version or an
+//! undecodable body closes the connection (after answering ApiVersions, which a client may
+//! send at any version to learn ours); a size outside 8..=`--max-frame-bytes` closes it too.
+
+use std::rc::Rc;
+
+use bytes::{Buf, Bytes, BytesMut};
+use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
+use kafka_protocol::protocol::{Decodable, Encodable};
+use rill_shards::rt::TcpStream;
+
+use super::handlers;
+use super::versions;
+use crate::protocol::ErrorCode;
+use crate::server::shard::Shard;
+
+/// Smallest request: api key, api version and correlation id.
+const MIN_REQUEST: usize = 8;
+
+pub async fn serve(shard: Rc<Shard>, mut stream: TcpStream) {
+    let peer = stream
+        .peer_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    let _ = stream.set_nodelay(true);
+    loop {
+        let mut len = [0u8; 4];
+        if stream.read_exact(&mut len).await.is_err() {
+            return;
+        }
+        let size = i32::from_be_bytes(len);
+        if size < MIN_REQUEST as i32 || size as usize > shard.cfg.max_frame_bytes {
+            log::debug!("kafka {peer}: request size {size}; closing");
+            return;
+        }
+        let mut body = vec![0u8; size as usize];
+        if stream.read_exact(&mut body).await.is_err() {
+            return;
+        }
+        let body = Bytes::from(body);
+        let response = match decode(body) {
+            Ok(Decoded::Request(api, version, header, request)) => {
+                let correlation = header.correlation_id;
+                let client = header.client_id.as_ref().map(|c| c.to_string());
+                match handlers::handle(&shard, version, client.as_deref(), *request).await {
+                    Some(r) => encode(api, version, correlation, &r),
+                    None => continue, // acks=0
+                }
+            }
+            Ok(Decoded::UnsupportedApiVersions(correlation)) => {
+                // Answered with v0 (as Kafka does) so the client can pick a version we serve.
+                let mut r = handlers::api_versions();
+                r.error_code = ErrorCode::UnsupportedVersion.code();
+                encode(
+                    ApiKey::ApiVersions,
+                    0,
+                    correlation,
+                    &ResponseKind::ApiVersions(r),
+                )
+            }
+            Err(why) => {
+                log::debug!("kafka {peer}: {why}; closing");
+                return;
+            }
+        };
+        let bytes = match response {
+            Ok(b) => b,
+            Err(e) => {
+                log::warn!("kafka {peer}: cannot encode a response: {e}; closing");
+                return;
+            }
+        };
+        if stream.write_all(&bytes).await.is_err() || stream.flush().await.is_err() {
+            return;
+        }
+    }
+}
+
+enum Decoded {
+    Request(ApiKey, i16, Box<RequestHeader>, Box<RequestKind>),
+    UnsupportedApiVersions(i32),
+}
+
+/// Decodes a request, refusing what is not served. The decoders are third-party code fed
+/// with network bytes: a panic in them is caught and treated as a malformed request.
+fn decode(mut body: Bytes) -> Result<Decoded, String> {
+    let key = i16::from_be_bytes([body[0], body[1]]);
+    let version = i16::from_be_bytes([body[2], body[3]]);
+    let correlation = i32::from_be_bytes([body[4], body[5], body[6], body[7]]);
+    let api = ApiKey::try_from(key).map_err(|_| format!("unknown api key {key}"))?;
+    if !versions::supports(api, version) {
+        if api == ApiKey::ApiVersions {
+            return Ok(Decoded::UnsupportedApiVersions(correlation));
+        }
+        return Err(format!("{api:?} v{version} is not supported"));
+    }
+    if api == ApiKey::Produce && version < versions::MIN_DECODED_PRODUCE {
+        return Err(format!(
+            "Produce v{version} (message format v0/v1) is not supported: use record batch v2"
+        ));
+    }
+    std::panic::catch_unwind(move || {
+        let header = RequestHeader::decode(&mut body, api.request_header_version(version))
+            .map_err(|e| format!("bad {api:?} header: {e}"))?;
+        let request = RequestKind::decode(api, &mut body, version)
+            .map_err(|e| format!("bad {api:?} v{version} body: {e}"))?;
+        if body.has_remaining() {
+            return Err(format!(
+                "{} bytes after the {api:?} v{version} body",
+                body.remaining()
+            ));
+        }
+        Ok(Decoded::Request(
+            api,
+            version,
+            Box::new(header),
+            Box::new(request),
+        ))
+    })
+    .map_err(|_| format!("undecodable {api:?} v{version} request"))?
+}
+
+/// Size prefix, response header, body.
+fn encode(
+    api: ApiKey,
+    version: i16,
+    correlation: i32,
+    response: &ResponseKind,
+) -> Result<Bytes, String> {
+    let mut buf = BytesMut::with_capacity(256);
+    buf.extend_from_slice(&[0; 4]);
+    let mut header = ResponseHeader::default();
+    header.correlation_id = correlation;
+    header
+        .encode(&mut buf, api.response_header_version(version))
+        .map_err(|e| e.to_string())?;
+    response
+        .encode(&mut buf, version)
+        .map_err(|e| e.to_string())?;
+    let size = (buf.len() - 4) as i32;
+    buf[..4].copy_from_slice(&size.to_be_bytes());
+    Ok(buf.freeze())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafka_protocol::messages::ApiVersionsResponse;
+
+    fn request(key: i16, version: i16, rest: &[u8]) -> Bytes {
+        let mut b = Vec::new();
+        b.extend_from_slice(&key.to_be_bytes());
+        b.extend_from_slice(&version.to_be_bytes());
+        b.extend_from_slice(&7i32.to_be_bytes());
+        b.extend_from_slice(rest);
+        Bytes::from(b)
+    }
+
+    #[test]
+    fn unknown_unsupported_and_truncated_requests_are_refused() {
+        assert!(decode(request(9999, 0, &[])).is_err(), "unknown api key");
+        assert!(
+            decode(request(0, 99, &[])).is_err(),
+            "unsupported produce version"
+        );
+        assert!(
+            decode(request(0, 2, &[0, 0])).is_err(),
+            "produce v0-2 refused"
+        );
+        assert!(matches!(
+            decode(request(18, 99, &[])),
+            Ok(Decoded::UnsupportedApiVersions(7))
+        ));
+        // Metadata v1 with a client id length that runs past the end.
+        assert!(decode(request(3, 1, &[0, 50, b'x'])).is_err());
+        // Fetch v4 header fine, body cut short.
+        assert!(decode(request(1, 4, &[0, 0, 0, 0, 0, 1])).is_err());
+        for n in 0..64u8 {
+            let junk: Vec<u8> = (0..n).map(|i| i.wrapping_mul(37)).collect();
+            let _ = decode(request(1, 12, &junk));
+            let _ = decode(request(3, 12, &junk));
+            let _ = decode(request(0, 9, &junk));
+        }
+    }
+
+    #[test]
+    fn api_versions_round_trips_through_the_codec() {
+        let mut body = Vec::new();
+        // ApiVersions v3: flexible header (client id, tagged fields) and body.
+        body.extend_from_slice(&[0, 3, b'c', b'l', b'i', 0]); // client id "cli", no tags
+        body.extend_from_slice(&[5, b'k', b'c', b'a', b't', 4, b'1', b'.', b'7', 0]);
+        let req = match decode(request(18, 3, &body)) {
+            Ok(Decoded::Request(ApiKey::ApiVersions, 3, h, r)) => {
+                let RequestKind::ApiVersions(r) = *r else {
+                    panic!("not ApiVersions")
+                };
+                assert_eq!(h.client_id.as_deref(), Some("cli"));
+                r
+            }
+            _ => panic!("not decoded"),
+        };
+        assert_eq!(req.client_software_name.as_str(), "kcat");
+        let resp = handlers::api_versions();
+        let bytes = encode(ApiKey::ApiVersions, 3, 7, &ResponseKind::ApiVersions(resp)).unwrap();
+        let mut b = bytes.slice(4..);
+        assert_eq!(b.get_i32(), 7, "correlation id, header v0");
+        let decoded = ApiVersionsResponse::decode(&mut b, 3).unwrap();
+        let produce = decoded
+            .api_keys
+            .iter()
+            .find(|k| k.api_key == ApiKey::Produce as i16)
+            .unwrap();
+        assert_eq!((produce.min_version, produce.max_version), (0, 11));
+    }
+}

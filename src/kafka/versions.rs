@@ -1,0 +1,30 @@
+//! The Kafka API versions this listener serves, as ApiVersions advertises them.
+
+use kafka_protocol::messages::ApiKey;
+
+/// (api, min, max) served. Produce advertises 0-2 although their message-set format is
+/// refused: librdkafka before 2.11.1 enables record format v2 only when they are listed
+/// (Kafka 4.0 does the same). Fetch v13+ names topics by id, which the fetch handler maps back.
+pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
+    (ApiKey::Produce, 0, 11),
+    (ApiKey::Fetch, 4, 16),
+    (ApiKey::ListOffsets, 1, 8),
+    (ApiKey::Metadata, 0, 12),
+    (ApiKey::ApiVersions, 0, 3),
+];
+
+/// The lowest Produce version whose body this listener decodes (record batch v2).
+pub const MIN_DECODED_PRODUCE: i16 = 3;
+
+/// The served version range of an API, if it is served at all.
+pub fn range(api: ApiKey) -> Option<(i16, i16)> {
+    SUPPORTED
+        .iter()
+        .find(|(k, _, _)| *k == api)
+        .map(|&(_, lo, hi)| (lo, hi))
+}
+
+/// Whether `version` of `api` is served.
+pub fn supports(api: ApiKey, version: i16) -> bool {
+    range(api).is_some_and(|(lo, hi)| (lo..=hi).contains(&version))
+}

@@ -1,0 +1,77 @@
+"""Kafka client side of the Kafka-protocol tests: confluent-kafka (librdkafka) against rill.
+
+  produce BOOTSTRAP TOPIC COUNT COMPRESSION   keyed messages key<i%50> = "<key>:<i>", header src=ck;
+                                              prints "<partition>\t<key>" per delivered message
+  consume BOOTSTRAP TOPIC PARTITIONS COUNT    assigns every partition from the beginning, reads
+                                              COUNT messages; prints one JSON object per message
+Exits non-zero on any delivery or consume error.
+"""
+import json
+import sys
+import time
+
+import confluent_kafka as ck
+
+
+def produce(bootstrap, topic, count, compression):
+    p = ck.Producer({
+        "bootstrap.servers": bootstrap,
+        # Java's partitioner (murmur2), which rill's client uses too.
+        "partitioner": "murmur2_random",
+        "compression.type": compression,
+        "linger.ms": 5,
+    })
+    errors = []
+    delivered = []
+
+    def report(err, msg):
+        if err is not None:
+            errors.append(str(err))
+        else:
+            delivered.append((msg.partition(), msg.key().decode()))
+
+    for i in range(count):
+        key = f"key{i % 50}"
+        p.produce(topic, key=key, value=f"{key}:{i}", headers=[("src", b"ck")], on_delivery=report)
+        p.poll(0)
+    left = p.flush(60)
+    if errors or left:
+        sys.exit(f"delivery failed: {left} undelivered, errors {errors[:5]}")
+    for partition, key in delivered:
+        print(f"{partition}\t{key}")
+
+
+def consume(bootstrap, topic, partitions, count):
+    c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "unused",
+                     "enable.auto.commit": False})
+    c.assign([ck.TopicPartition(topic, p, ck.OFFSET_BEGINNING) for p in range(partitions)])
+    got = 0
+    deadline = time.time() + 120
+    while got < count:
+        if time.time() > deadline:
+            sys.exit(f"only {got} of {count} messages")
+        m = c.poll(0.5)
+        if m is None:
+            continue
+        if m.error():
+            sys.exit(f"consume error: {m.error()}")
+        got += 1
+        print(json.dumps({
+            "partition": m.partition(),
+            "offset": m.offset(),
+            "key": m.key().decode() if m.key() is not None else None,
+            "value": m.value().decode(),
+            "headers": [[k, v.decode()] for k, v in (m.headers() or [])],
+            "timestamp": m.timestamp()[1],
+        }))
+    c.close()
+
+
+if __name__ == "__main__":
+    cmd = sys.argv[1]
+    if cmd == "produce":
+        produce(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5])
+    elif cmd == "consume":
+        consume(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
+    else:
+        sys.exit(f"unknown command {cmd}")
