@@ -13,9 +13,10 @@ use std::time::{Duration, Instant};
 
 use common::{producer, TestBroker, DEADLINE};
 use rill::client::{
-    ClientConfig, Delivery, GroupConsumer, GroupConsumerConfig, ProducerRecord, RebalanceListener,
-    TopicPartition,
+    Client, ClientConfig, ClientError, Delivery, GroupConsumer, GroupConsumerConfig,
+    OffsetAndMetadata, OffsetReset, Offsets, ProducerRecord, RebalanceListener, TopicPartition,
 };
+use rill::protocol::messages::{JoinGroupRequest, SyncGroupRequest};
 use rill::protocol::ErrorCode;
 
 /// Test settings: short session and heartbeat so rebalances settle fast on a loaded machine.
@@ -64,6 +65,7 @@ fn partition_of(value: &str) -> u32 {
 #[derive(Default)]
 struct MemberView {
     read: Vec<String>,
+    member_id: String,
     assignment: Vec<TopicPartition>,
     generation: Option<u32>,
     polls: usize,
@@ -114,6 +116,7 @@ fn spawn_member(
             }
             view.assignment = c.assignment();
             view.generation = c.generation();
+            view.member_id = c.member_id();
             view.polls += 1;
         }
         c.close().unwrap();
@@ -127,6 +130,11 @@ fn spawn_member(
 impl Member {
     fn join(&mut self) {
         self.thread.take().unwrap().join().unwrap();
+    }
+
+    /// Its thread still runs (a failed poll ends it).
+    fn alive(&self) -> bool {
+        self.thread.as_ref().is_some_and(|t| !t.is_finished())
     }
 }
 
@@ -525,6 +533,14 @@ fn committed_offsets_survive_a_broker_restart() {
     let mut b = TestBroker::start(2, &[]);
     b.client().create_topic("t", 4, 1, vec![]).unwrap();
     produce_spread(&b, "t", 4, 0..100);
+    let tps: Vec<TopicPartition> = (0..4).map(|p| ("t".to_string(), p)).collect();
+    // Never subscribes, only reads commits; it lives through the restart.
+    let mut watcher = GroupConsumer::new(
+        ClientConfig::new(b.bootstrap()),
+        config("g", Delivery::Manual, "range"),
+    )
+    .unwrap();
+    assert!(watcher.committed(&tps).unwrap().is_empty());
     let mut first = Vec::new();
     let committed = {
         let mut c = GroupConsumer::new(
@@ -544,21 +560,43 @@ fn committed_offsets_survive_a_broker_restart() {
             );
         }
         c.commit_sync().unwrap();
-        let tps: Vec<TopicPartition> = (0..4).map(|p| ("t".to_string(), p)).collect();
         let committed = c.committed(&tps).unwrap();
+        assert_eq!(committed.len(), 4);
         for (tp, o) in &committed {
-            assert_eq!(Some(*o), c.position(&tp.0, tp.1));
+            assert_eq!(Some(o.offset), c.position(&tp.0, tp.1));
+            assert_eq!(o.metadata, "", "commit_sync stores no metadata");
         }
+        // The same positions again, each with its own metadata.
+        let with_metadata: Offsets = committed
+            .iter()
+            .map(|(tp, o)| {
+                let text = format!("{}-{} read up to {}", tp.0, tp.1, o.offset);
+                (tp.clone(), OffsetAndMetadata::with_metadata(o.offset, text))
+            })
+            .collect();
+        c.commit_offsets_sync(&with_metadata).unwrap();
+        assert_eq!(c.committed(&tps).unwrap(), with_metadata);
+        assert_eq!(watcher.committed(&tps).unwrap(), with_metadata);
         c.close().unwrap();
-        committed
+        with_metadata
     };
-    assert_eq!(committed.values().sum::<u64>() as usize, first.len());
+    assert_eq!(
+        committed.values().map(|o| o.offset).sum::<u64>() as usize,
+        first.len()
+    );
     b.restart();
+    // The watcher's coordinator connection died with the broker: it finds it again.
+    assert_eq!(
+        watcher.committed(&tps).unwrap(),
+        committed,
+        "offsets and metadata after the restart"
+    );
     let mut c = GroupConsumer::new(
         ClientConfig::new(b.bootstrap()),
         config("g", Delivery::Manual, "range"),
     )
     .unwrap();
+    assert_eq!(c.committed(&tps).unwrap(), committed);
     c.subscribe(&["t"]).unwrap();
     let mut second: Vec<(u32, u64, String)> = Vec::new();
     let start = Instant::now();
@@ -583,7 +621,7 @@ fn committed_offsets_survive_a_broker_restart() {
             .filter(|(q, _, _)| *q == p)
             .map(|(_, o, _)| *o)
             .min();
-        let resumed = committed.get(&("t".to_string(), p)).copied().unwrap_or(0);
+        let resumed = committed.get(&("t".to_string(), p)).map_or(0, |o| o.offset);
         if resumed < 100 {
             assert_eq!(lowest, Some(resumed), "partition {p} resumes at its commit");
         }
@@ -671,8 +709,11 @@ fn stale_and_unknown_members_are_refused_and_the_group_stays_consistent() {
     let committed = c
         .committed(&[("t".to_string(), 0), ("t".to_string(), 1)])
         .unwrap();
-    assert!(committed.values().all(|&o| o <= 50), "{committed:?}");
-    assert_eq!(committed.values().sum::<u64>() as usize, read);
+    assert!(committed.values().all(|o| o.offset <= 50), "{committed:?}");
+    assert_eq!(
+        committed.values().map(|o| o.offset).sum::<u64>() as usize,
+        read
+    );
     while read < 100 {
         assert!(start.elapsed() < DEADLINE);
         read += c.poll(Duration::from_millis(200)).unwrap().count();
@@ -685,4 +726,405 @@ fn stale_and_unknown_members_are_refused_and_the_group_stays_consistent() {
         code(rogue.heartbeat(at, "g", &fenced_member, generation)),
         Some(ErrorCode::UnknownMemberId)
     );
+}
+
+/// Polls `c` until it has read `n` values (failing past `n`), returning them.
+fn read_values(c: &mut GroupConsumer, n: usize) -> Vec<String> {
+    let mut read = Vec::new();
+    let start = Instant::now();
+    while read.len() < n {
+        assert!(
+            start.elapsed() < DEADLINE,
+            "read {} of {n}: {read:?}",
+            read.len()
+        );
+        let records = c.poll(Duration::from_millis(200)).unwrap();
+        read.extend(
+            records
+                .iter()
+                .map(|r| String::from_utf8(r.value().to_vec()).unwrap()),
+        );
+    }
+    assert_eq!(read.len(), n, "more than expected: {read:?}");
+    read
+}
+
+#[test]
+fn oversized_offset_metadata_is_refused_and_the_previous_commit_stays() {
+    let b = TestBroker::start(2, &[]);
+    b.client().create_topic("t", 2, 1, vec![]).unwrap();
+    produce_spread(&b, "t", 2, 0..10);
+    let mut c = GroupConsumer::new(
+        ClientConfig::new(b.bootstrap()),
+        config("g", Delivery::Manual, "range"),
+    )
+    .unwrap();
+    c.subscribe(&["t"]).unwrap();
+    read_values(&mut c, 20);
+    let generation = c.generation();
+    let (tp0, tp1) = (("t".to_string(), 0), ("t".to_string(), 1));
+    let both = [tp0.clone(), tp1.clone()];
+    // The coordinator's limit is 4096 bytes of metadata: at the limit is fine.
+    let at_limit: Offsets = [
+        (
+            tp0.clone(),
+            OffsetAndMetadata::with_metadata(4, "m".repeat(4096)),
+        ),
+        (tp1.clone(), OffsetAndMetadata::with_metadata(6, "small")),
+    ]
+    .into();
+    c.commit_offsets_sync(&at_limit).unwrap();
+    assert_eq!(c.committed(&both).unwrap(), at_limit);
+    // One byte over, for one partition of two: the whole commit is refused, by both calls.
+    let too_big: Offsets = [
+        (
+            tp0.clone(),
+            OffsetAndMetadata::with_metadata(8, "m".repeat(4097)),
+        ),
+        (tp1.clone(), OffsetAndMetadata::new(9)),
+    ]
+    .into();
+    let e = c.commit_offsets_sync(&too_big).unwrap_err();
+    assert_eq!(
+        e.code(),
+        Some(ErrorCode::OffsetMetadataTooLarge),
+        "sync: {e}"
+    );
+    let e = c.commit_offsets_async(&too_big).wait().unwrap_err();
+    assert_eq!(
+        e.code(),
+        Some(ErrorCode::OffsetMetadataTooLarge),
+        "async: {e}"
+    );
+    assert_eq!(
+        c.committed(&both).unwrap(),
+        at_limit,
+        "the previous commit stays"
+    );
+    // A refusal is not a fence: the member commits on in its generation.
+    let fine: Offsets = [(tp1.clone(), OffsetAndMetadata::new(10))].into();
+    c.commit_offsets_sync(&fine).unwrap();
+    assert_eq!(c.generation(), generation);
+    let committed = c.committed(&both).unwrap();
+    assert_eq!(committed[&tp0], at_limit[&tp0]);
+    assert_eq!(committed[&tp1], OffsetAndMetadata::new(10));
+    c.close().unwrap();
+}
+
+#[test]
+fn lag_per_partition_follows_new_data_without_polls() {
+    let b = TestBroker::start(2, &[]);
+    b.client().create_topic("t", 3, 1, vec![]).unwrap();
+    produce_spread(&b, "t", 3, 0..20);
+    let mut c = GroupConsumer::new(
+        ClientConfig::new(b.bootstrap()),
+        config("g", Delivery::Manual, "range"),
+    )
+    .unwrap();
+    c.subscribe(&["t"]).unwrap();
+    read_values(&mut c, 60);
+    let owned = c.assignment();
+    assert_eq!(owned.len(), 3);
+    let lag_of = |behind: u64| -> BTreeMap<TopicPartition, u64> {
+        owned
+            .iter()
+            .map(|tp| (tp.clone(), if tp.1 == 1 { behind } else { 0 }))
+            .collect()
+    };
+    assert_eq!(c.lag(), lag_of(0), "everything read");
+    // Rounds of 3 records to partition 1 while the application does not poll: more rounds
+    // than the fetcher may queue for the application (prefetch 2).
+    let p = producer(&b, 1 << 10);
+    let mut behind = 0u64;
+    for round in 0..6 {
+        let reports: Vec<_> = (0..3)
+            .map(|i| {
+                let v = format!("p1-{}", 20 + behind + i);
+                p.send(ProducerRecord::new("t", v.as_bytes()).partition(1))
+                    .unwrap()
+            })
+            .collect();
+        p.flush().unwrap();
+        for r in reports {
+            r.wait().unwrap();
+        }
+        behind += 3;
+        wait_until(&format!("lag {behind} on t-1 after round {round}"), || {
+            c.lag() == lag_of(behind)
+        });
+    }
+    // Polling reads exactly the new records, and the lag is back to 0.
+    let read = read_values(&mut c, behind as usize);
+    let expected: Vec<String> = (20..20 + behind).map(|i| format!("p1-{i}")).collect();
+    assert_eq!(read, expected);
+    assert_eq!(c.lag(), lag_of(0));
+    c.close().unwrap();
+}
+
+/// A static member (instance id) and a dynamic one; the static one is closed (no LeaveGroup)
+/// and recreated with its instance id within the session timeout.
+fn static_member_restarts_without_a_rebalance(assignor: &str) {
+    let b = TestBroker::start(2, &[]);
+    b.client().create_topic("t", 4, 1, vec![]).unwrap();
+    produce_spread(&b, "t", 4, 0..10);
+    let mut static_cfg = config("g", Delivery::AtLeastOnce, assignor);
+    static_cfg.group_instance_id = Some("static-a".into());
+    // The static member joins first, so it is the group's leader.
+    let stop_s = Arc::new(AtomicBool::new(false));
+    let mut s = spawn_member(&b, "t", static_cfg.clone(), stop_s.clone());
+    wait_until("the static member owning everything", || {
+        settled(&[&s], "t", 4)
+    });
+    let stop_d = Arc::new(AtomicBool::new(false));
+    let mut d = spawn_member(
+        &b,
+        "t",
+        config("g", Delivery::AtLeastOnce, assignor),
+        stop_d.clone(),
+    );
+    wait_until("two members sharing four partitions", || {
+        settled(&[&s, &d], "t", 4)
+    });
+    wait_until("the first 40 messages read", || {
+        s.view.lock().unwrap().read.len() + d.view.lock().unwrap().read.len() >= 40
+    });
+    let (s_id, s_assignment, generation) = {
+        let v = s.view.lock().unwrap();
+        (v.member_id.clone(), v.assignment.clone(), v.generation)
+    };
+    let d_assignment = {
+        let mut v = d.view.lock().unwrap();
+        v.events.clear();
+        v.read.clear();
+        v.assignment.clone()
+    };
+    stop_s.store(true, Ordering::SeqCst);
+    s.join();
+    let stop_s2 = Arc::new(AtomicBool::new(false));
+    let mut s2 = spawn_member(&b, "t", static_cfg, stop_s2.clone());
+    wait_until("the static member back", || {
+        let v = s2.view.lock().unwrap();
+        v.generation.is_some() && !v.assignment.is_empty()
+    });
+    {
+        let v = s2.view.lock().unwrap();
+        assert_eq!(v.member_id, s_id, "the same member id");
+        assert_eq!(v.assignment, s_assignment, "the same assignment");
+        assert_eq!(v.generation, generation, "the same generation");
+        assert_eq!(
+            v.events,
+            vec![("assigned", s_assignment.clone())],
+            "its listener sees its partitions assigned, nothing else"
+        );
+    }
+    // The dynamic member polls and heartbeats on, unaware.
+    let polls = d.view.lock().unwrap().polls;
+    wait_until("the dynamic member polling on", || {
+        d.view.lock().unwrap().polls >= polls + 10
+    });
+    let described = b.client().describe_group("g").unwrap();
+    assert_eq!(
+        (described.state.as_str(), Some(described.generation)),
+        ("Stable", generation)
+    );
+    assert_eq!(described.members.len(), 2);
+    {
+        let v = d.view.lock().unwrap();
+        assert_eq!(v.generation, generation, "no rebalance");
+        assert_eq!(v.assignment, d_assignment);
+        assert!(v.events.is_empty(), "no revocation: {:?}", v.events);
+    }
+    // New messages: each member reads those of its partitions, the static one resuming at
+    // what its previous instance committed on close (nothing twice).
+    produce_spread(&b, "t", 4, 10..20);
+    wait_until("the next 40 messages read", || {
+        s2.view.lock().unwrap().read.len() + d.view.lock().unwrap().read.len() >= 40
+    });
+    stop_s2.store(true, Ordering::SeqCst);
+    stop_d.store(true, Ordering::SeqCst);
+    s2.join();
+    d.join();
+    for (m, owned) in [(&s2, &s_assignment), (&d, &d_assignment)] {
+        let read: Vec<String> = m.view.lock().unwrap().read.clone();
+        let expected: BTreeSet<String> = all_values(4, 10..20)
+            .into_iter()
+            .filter(|v| owned.contains(&("t".to_string(), partition_of(v))))
+            .collect();
+        assert_eq!(read.len(), expected.len(), "{read:?}");
+        assert_eq!(read.into_iter().collect::<BTreeSet<_>>(), expected);
+    }
+}
+
+#[test]
+fn a_static_member_restarts_without_a_rebalance_cooperative() {
+    static_member_restarts_without_a_rebalance("cooperative-sticky");
+}
+
+#[test]
+fn a_static_member_restarts_without_a_rebalance_eager() {
+    static_member_restarts_without_a_rebalance("range");
+}
+
+#[test]
+fn a_join_that_fails_after_the_coordinator_answered_fails_every_poll_and_close_leaves() {
+    let b = TestBroker::start(2, &[]);
+    b.client().create_topic("t", 2, 1, vec![]).unwrap();
+    produce_spread(&b, "t", 2, 0..10);
+    let mut admin = b.client();
+    let at = admin.find_coordinator("g").unwrap();
+    // Partition 0 has a committed offset, partition 1 none, and the reset policy is 'error'.
+    admin
+        .commit_offsets(at, "g", "", -1, vec![("t".into(), 0, 5, String::new())])
+        .unwrap();
+    let mut cfg = config("g", Delivery::Manual, "range");
+    cfg.consumer.auto_offset_reset = OffsetReset::Error;
+    let view = Arc::new(Mutex::new(MemberView::default()));
+    let mut c = GroupConsumer::new(ClientConfig::new(b.bootstrap()), cfg.clone()).unwrap();
+    c.set_listener(Box::new(Recorder(view.clone())));
+    c.subscribe(&["t"]).unwrap();
+    for attempt in 0..3 {
+        let e = match c.poll(Duration::from_millis(200)) {
+            Ok(r) => panic!(
+                "poll {attempt} went on with a partial assignment {:?} ({} records)",
+                c.assignment(),
+                r.count()
+            ),
+            Err(e) => e,
+        };
+        assert!(e.to_string().contains("t-1"), "{e}");
+        assert!(c.assignment().is_empty(), "{:?}", c.assignment());
+        assert_eq!(c.generation(), None);
+    }
+    assert!(
+        view.lock().unwrap().events.is_empty(),
+        "the listener heard of no partition: {:?}",
+        view.lock().unwrap().events
+    );
+    // Closing leaves the group, so the offsets can be set from outside at once.
+    c.close().unwrap();
+    admin
+        .commit_offsets(at, "g", "", -1, vec![("t".into(), 1, 3, String::new())])
+        .unwrap();
+    let mut c = GroupConsumer::new(ClientConfig::new(b.bootstrap()), cfg).unwrap();
+    c.subscribe(&["t"]).unwrap();
+    let read: BTreeSet<String> = read_values(&mut c, 12).into_iter().collect();
+    let expected: BTreeSet<String> = (5..10)
+        .map(|i| format!("p0-{i}"))
+        .chain((3..10).map(|i| format!("p1-{i}")))
+        .collect();
+    assert_eq!(read, expected);
+    c.close().unwrap();
+}
+
+/// JoinGroup then SyncGroup for a lone member of `group`: (member id, generation).
+fn join_alone(client: &mut Client, at: std::net::SocketAddr, group: &str) -> (String, u32) {
+    let wait = Duration::from_secs(30);
+    let joined = client
+        .join_group(
+            at,
+            &JoinGroupRequest {
+                group: group.into(),
+                member_id: String::new(),
+                group_instance_id: None,
+                session_timeout_ms: 30_000,
+                rebalance_timeout_ms: 10_000,
+                protocol_type: "consumer".into(),
+                protocols: vec![("range".into(), Vec::new())],
+            },
+            wait,
+        )
+        .unwrap();
+    client
+        .sync_group(
+            at,
+            &SyncGroupRequest {
+                group: group.into(),
+                member_id: joined.member_id.clone(),
+                generation: joined.generation,
+                assignments: vec![(joined.member_id.clone(), Vec::new())],
+            },
+            wait,
+        )
+        .unwrap();
+    (joined.member_id, joined.generation)
+}
+
+#[test]
+fn member_ids_are_not_reused_after_a_coordinator_restart() {
+    let mut b = TestBroker::start(2, &[]);
+    let mut client = b.client();
+    let at = client.find_coordinator("g").unwrap();
+    let (before, _) = join_alone(&mut client, at, "g");
+    b.restart();
+    let mut client = b.client();
+    let at = client.find_coordinator("g").unwrap();
+    let (after, generation) = join_alone(&mut client, at, "g");
+    assert_ne!(before, after, "a new member got the id of one from before");
+    // The member from before the restart is a stranger, even in the generation that exists
+    // now.
+    let code = |r: Result<(), ClientError>| r.unwrap_err().code();
+    assert_eq!(
+        code(client.heartbeat(at, "g", &before, generation)),
+        Some(ErrorCode::UnknownMemberId)
+    );
+    let offsets = vec![("t".to_string(), 0, 1, String::new())];
+    assert_eq!(
+        code(client.commit_offsets(at, "g", &before, generation as i32, offsets)),
+        Some(ErrorCode::UnknownMemberId)
+    );
+    client.heartbeat(at, "g", &after, generation).unwrap();
+}
+
+#[test]
+fn a_member_keeps_consuming_across_a_coordinator_restart() {
+    let mut b = TestBroker::start(2, &[]);
+    b.client().create_topic("t", 2, 1, vec![]).unwrap();
+    // A group coordinated by the shard that is not the bootstrap one, so the member's only
+    // connection to it is the one the restart breaks.
+    let mut client = b.client();
+    let group = (0..100)
+        .map(|i| format!("g{i}"))
+        .find(|g| client.find_coordinator(g).unwrap().port() != b.port)
+        .unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut m = spawn_member(
+        &b,
+        "t",
+        config(&group, Delivery::AtLeastOnce, "cooperative-sticky"),
+        stop.clone(),
+    );
+    wait_until("the member owning both partitions", || {
+        m.alive() && settled(&[&m], "t", 2)
+    });
+    produce_spread(&b, "t", 2, 0..10);
+    wait_until("20 messages read", || {
+        m.alive() && m.view.lock().unwrap().read.len() >= 20
+    });
+    let before = {
+        let mut v = m.view.lock().unwrap();
+        v.events.clear();
+        v.member_id.clone()
+    };
+    b.restart();
+    produce_spread(&b, "t", 2, 10..20);
+    let after_restart = all_values(2, 10..20);
+    wait_until("everything produced after the restart read", || {
+        assert!(m.alive(), "the member's poll failed");
+        let read: BTreeSet<String> = m.view.lock().unwrap().read.iter().cloned().collect();
+        after_restart.is_subset(&read)
+    });
+    stop.store(true, Ordering::SeqCst);
+    m.join();
+    let v = m.view.lock().unwrap();
+    assert_ne!(
+        v.member_id, before,
+        "a new member of the restarted coordinator"
+    );
+    assert!(
+        v.events.iter().any(|(kind, _)| *kind == "lost"),
+        "the old membership is lost: {:?}",
+        v.events
+    );
+    let read: BTreeSet<String> = v.read.iter().cloned().collect();
+    assert_eq!(read, all_values(2, 0..20));
 }

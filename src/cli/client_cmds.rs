@@ -382,12 +382,15 @@ fn consume_in_group(
         }
         out.flush().map_err(|e| e.to_string())?;
         if at_least_once {
-            // One commit in flight at a time; a failed one is covered by the next.
+            // Commits are sent in order; a failed one is covered by the next (its failure is
+            // logged if it is known by then).
             if let Some(Err(e)) = pending.take().and_then(|p| p.try_result()) {
                 log::warn!("commit failed: {e}");
             }
-            let offsets: Vec<(String, u32, u64)> =
-                done.into_iter().map(|((t, p), o)| (t, p, o)).collect();
+            let offsets: crate::client::Offsets = done
+                .into_iter()
+                .map(|(tp, o)| (tp, crate::client::OffsetAndMetadata::new(o)))
+                .collect();
             pending = Some(consumer.commit_offsets_async(&offsets));
         }
     }

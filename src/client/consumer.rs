@@ -12,7 +12,8 @@ use super::{Client, ClientConfig, ClientError};
 use crate::batch::{BatchError, BatchIter, RecordView};
 use crate::protocol::frame::encode_meta;
 use crate::protocol::messages::{
-    FetchPartition, FetchRequest, FetchResponse, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP,
+    FetchPartition, FetchRequest, FetchResponse, ListOffsetsPartition, ListOffsetsRequest,
+    ListOffsetsResponse, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP,
 };
 use crate::protocol::{ApiKey, ErrorCode, ResponseFrame};
 
@@ -603,15 +604,66 @@ impl Fetcher {
                 continue;
             }
             // Blocks while `prefetch` responses wait for the application: back-pressure.
-            if self
-                .out
-                .send(Fetched {
-                    epoch: self.epoch,
-                    result,
-                })
-                .is_err()
-            {
-                return;
+            // Meanwhile no fetch reports the high watermarks, so they are asked for (lag
+            // keeps up with new data while the application does not poll).
+            let mut fetched = Fetched {
+                epoch: self.epoch,
+                result,
+            };
+            let every = self.cfg.fetch_max_wait.max(Duration::from_millis(100));
+            loop {
+                match self.out.send_timeout(fetched, every) {
+                    Ok(()) => break,
+                    Err(flume::SendTimeoutError::Timeout(back)) => {
+                        fetched = back;
+                        self.refresh_high_watermarks();
+                    }
+                    Err(flume::SendTimeoutError::Disconnected(_)) => return,
+                }
+            }
+        }
+    }
+
+    /// Records a high watermark; a late answer to an earlier request never moves it back.
+    fn note_high_watermark(&self, key: &(Arc<str>, u32), hw: u64) {
+        let mut all = self
+            .high_watermarks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let at = all.entry(key.clone()).or_insert(hw);
+        *at = (*at).max(hw);
+    }
+
+    /// The high watermark of every assigned partition by ListOffsets `latest` (one request
+    /// per shard), for while no fetch is in flight to report them. Failures are skipped: the
+    /// next fetch or refresh reports them.
+    fn refresh_high_watermarks(&mut self) {
+        let mut by_addr: BTreeMap<SocketAddr, Vec<ListOffsetsPartition>> = BTreeMap::new();
+        for (topic, partition) in self.positions.keys() {
+            if let Ok(route) = self.client.metadata().route(topic, *partition) {
+                by_addr
+                    .entry(route.addr)
+                    .or_default()
+                    .push(ListOffsetsPartition {
+                        topic: topic.to_string(),
+                        partition: *partition,
+                        timestamp: LATEST_TIMESTAMP,
+                    });
+            }
+        }
+        for (addr, partitions) in by_addr {
+            let req = ListOffsetsRequest { partitions };
+            let got: Result<(ListOffsetsResponse, _), _> =
+                self.client.call(addr, ApiKey::ListOffsets, &req, &[]);
+            let Ok((resp, _)) = got else { continue };
+            for r in resp.partitions {
+                let key = (Arc::from(r.topic.as_str()), r.partition);
+                if !self.positions.contains_key(&key) {
+                    continue; // not asked for
+                }
+                if let (0, Ok(hw)) = (r.error_code, u64::try_from(r.offset)) {
+                    self.note_high_watermark(&key, hw);
+                }
             }
         }
     }
@@ -819,12 +871,7 @@ impl Fetcher {
             }
             let topic = key.0.clone();
             match ErrorCode::from_code(r.error_code) {
-                ErrorCode::None => {
-                    self.high_watermarks
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .insert(key.clone(), r.high_watermark);
-                }
+                ErrorCode::None => self.note_high_watermark(&key, r.high_watermark),
                 ErrorCode::OffsetOutOfRange => {
                     let to = match self.cfg.auto_offset_reset {
                         OffsetReset::Earliest => StartFrom::Beginning,

@@ -24,7 +24,7 @@ use crate::group::consumer_protocol::{
     MemberAssignment, Subscription, CONSUMER_PROTOCOL_TYPE, VERSION,
 };
 use crate::protocol::messages::{JoinGroupRequest, JoinGroupResponse, SyncGroupRequest};
-use crate::protocol::ErrorCode;
+use crate::protocol::{ErrorCode, FrameError};
 
 /// How long a join or sync may wait beyond the rebalance timeout (the coordinator's own
 /// slack plus a margin) before the client gives up on the connection.
@@ -114,6 +114,38 @@ pub trait RebalanceListener: Send {
     fn on_lost(&mut self, _partitions: &[TopicPartition]) {}
 }
 
+/// A committed offset (Kafka's `OffsetAndMetadata`): the next offset to read, and text the
+/// application stores beside it (empty unless given). The coordinator refuses metadata
+/// longer than its limit (4096 bytes) with OFFSET_METADATA_TOO_LARGE.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OffsetAndMetadata {
+    /// The next offset to read.
+    pub offset: u64,
+    /// Free text stored with the offset.
+    pub metadata: String,
+}
+
+impl OffsetAndMetadata {
+    /// An offset without metadata.
+    pub fn new(offset: u64) -> OffsetAndMetadata {
+        OffsetAndMetadata {
+            offset,
+            metadata: String::new(),
+        }
+    }
+
+    /// An offset with metadata.
+    pub fn with_metadata(offset: u64, metadata: impl Into<String>) -> OffsetAndMetadata {
+        OffsetAndMetadata {
+            offset,
+            metadata: metadata.into(),
+        }
+    }
+}
+
+/// Offsets to commit, or committed, per partition.
+pub type Offsets = BTreeMap<TopicPartition, OffsetAndMetadata>;
+
 /// A commit handed to the background thread; its result arrives later.
 pub struct PendingCommit(flume::Receiver<Result<(), ClientError>>);
 
@@ -154,9 +186,9 @@ fn lock(m: &Mutex<Membership>) -> MutexGuard<'_, Membership> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// A commit for the background thread: (topic, partition, offset, metadata).
+/// A commit for the background thread.
 struct CommitJob {
-    offsets: Vec<(String, u32, u64, String)>,
+    offsets: Offsets,
     done: flume::Sender<Result<(), ClientError>>,
 }
 
@@ -294,18 +326,40 @@ impl GroupConsumer {
             .collect()
     }
 
-    /// The group's committed offsets of `partitions` (from the coordinator).
-    pub fn committed(
-        &mut self,
-        partitions: &[TopicPartition],
-    ) -> Result<BTreeMap<TopicPartition, u64>, ClientError> {
-        let at = self.coordinator()?;
-        let got = self
-            .client
-            .fetch_offsets(at, &self.cfg.group, partitions.to_vec())?;
+    /// The group's committed offsets, with their metadata, of `partitions` (from the
+    /// coordinator); partitions without a committed offset are missing.
+    pub fn committed(&mut self, partitions: &[TopicPartition]) -> Result<Offsets, ClientError> {
+        self.fetch_committed(partitions.to_vec())
+    }
+
+    /// OffsetFetch from the coordinator, found again (within the request timeout) when it
+    /// moved or the connection to it broke.
+    fn fetch_committed(&mut self, partitions: Vec<TopicPartition>) -> Result<Offsets, ClientError> {
+        let deadline = Instant::now() + self.client.config().request_timeout;
+        let got = loop {
+            let r = self.coordinator().and_then(|at| {
+                self.client
+                    .fetch_offsets(at, &self.cfg.group, partitions.clone())
+            });
+            match r {
+                Err(e) if coordinator_error(&e) && Instant::now() < deadline => {
+                    lock(&self.shared).coordinator = None;
+                    std::thread::sleep(RETRY_BACKOFF);
+                }
+                r => break r?,
+            }
+        };
         Ok(got
             .into_iter()
-            .filter_map(|(t, p, o, _)| Some(((t, p), o?)))
+            .filter_map(|(t, p, o, metadata)| {
+                Some((
+                    (t, p),
+                    OffsetAndMetadata {
+                        offset: o?,
+                        metadata,
+                    },
+                ))
+            })
             .collect())
     }
 
@@ -336,7 +390,7 @@ impl GroupConsumer {
         if self.cfg.delivery == Delivery::AtMostOnce {
             let offsets = records
                 .positions()
-                .map(|(t, p, at)| (t.to_string(), p, at, String::new()))
+                .map(|(t, p, at)| ((t.to_string(), p), OffsetAndMetadata::new(at)))
                 .collect();
             if let Err(e) = self.commit_now(offsets) {
                 // Not committed, so not handed out: after the rebalance they go out if the
@@ -368,27 +422,16 @@ impl GroupConsumer {
         self.send_commit(offsets)
     }
 
-    /// Commits explicit offsets (the next offset to read of each partition) and waits.
-    pub fn commit_offsets_sync(
-        &mut self,
-        offsets: &[(String, u32, u64)],
-    ) -> Result<(), ClientError> {
-        self.commit_now(
-            offsets
-                .iter()
-                .map(|(t, p, o)| (t.clone(), *p, *o, String::new()))
-                .collect(),
-        )
+    /// Commits explicit offsets (the next offset to read of each partition, with its
+    /// metadata) and waits. A refused commit (e.g. OFFSET_METADATA_TOO_LARGE) stores none of
+    /// them: the previous commits stay.
+    pub fn commit_offsets_sync(&mut self, offsets: &Offsets) -> Result<(), ClientError> {
+        self.commit_now(offsets.clone())
     }
 
-    /// Commits explicit offsets in the background.
-    pub fn commit_offsets_async(&mut self, offsets: &[(String, u32, u64)]) -> PendingCommit {
-        self.send_commit(
-            offsets
-                .iter()
-                .map(|(t, p, o)| (t.clone(), *p, *o, String::new()))
-                .collect(),
-        )
+    /// Commits explicit offsets in the background, in order with the other commits.
+    pub fn commit_offsets_async(&mut self, offsets: &Offsets) -> PendingCommit {
+        self.send_commit(offsets.clone())
     }
 
     /// Leaves the group: at-least-once commits what was handed out, the listener sees the
@@ -398,18 +441,15 @@ impl GroupConsumer {
         self.shutdown()
     }
 
-    fn delivered_offsets(
-        &self,
-        only: Option<&BTreeSet<TopicPartition>>,
-    ) -> Vec<(String, u32, u64, String)> {
+    fn delivered_offsets(&self, only: Option<&BTreeSet<TopicPartition>>) -> Offsets {
         self.delivered
             .iter()
             .filter(|(tp, _)| only.is_none_or(|o| o.contains(*tp)))
-            .map(|((t, p), &at)| (t.clone(), *p, at, String::new()))
+            .map(|(tp, &at)| (tp.clone(), OffsetAndMetadata::new(at)))
             .collect()
     }
 
-    fn send_commit(&mut self, offsets: Vec<(String, u32, u64, String)>) -> PendingCommit {
+    fn send_commit(&mut self, offsets: Offsets) -> PendingCommit {
         let (done, rx) = flume::bounded(1);
         if offsets.is_empty() {
             let _ = done.send(Ok(()));
@@ -423,7 +463,7 @@ impl GroupConsumer {
         PendingCommit(rx)
     }
 
-    fn commit_now(&mut self, offsets: Vec<(String, u32, u64, String)>) -> Result<(), ClientError> {
+    fn commit_now(&mut self, offsets: Offsets) -> Result<(), ClientError> {
         self.send_commit(offsets).wait()
     }
 
@@ -603,30 +643,16 @@ impl GroupConsumer {
                 m.member_id = joined.member_id.clone();
                 m.generation = Some(joined.generation);
             }
-            self.leader = joined.leader == joined.member_id;
-            let assignments = if self.leader {
-                self.assign_as_leader(&joined)?
-            } else {
-                Vec::new()
-            };
-            let sync = SyncGroupRequest {
-                group: self.cfg.group.clone(),
-                member_id: joined.member_id.clone(),
-                generation: joined.generation,
-                assignments,
-            };
-            let bytes = match self.client.sync_group(at, &sync, wait) {
-                Ok(b) => b,
+            let revoked = match self.sync_and_apply(at, &joined, wait) {
+                Ok(revoked) => revoked,
                 Err(e) => {
+                    // Not in this generation after all: the next attempt (or poll) joins
+                    // again rather than carrying on with no or half an assignment.
                     lock(&self.shared).generation = None;
                     self.retry_or_fail(e)?;
                     continue;
                 }
             };
-            let assignment = MemberAssignment::decode(&bytes).map_err(|e| {
-                ClientError::Invalid(format!("the group leader's assignment is unreadable: {e}"))
-            })?;
-            let revoked = self.apply(assignment.partitions)?;
             self.last_metadata_check = Instant::now();
             log::info!(
                 "group {}: member {} generation {} owns {} partitions",
@@ -643,7 +669,34 @@ impl GroupConsumer {
         }
     }
 
-    /// After a failed join or sync: `Ok` to try again, `Err` when it cannot work.
+    /// The rest of a join once the coordinator answered it: (as the leader) assign, sync,
+    /// apply. Returns whether anything was revoked.
+    fn sync_and_apply(
+        &mut self,
+        at: SocketAddr,
+        joined: &JoinGroupResponse,
+        wait: Duration,
+    ) -> Result<bool, ClientError> {
+        self.leader = joined.leader == joined.member_id;
+        let assignments = if self.leader {
+            self.assign_as_leader(joined)?
+        } else {
+            Vec::new()
+        };
+        let sync = SyncGroupRequest {
+            group: self.cfg.group.clone(),
+            member_id: joined.member_id.clone(),
+            generation: joined.generation,
+            assignments,
+        };
+        let bytes = self.client.sync_group(at, &sync, wait)?;
+        let assignment = MemberAssignment::decode(&bytes).map_err(|e| {
+            ClientError::Invalid(format!("the group leader's assignment is unreadable: {e}"))
+        })?;
+        self.apply(assignment.partitions)
+    }
+
+    /// After a failed join, sync or apply: `Ok` to try again, `Err` when it cannot work.
     fn retry_or_fail(&mut self, e: ClientError) -> Result<(), ClientError> {
         match e.code() {
             Some(ErrorCode::UnknownMemberId) => {
@@ -723,13 +776,15 @@ impl GroupConsumer {
         self.revoke(revoked)?;
         let added: Vec<TopicPartition> = new.difference(&self.owned).cloned().collect();
         if !added.is_empty() {
-            let at = self.coordinator()?;
-            let committed = self
-                .client
-                .fetch_offsets(at, &self.cfg.group, added.clone())?;
-            for (topic, partition, offset, _) in committed {
+            // Where every added partition starts is settled before any is taken, and a
+            // failure part way gives back those taken: none is ever half-assigned (owned and
+            // fetched, but never announced to the listener).
+            let committed = self.fetch_committed(added.clone())?;
+            let mut starts = Vec::with_capacity(added.len());
+            for (topic, partition) in &added {
+                let offset = committed.get(&(topic.clone(), *partition));
                 let from = match (offset, self.cfg.consumer.auto_offset_reset) {
-                    (Some(o), _) => StartFrom::Offset(o),
+                    (Some(o), _) => StartFrom::Offset(o.offset),
                     (None, OffsetReset::Earliest) => StartFrom::Beginning,
                     (None, OffsetReset::Latest) => StartFrom::End,
                     (None, OffsetReset::Error) => {
@@ -740,12 +795,24 @@ impl GroupConsumer {
                         )))
                     }
                 };
-                self.consumer.assign(&topic, Some(vec![partition]), from)?;
+                starts.push(((topic.clone(), *partition), from));
+            }
+            let mut taken: Vec<TopicPartition> = Vec::with_capacity(starts.len());
+            for ((topic, partition), from) in starts {
+                if let Err(e) = self.consumer.assign(&topic, Some(vec![partition]), from) {
+                    let _ = self.consumer.unassign(&taken);
+                    for tp in &taken {
+                        self.owned.remove(tp);
+                        self.delivered.remove(tp);
+                    }
+                    return Err(e);
+                }
                 let start = self.consumer.position(&topic, partition).unwrap_or(0);
                 self.delivered.insert((topic.clone(), partition), start);
-                self.owned.insert((topic, partition));
+                self.owned.insert((topic.clone(), partition));
+                taken.push((topic, partition));
             }
-            self.callback(|l| l.on_assigned(&added));
+            self.callback(|l| l.on_assigned(&taken));
         }
         self.partition_counts = self.counts();
         Ok(any_revoked)
@@ -756,7 +823,10 @@ impl GroupConsumer {
             return Ok(());
         }
         self.closed = true;
-        let in_group = lock(&self.shared).generation.is_some();
+        let (in_group, member) = {
+            let m = lock(&self.shared);
+            (m.generation.is_some(), m.member_id.clone())
+        };
         let mut result = Ok(());
         if in_group {
             let owned = self.owned.clone();
@@ -766,14 +836,12 @@ impl GroupConsumer {
             }
             let list: Vec<TopicPartition> = owned.into_iter().collect();
             self.callback(|l| l.on_revoked(&list));
-            if self.cfg.group_instance_id.is_none() {
-                let (at, member) = {
-                    let m = lock(&self.shared);
-                    (m.coordinator, m.member_id.clone())
-                };
-                if let Some(at) = at {
-                    let _ = self.client.leave_group(at, &self.cfg.group, &member);
-                }
+        }
+        // Also out of a generation (a join that failed part way): the coordinator may still
+        // count this member, and would wait for its session to expire.
+        if self.cfg.group_instance_id.is_none() && !member.is_empty() {
+            if let Ok(at) = self.coordinator() {
+                let _ = self.client.leave_group(at, &self.cfg.group, &member);
             }
         }
         self.commits.take();
@@ -798,15 +866,20 @@ fn millis(d: Duration) -> u32 {
 
 /// The coordinator moved or is not reachable: find it again and retry.
 fn coordinator_error(e: &ClientError) -> bool {
-    match e.code() {
-        Some(c) => matches!(
-            c,
+    match e {
+        ClientError::Broker { code, .. } => matches!(
+            code,
             ErrorCode::NotCoordinator
                 | ErrorCode::CoordinatorNotAvailable
                 | ErrorCode::CoordinatorLoadInProgress
                 | ErrorCode::RequestTimedOut
         ),
-        None => e.is_retriable(),
+        // The coordinator closed the connection (it restarted): a new one may work.
+        ClientError::Frame {
+            source: FrameError::Closed,
+            ..
+        } => true,
+        _ => e.is_retriable(),
     }
 }
 
@@ -897,7 +970,11 @@ impl Background {
         }
     }
 
-    fn commit(&mut self, offsets: Vec<(String, u32, u64, String)>) -> Result<(), ClientError> {
+    fn commit(&mut self, offsets: Offsets) -> Result<(), ClientError> {
+        let offsets: Vec<(String, u32, u64, String)> = offsets
+            .into_iter()
+            .map(|((t, p), o)| (t, p, o.offset, o.metadata))
+            .collect();
         let deadline = Instant::now() + self.client.config().request_timeout;
         loop {
             let (member_id, generation) = {

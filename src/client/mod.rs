@@ -26,7 +26,8 @@ pub use consumer::{
 };
 pub use error::ClientError;
 pub use group_consumer::{
-    Delivery, GroupConsumer, GroupConsumerConfig, PendingCommit, RebalanceListener,
+    Delivery, GroupConsumer, GroupConsumerConfig, OffsetAndMetadata, Offsets, PendingCommit,
+    RebalanceListener,
 };
 pub use producer::{
     Acks, DeliveryFuture, Producer, ProducerConfig, ProducerRecord, RecordMetadata,

@@ -24,6 +24,11 @@ pub struct GroupConfig {
     pub max_members: usize,
     /// Largest metadata string stored with a committed offset.
     pub max_offset_metadata: usize,
+    /// Part of every member id this coordinator hands out. Generations start over when a
+    /// coordinator restarts (its groups are in memory), so member ids must differ between
+    /// runs: else a member from before the restart would pass for the new member with its
+    /// id. The shell sets a fresh value per run.
+    pub incarnation: u64,
 }
 
 impl Default for GroupConfig {
@@ -33,6 +38,7 @@ impl Default for GroupConfig {
             max_session_timeout_ms: 300_000,
             max_members: 1_000,
             max_offset_metadata: 4096,
+            incarnation: 0,
         }
     }
 }
@@ -301,6 +307,10 @@ impl Group {
             .members
             .get(&member_id)
             .is_some_and(|m| m.protocols == req.protocols);
+        // A static member coming back after a restart (its instance id known, its member id
+        // forgotten): its metadata may differ from what it sent before (a cooperative member
+        // lists what it owns, and a new process owns nothing yet).
+        let static_restart = req.member_id.is_empty() && req.group_instance_id.is_some() && !is_new;
         if let Some(instance) = &req.group_instance_id {
             self.instances.insert(instance.clone(), member_id.clone());
         }
@@ -336,13 +346,20 @@ impl Group {
             ));
         }
         member.joined = true;
-        // A known member rejoining a stable group with the same subscription: no rebalance
-        // (a static member's restart, or a consumer that lost its join reply). The leader
-        // rejoining under its member id always rebalances: it does so when the partitions it
-        // assigns changed (a static leader restarting comes without its member id).
+        // A known member rejoining a stable group with the same subscription (a consumer
+        // that lost its join reply), or a static member restarting that keeps the group's
+        // protocol what it is (Kafka's rule; its metadata is not compared): no rebalance,
+        // its assignment stays. The leader rejoining under its member id always rebalances:
+        // it does so when the partitions it assigns changed (a static leader restarting
+        // comes without its member id).
         let leader_asks =
             !req.member_id.is_empty() && self.leader.as_deref() == Some(member_id.as_str());
-        if self.state == GroupState::Stable && !is_new && unchanged && !leader_asks {
+        let keeps_protocol = static_restart && self.choose_protocol() == self.protocol;
+        if self.state == GroupState::Stable
+            && !is_new
+            && (unchanged || keeps_protocol)
+            && !leader_asks
+        {
             let m = self.members.get_mut(&member_id).expect("present");
             let t = m.pending_join.take().expect("just set");
             out.push(Action::JoinReply(t, Ok(self.join_result(&member_id))));
@@ -362,7 +379,7 @@ impl Group {
         } else {
             client_id
         };
-        format!("{client}-{}-{}", self.id.len(), self.next_member)
+        format!("{client}-{:x}-{}", self.cfg.incarnation, self.next_member)
     }
 
     fn has_common_protocol(&self, protocols: &[(String, Vec<u8>)]) -> bool {
@@ -1021,6 +1038,127 @@ mod tests {
         assert!(
             matches!(&out[0], Action::JoinReply(5, Err(e)) if e.code == ErrorCode::FencedInstanceId)
         );
+    }
+
+    /// A static member (joined first, so the leader, "host-a") and a dynamic one, stable in
+    /// generation 2 with assignments "a" and "b". The follower offers `follower_protocols`.
+    fn static_and_dynamic(g: &mut Group, follower_protocols: &[&str]) -> (String, String) {
+        let with = |mut r: JoinRequest, names: &[&str], meta: &str| {
+            r.protocols = names
+                .iter()
+                .map(|n| (n.to_string(), meta.as_bytes().to_vec()))
+                .collect();
+            r
+        };
+        let ra = joined(
+            &g.join(
+                0,
+                with(join_req("", Some("host-a"), ""), &["range"], "t"),
+                1,
+            ),
+            1,
+        );
+        synced(
+            &g.sync(
+                1,
+                SyncRequest {
+                    member_id: ra.member_id.clone(),
+                    generation: 1,
+                    assignments: vec![(ra.member_id.clone(), b"a".to_vec())],
+                },
+                2,
+            ),
+            2,
+        );
+        let follower_join = with(join_req("", None, ""), follower_protocols, "t");
+        assert!(g.join(2, follower_join, 3).is_empty());
+        let leader_join = with(
+            join_req(&ra.member_id, Some("host-a"), ""),
+            &["range"],
+            "t owns a",
+        );
+        let out = g.join(3, leader_join, 4);
+        let (leader, follower) = (joined(&out, 4).member_id, joined(&out, 3).member_id);
+        let out = g.sync(
+            4,
+            SyncRequest {
+                member_id: leader.clone(),
+                generation: 2,
+                assignments: vec![
+                    (leader.clone(), b"a".to_vec()),
+                    (follower.clone(), b"b".to_vec()),
+                ],
+            },
+            5,
+        );
+        synced(&out, 5);
+        assert_eq!((g.state(), g.generation()), (GroupState::Stable, 2));
+        (leader, follower)
+    }
+
+    #[test]
+    fn a_static_member_restarting_with_other_metadata_keeps_generation_and_assignment() {
+        let mut g = Group::new("g", GroupConfig::default());
+        let (leader, follower) = static_and_dynamic(&mut g, &["range"]);
+        // Restarted: no member id, and its (cooperative) metadata no longer lists what it
+        // owned. Its protocol stays the group's: no rebalance.
+        let out = g.join(10, join_req("", Some("host-a"), "t owns nothing"), 6);
+        let r = joined(&out, 6);
+        assert_eq!((r.member_id.as_str(), r.generation), (leader.as_str(), 2));
+        assert_eq!(g.state(), GroupState::Stable);
+        assert!(
+            g.heartbeat(11, &follower, 2).is_ok(),
+            "the follower is not disturbed"
+        );
+        let s = g.sync(
+            12,
+            SyncRequest {
+                member_id: leader.clone(),
+                generation: 2,
+                assignments: vec![],
+            },
+            7,
+        );
+        assert_eq!(synced(&s, 7), b"a");
+        assert_eq!(g.assignment(&follower), Some(&b"b"[..]));
+    }
+
+    #[test]
+    fn a_static_member_restarting_into_another_protocol_rebalances() {
+        let mut g = Group::new("g", GroupConfig::default());
+        let (leader, follower) = static_and_dynamic(&mut g, &["range", "roundrobin"]);
+        assert!(
+            leader < follower,
+            "the static member's list decides the protocol"
+        );
+        let mut restarted = join_req("", Some("host-a"), "t");
+        restarted.protocols = vec![
+            ("roundrobin".into(), b"t".to_vec()),
+            ("range".into(), b"t".to_vec()),
+        ];
+        assert!(
+            g.join(10, restarted, 6).is_empty(),
+            "waits for the follower"
+        );
+        assert_eq!(g.state(), GroupState::PreparingRebalance);
+        assert_eq!(
+            g.heartbeat(11, &follower, 2).unwrap_err().code,
+            ErrorCode::RebalanceInProgress
+        );
+    }
+
+    #[test]
+    fn member_ids_differ_between_coordinator_runs() {
+        let id = |incarnation| {
+            let cfg = GroupConfig {
+                incarnation,
+                ..GroupConfig::default()
+            };
+            let mut g = Group::new("g", cfg);
+            joined(&g.join(0, join_req("", None, "t"), 1), 1).member_id
+        };
+        assert_ne!(id(1), id(2));
+        assert_eq!(id(3), id(3));
     }
 
     #[test]

@@ -47,10 +47,27 @@ pub struct GroupHost {
     next_token: Cell<Token>,
 }
 
+/// A value that differs between runs of the broker (and between its shards): the wall clock
+/// hashed with std's randomly keyed hasher.
+fn fresh_incarnation() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    h.write_u128(now);
+    h.finish()
+}
+
 impl GroupHost {
+    /// The groups of one coordinator run: `cfg.incarnation` is replaced by a fresh value, so
+    /// member ids never repeat those of an earlier run.
     pub fn new(cfg: GroupConfig) -> GroupHost {
         GroupHost {
-            cfg,
+            cfg: GroupConfig {
+                incarnation: fresh_incarnation(),
+                ..cfg
+            },
             since_compaction: RefCell::new(HashMap::new()),
             in_flight: RefCell::new(HashMap::new()),
             compacting: RefCell::new(std::collections::HashSet::new()),
@@ -477,6 +494,21 @@ mod tests {
             protocol_type: "consumer".into(),
             protocols: vec![("range".into(), Vec::new())],
         }
+    }
+
+    #[test]
+    fn a_restarted_host_hands_out_new_member_ids() {
+        let first_id = || {
+            let host = GroupHost::new(GroupConfig::default());
+            let mut req = join_req("");
+            req.group_instance_id = None;
+            host.join(0, "g", req)
+                .try_recv()
+                .unwrap()
+                .unwrap()
+                .member_id
+        };
+        assert_ne!(first_id(), first_id());
     }
 
     #[test]
