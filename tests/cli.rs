@@ -191,3 +191,47 @@ fn sigterm_stops_the_broker_cleanly_and_keeps_the_data() {
     want.sort_unstable();
     assert_eq!(got, want);
 }
+
+#[test]
+fn a_second_broker_on_the_same_ports_is_refused() {
+    let b = TestBroker::start(2, &[]);
+    let other = tempfile::tempdir().unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_rill"))
+        .args([
+            "broker",
+            "--shards",
+            "2",
+            "--kafka-listen",
+            "off",
+            "--port-release-wait-ms",
+            "300",
+            "--listen",
+        ])
+        .arg(b.bootstrap())
+        .arg("--data-dir")
+        .arg(other.path())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // It must exit by itself; a broker that started would run until killed.
+    let start = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > common::DEADLINE {
+            let _ = child.kill();
+            panic!("a second broker started on ports already in use");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let o = child.wait_with_output().unwrap();
+    assert!(!o.status.success());
+    let (_, err) = text(&o);
+    let last = err.trim_end().lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("rill: error: cannot listen on") && last.contains("another process"),
+        "{err}"
+    );
+    // The first broker still serves.
+    assert!(b.cli(&["topic", "list"], None).status.success());
+}

@@ -55,13 +55,17 @@ fn kcat(args: &[&str], stdin: Option<&str>) -> String {
     String::from_utf8(run("kcat", args, stdin).stdout).unwrap()
 }
 
-#[derive(Debug, serde::Deserialize)]
+/// A line the Python side printed: a message, or an assignment event (`group` mode).
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(default)]
 struct Consumed {
     partition: u32,
     offset: u64,
     key: Option<String>,
     value: String,
     headers: Vec<(String, String)>,
+    assigned: Option<Vec<(String, u32)>>,
+    revoked: Option<Vec<(String, u32)>>,
 }
 
 fn consumed(json_lines: &str) -> Vec<Consumed> {
@@ -76,6 +80,8 @@ fn confluent_kafka_produces_keyed_messages_and_reads_them_in_per_key_order() {
     let b = TestBroker::start_kafka(2, &[]);
     b.client().create_topic("t", 4, 1, vec![]).unwrap();
     let kafka = b.kafka_bootstrap();
+    let topics = python(&["topics", &kafka]);
+    assert!(topics.lines().any(|t| t == "t"), "{topics}");
     let delivered = python(&["produce", &kafka, "t", "10000", "none"]);
     // Same key -> partition mapping as rill's own client (Kafka's murmur2).
     let mut partitions_used = std::collections::BTreeSet::new();
@@ -87,8 +93,17 @@ fn confluent_kafka_produces_keyed_messages_and_reads_them_in_per_key_order() {
     }
     assert_eq!(delivered.lines().count(), 10_000);
     assert_eq!(partitions_used.len(), 4);
-    let read = consumed(&python(&["consume", &kafka, "t", "4", "10000"]));
-    assert_eq!(read.len(), 10_000);
+    // Consumed in a group with committed offsets: a first run stops after 4,000, a second
+    // run of the same group resumes where the first committed.
+    let first = consumed(&python(&["group", &kafka, "t", "g", "range", "4000", "30"]));
+    assert_eq!(first.iter().filter(|m| m.key.is_some()).count(), 4_000);
+    let second = consumed(&python(&["group", &kafka, "t", "g", "range", "10000", "5"]));
+    let read: Vec<&Consumed> = first
+        .iter()
+        .chain(&second)
+        .filter(|m| m.key.is_some())
+        .collect();
+    assert_eq!(read.len(), 10_000, "nothing read twice, nothing missing");
     let mut last: BTreeMap<String, i64> = BTreeMap::new();
     for m in &read {
         let key = m.key.clone().unwrap();
@@ -364,4 +379,160 @@ fn a_produce_with_garbage_records_is_refused_per_partition() {
     // Nothing was stored.
     let d = b.client().describe_topic("t").unwrap();
     assert_eq!(d.partitions[0].log_end_offset, 0);
+}
+
+/// A `clients.py group` process whose lines are collected as they come.
+struct PythonMember {
+    child: std::process::Child,
+    lines: std::sync::Arc<std::sync::Mutex<Vec<Consumed>>>,
+}
+
+impl PythonMember {
+    fn start(kafka: &str, topic: &str, group: &str, strategy: &str) -> PythonMember {
+        use std::io::BufRead;
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/kafka/clients.py");
+        let mut child = Command::new("python3")
+            .args([
+                script, "group", kafka, topic, group, strategy, "1000000", "300",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("python3 (run .ci/run, or pip install confluent-kafka)");
+        let out = child.stdout.take().unwrap();
+        let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let l = lines.clone();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+                l.lock().unwrap().push(serde_json::from_str(&line).unwrap());
+            }
+        });
+        PythonMember { child, lines }
+    }
+
+    /// Its assignment after the latest event.
+    fn assignment(&self) -> Vec<(String, u32)> {
+        let mut now: Vec<(String, u32)> = Vec::new();
+        for l in self.lines.lock().unwrap().iter() {
+            if let Some(a) = &l.assigned {
+                now.extend(a.iter().cloned());
+            }
+            if let Some(r) = &l.revoked {
+                now.retain(|tp| !r.contains(tp));
+            }
+        }
+        now.sort();
+        now.dedup();
+        now
+    }
+
+    fn values(&self) -> Vec<(u32, String)> {
+        self.lines
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.key.is_some() || !l.value.is_empty())
+            .map(|l| (l.partition, l.value.clone()))
+            .collect()
+    }
+}
+
+impl Drop for PythonMember {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let start = std::time::Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < DEADLINE, "timed out waiting for {what}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_kafka_consumer_and_a_rill_consumer_share_one_group() {
+    use rill::client::{ClientConfig, Delivery, GroupConsumer, GroupConsumerConfig};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    let b = TestBroker::start_kafka(2, &[]);
+    b.client().create_topic("t", 4, 1, vec![]).unwrap();
+    let kafka = PythonMember::start(&b.kafka_bootstrap(), "t", "mixed", "range");
+    wait_until("the Kafka consumer owning all four partitions", || {
+        kafka.assignment().len() == 4
+    });
+    // A rill member joins the same group through the native protocol.
+    let stop = Arc::new(AtomicBool::new(false));
+    // (assignment, (partition, value) read) of the rill member.
+    type View = (Vec<(String, u32)>, Vec<(u32, String)>);
+    let rill_view: Arc<Mutex<View>> = Arc::default();
+    let rill_member = {
+        let (stop, view, bootstrap) = (stop.clone(), rill_view.clone(), b.bootstrap());
+        std::thread::spawn(move || {
+            let mut cfg = GroupConsumerConfig::new("mixed");
+            cfg.assignors = vec!["range".into()];
+            cfg.delivery = Delivery::AtLeastOnce;
+            cfg.session_timeout = std::time::Duration::from_secs(6);
+            cfg.heartbeat_interval = std::time::Duration::from_millis(300);
+            let mut c = GroupConsumer::new(ClientConfig::new(bootstrap), cfg).unwrap();
+            c.subscribe(&["t"]).unwrap();
+            while !stop.load(Ordering::SeqCst) {
+                let records = c.poll(std::time::Duration::from_millis(100)).unwrap();
+                let mut v = view.lock().unwrap();
+                for r in records.iter() {
+                    v.1.push((r.partition, String::from_utf8(r.value().to_vec()).unwrap()));
+                }
+                v.0 = c.assignment();
+            }
+            c.close().unwrap();
+        })
+    };
+    wait_until("the two members splitting the four partitions", || {
+        let mine = rill_view.lock().unwrap().0.clone();
+        let theirs = kafka.assignment();
+        let mut all: Vec<_> = mine.iter().chain(&theirs).cloned().collect();
+        all.sort();
+        mine.len() == 2
+            && theirs.len() == 2
+            && all == (0..4).map(|p| ("t".to_string(), p)).collect::<Vec<_>>()
+    });
+    let rill_parts: Vec<u32> = rill_view
+        .lock()
+        .unwrap()
+        .0
+        .iter()
+        .map(|(_, p)| *p)
+        .collect();
+    for p in 0..4u32 {
+        common::produce_values(&b, "t", p, (0..100).map(|i| format!("p{p}-{i}")));
+    }
+    wait_until("all 400 messages read by one member or the other", || {
+        rill_view.lock().unwrap().1.len() + kafka.values().len() >= 400
+    });
+    stop.store(true, Ordering::SeqCst);
+    rill_member.join().unwrap();
+    let rill_read = rill_view.lock().unwrap().1.clone();
+    let kafka_read = kafka.values();
+    assert!(
+        rill_read.iter().all(|(p, _)| rill_parts.contains(p)),
+        "rill read outside its partitions"
+    );
+    assert!(
+        kafka_read.iter().all(|(p, _)| !rill_parts.contains(p)),
+        "Kafka read outside its partitions"
+    );
+    let mut all: Vec<String> = rill_read
+        .into_iter()
+        .chain(kafka_read)
+        .map(|(_, v)| v)
+        .collect();
+    all.sort();
+    let mut expected: Vec<String> = (0..4)
+        .flat_map(|p| (0..100).map(move |i| format!("p{p}-{i}")))
+        .collect();
+    expected.sort();
+    assert_eq!(all, expected, "every message read once");
 }

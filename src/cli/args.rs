@@ -126,6 +126,9 @@ pub struct BrokerArgs {
     pub max_produce_timeout_ms: u64,
     #[arg(long, env = "RILL_MAX_CONNECTIONS_PER_SHARD", default_value_t = 10_000)]
     pub max_connections_per_shard: usize,
+    /// At start, longest wait for the broker's ports to be released (by a killed broker).
+    #[arg(long, env = "RILL_PORT_RELEASE_WAIT_MS", default_value_t = 30_000)]
+    pub port_release_wait_ms: u64,
     #[arg(long, env = "RILL_MAX_PARTITIONS_PER_TOPIC", default_value_t = 10_000)]
     pub max_partitions_per_topic: u32,
     /// Partitions of the internal `__consumer_offsets` topic (set when it is first created).

@@ -123,6 +123,7 @@ pub fn config_from_args(a: &BrokerArgs) -> Result<BrokerConfig, String> {
     c.max_fetch_wait = Duration::from_millis(a.max_fetch_wait_ms);
     c.max_produce_timeout = Duration::from_millis(a.max_produce_timeout_ms.max(1));
     c.max_connections_per_shard = a.max_connections_per_shard;
+    c.port_release_wait = Duration::from_millis(a.port_release_wait_ms);
     c.max_partitions_per_topic = a.max_partitions_per_topic;
     if a.offsets_topic_partitions == 0 {
         return Err("--offsets-topic-partitions must be at least 1".into());

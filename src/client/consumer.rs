@@ -568,6 +568,13 @@ impl Fetcher {
                 }
             }
             if let Err(e) = self.issue_fetches() {
+                // A broker restarting or a leader moving: keep trying, as Kafka consumers do;
+                // the application sees empty polls meanwhile, not errors.
+                if e.is_retriable() {
+                    log::debug!("fetch not sent ({e}); retrying");
+                    std::thread::sleep(Duration::from_millis(100));
+                    continue;
+                }
                 if self
                     .out
                     .send(Fetched {

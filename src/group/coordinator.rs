@@ -226,6 +226,11 @@ impl Group {
             .collect()
     }
 
+    /// The member id a static instance id belongs to now.
+    pub fn member_of_instance(&self, instance: &str) -> Option<&str> {
+        self.instances.get(instance).map(String::as_str)
+    }
+
     /// A member's current assignment bytes.
     pub fn assignment(&self, member_id: &str) -> Option<&[u8]> {
         self.members.get(member_id).map(|m| m.assignment.as_slice())

@@ -108,11 +108,13 @@ fn decode(mut body: Bytes) -> Result<Decoded, String> {
             .map_err(|e| format!("bad {api:?} header: {e}"))?;
         let request = RequestKind::decode(api, &mut body, version)
             .map_err(|e| format!("bad {api:?} v{version} body: {e}"))?;
+        // Bytes after the body are ignored, not refused: librdkafka 2.x writes Metadata v12's
+        // topic count too wide (librdkafka #5049) and Kafka brokers read past it.
         if body.has_remaining() {
-            return Err(format!(
-                "{} bytes after the {api:?} v{version} body",
+            log::debug!(
+                "{} bytes after the {api:?} v{version} body ignored",
                 body.remaining()
-            ));
+            );
         }
         Ok(Decoded::Request(
             api,
@@ -179,6 +181,11 @@ mod tests {
         assert!(decode(request(3, 1, &[0, 50, b'x'])).is_err());
         // Fetch v4 header fine, body cut short.
         assert!(decode(request(1, 4, &[0, 0, 0, 0, 0, 1])).is_err());
+        // Counts far beyond the bytes sent (upstream's fuzz repro: Metadata v0 claiming
+        // 54 million topics) are refused, not preallocated (that would abort the process).
+        assert!(decode(request(3, 0, &[0x03, 0x3c, 0x0c, 0x00, 0xb6])).is_err());
+        assert!(decode(request(3, 0, &[0x7f, 0xff, 0xff, 0xff])).is_err());
+        assert!(decode(request(3, 9, &[0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0x0f])).is_err());
         for n in 0..64u8 {
             let junk: Vec<u8> = (0..n).map(|i| i.wrapping_mul(37)).collect();
             let _ = decode(request(1, 12, &junk));

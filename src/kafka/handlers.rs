@@ -21,7 +21,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 use super::records::{to_kafka_batches, to_rill_batch};
-use super::{node_id, topic_uuid, versions};
+use super::{groups, node_id, topic_uuid, versions};
 use crate::batch::BatchView;
 use crate::clock::now_ms;
 use crate::controller::metadata::{ClusterMetadata, TopicInfo};
@@ -38,7 +38,7 @@ use crate::server::shard::Shard;
 pub async fn handle(
     shard: &Rc<Shard>,
     version: i16,
-    _client_id: Option<&str>,
+    client_id: Option<&str>,
     request: RequestKind,
 ) -> Option<ResponseKind> {
     Some(match request {
@@ -47,6 +47,36 @@ pub async fn handle(
         RequestKind::Produce(r) => ResponseKind::Produce(produce(shard, r).await?),
         RequestKind::Fetch(r) => ResponseKind::Fetch(fetch(shard, version, r).await),
         RequestKind::ListOffsets(r) => ResponseKind::ListOffsets(list_offsets(shard, r).await),
+        RequestKind::FindCoordinator(r) => {
+            ResponseKind::FindCoordinator(groups::find_coordinator(shard, version, r))
+        }
+        RequestKind::JoinGroup(r) => {
+            ResponseKind::JoinGroup(groups::join(shard, client_id.unwrap_or_default(), r).await)
+        }
+        RequestKind::SyncGroup(r) => ResponseKind::SyncGroup(groups::sync(shard, r).await),
+        RequestKind::Heartbeat(r) => ResponseKind::Heartbeat(groups::heartbeat(shard, r)),
+        RequestKind::LeaveGroup(r) => ResponseKind::LeaveGroup(groups::leave(shard, version, r)),
+        RequestKind::OffsetCommit(r) => ResponseKind::OffsetCommit(groups::commit(shard, r).await),
+        RequestKind::OffsetFetch(r) => {
+            ResponseKind::OffsetFetch(groups::fetch_offsets(shard, version, r))
+        }
+        RequestKind::DescribeGroups(r) => ResponseKind::DescribeGroups(groups::describe(shard, r)),
+        RequestKind::ListGroups(r) => ResponseKind::ListGroups(groups::list(shard, r)),
+        RequestKind::CreateTopics(r) => {
+            ResponseKind::CreateTopics(super::admin::create_topics(shard, r).await)
+        }
+        RequestKind::DeleteTopics(r) => {
+            ResponseKind::DeleteTopics(super::admin::delete_topics(shard, version, r).await)
+        }
+        RequestKind::DescribeConfigs(r) => {
+            ResponseKind::DescribeConfigs(super::admin::describe_configs(shard, &r))
+        }
+        RequestKind::DescribeCluster(r) => ResponseKind::DescribeCluster(
+            super::admin::describe_cluster(&r, metadata(shard, &super::admin::brokers_only())),
+        ),
+        RequestKind::InitProducerId(r) => {
+            ResponseKind::InitProducerId(super::admin::init_producer_id(shard, &r))
+        }
         // `versions::SUPPORTED` lets nothing else through.
         _ => return None,
     })

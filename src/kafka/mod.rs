@@ -9,7 +9,9 @@
 //! uncompressed RecordBatch v2. That costs one decode and one copy of every record each way;
 //! the native path stores and serves the producer's bytes as they came.
 
+mod admin;
 pub mod connection;
+mod groups;
 mod handlers;
 pub mod records;
 pub mod versions;
@@ -26,4 +28,11 @@ pub fn node_id(broker: u32, shard: u32) -> i32 {
 /// topic's life, never the nil UUID Kafka reserves for "unknown").
 pub fn topic_uuid(topic_id: u64) -> uuid::Uuid {
     uuid::Uuid::from_u64_pair(0x7269_6c6c_0000_4000, topic_id | (1 << 63))
+}
+
+/// Process-wide settings of the Kafka codec, from the broker's flags: a compressed batch may
+/// decompress to at most half a frame, the most a fetch response carries (rill stores batches
+/// uncompressed), so a decompression bomb is refused instead of exhausting memory.
+pub fn configure(max_frame_bytes: usize) {
+    kafka_protocol::compression::set_max_decompressed_bytes(max_frame_bytes / 2);
 }

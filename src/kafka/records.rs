@@ -195,6 +195,34 @@ mod tests {
     }
 
     #[test]
+    fn decompression_bombs_are_refused() {
+        // Process-wide; the other tests here stay far below it.
+        kafka_protocol::compression::set_max_decompressed_bytes(1 << 20);
+        for compression in [
+            Compression::Gzip,
+            Compression::Snappy,
+            Compression::Lz4,
+            Compression::Zstd,
+        ] {
+            let mut r = kafka_record(0, "k", "", ("h", "x"));
+            r.value = Some(Bytes::from(vec![0u8; 2 << 20]));
+            let mut wire = BytesMut::new();
+            RecordBatchEncoder::encode(
+                &mut wire,
+                [&r],
+                &RecordEncodeOptions {
+                    version: 2,
+                    compression,
+                },
+            )
+            .unwrap();
+            assert!(wire.len() < 1 << 20, "{compression:?} compresses zeros");
+            let err = to_rill_batch(&wire.freeze()).unwrap_err().to_string();
+            assert!(err.contains("more than"), "{compression:?}: {err}");
+        }
+    }
+
+    #[test]
     fn garbage_is_refused() {
         for bytes in [
             Bytes::from_static(b""),

@@ -74,6 +74,7 @@ pub fn run_broker(cfg: BrokerConfig) -> Result<(), BrokerError> {
             cfg.listen.port()
         )));
     }
+    crate::kafka::configure(cfg.max_frame_bytes);
     if let Some(k) = cfg.kafka_listen {
         if u32::from(k.port()) + shards as u32 - 1 > u32::from(u16::MAX) {
             return Err(BrokerError::Config(format!(
@@ -82,6 +83,7 @@ pub fn run_broker(cfg: BrokerConfig) -> Result<(), BrokerError> {
             )));
         }
     }
+    wait_for_free_ports(&cfg, shards)?;
     let dir = cfg.data_dir.clone();
     let dir_err = |source| BrokerError::DataDir {
         path: dir.display().to_string(),
@@ -366,6 +368,49 @@ async fn accept_loop(shard: Rc<Shard>, listener: TcpListener, protocol: Protocol
             }
         }
     }
+}
+
+/// Waits until nobody listens on the broker's ports, failing after `--port-release-wait-ms`. The
+/// shards' listeners set SO_REUSEPORT (glommio does), so binding next to a live listener
+/// succeeds and the kernel splits connections between the two: a second broker on the same
+/// ports would take half of them silently, and so would the listeners of a SIGKILLed broker,
+/// which its io_uring rings keep in the kernel for a few seconds after the process is gone
+/// (connections sent there are never accepted). A connect tells whether one listens.
+fn wait_for_free_ports(cfg: &BrokerConfig, shards: usize) -> Result<(), BrokerError> {
+    let mut addrs = Vec::new();
+    for base in std::iter::once(cfg.listen).chain(cfg.kafka_listen) {
+        let ip = match base.ip() {
+            std::net::IpAddr::V4(ip) if ip.is_unspecified() => std::net::Ipv4Addr::LOCALHOST.into(),
+            std::net::IpAddr::V6(ip) if ip.is_unspecified() => std::net::Ipv6Addr::LOCALHOST.into(),
+            ip => ip,
+        };
+        addrs.extend((0..shards).map(|i| std::net::SocketAddr::new(ip, base.port() + i as u16)));
+    }
+    let deadline = std::time::Instant::now() + cfg.port_release_wait;
+    let mut said = false;
+    for addr in addrs {
+        while std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(500)).is_ok() {
+            if std::time::Instant::now() >= deadline {
+                return Err(BrokerError::Listen {
+                    addr: addr.to_string(),
+                    why: format!(
+                        "another process listens there (waited {} ms)",
+                        cfg.port_release_wait.as_millis()
+                    ),
+                });
+            }
+            if !said {
+                eprintln!(
+                    "rill: {addr} is still listened on (another broker, or the sockets of one \
+                     that was killed); waiting up to {} ms for it to be released",
+                    cfg.port_release_wait.as_millis()
+                );
+                said = true;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    Ok(())
 }
 
 /// An exclusive advisory lock on `<data-dir>/.lock`, held for the life of the process.

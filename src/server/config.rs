@@ -34,6 +34,8 @@ pub struct BrokerConfig {
     /// Upper bound on a produce's wait for its acknowledgement.
     pub max_produce_timeout: Duration,
     pub max_connections_per_shard: usize,
+    /// At start, the longest wait for the broker's ports to be released.
+    pub port_release_wait: Duration,
     pub max_partitions_per_topic: u32,
     /// Partitions of `__consumer_offsets`, which place group coordinators on shards.
     pub offsets_topic_partitions: u32,
@@ -64,6 +66,7 @@ impl BrokerConfig {
             max_fetch_wait: Duration::from_secs(30),
             max_produce_timeout: Duration::from_secs(30),
             max_connections_per_shard: 10_000,
+            port_release_wait: Duration::from_secs(30),
             max_partitions_per_topic: 10_000,
             offsets_topic_partitions: 8,
             offsets_compact_every: 10_000,

@@ -168,6 +168,14 @@ impl GroupHost {
         Ok(())
     }
 
+    /// The member id a static instance id of `group` belongs to now.
+    pub fn member_of_instance(&self, group: &str, instance: &str) -> Option<String> {
+        self.groups
+            .borrow()
+            .get(group)
+            .and_then(|g| g.member_of_instance(instance).map(str::to_string))
+    }
+
     /// (group, state) of every group this shard coordinates, sorted.
     pub fn list(&self) -> Vec<(String, String)> {
         let mut out: Vec<_> = self

@@ -29,18 +29,26 @@ pub struct TestBroker {
     log: PathBuf,
 }
 
-/// A port P such that P..P+n are free right now.
+/// A port P such that P..P+n are free right now and were never handed out before in this
+/// test process: a broker being restarted leaves its ports free for a moment, and another
+/// test must not take them.
 fn free_ports(n: usize) -> u16 {
+    static TAKEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut taken = TAKEN.lock().unwrap_or_else(|e| e.into_inner());
     for _ in 0..200 {
         let l = TcpListener::bind("127.0.0.1:0").expect("bind");
         let p = l.local_addr().unwrap().port();
         if u32::from(p) + n as u32 >= 65535 {
             continue;
         }
+        if (p..p + n as u16).any(|q| taken.contains(&q)) {
+            continue;
+        }
         let rest: Vec<_> = (1..n)
             .map(|i| TcpListener::bind(("127.0.0.1", p + i as u16)))
             .collect();
         if rest.iter().all(|r| r.is_ok()) {
+            taken.extend(p..p + n as u16);
             return p;
         }
     }

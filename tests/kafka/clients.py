@@ -4,6 +4,15 @@
                                               prints "<partition>\t<key>" per delivered message
   consume BOOTSTRAP TOPIC PARTITIONS COUNT    assigns every partition from the beginning, reads
                                               COUNT messages; prints one JSON object per message
+  group BOOTSTRAP TOPIC GROUP STRATEGY MAX IDLE_S
+                                              subscribes as a member of GROUP (assignor STRATEGY),
+                                              reads until MAX messages or IDLE_S seconds without
+                                              one, committing what it printed (every 200 and
+                                              at the end, synchronously);
+                                              prints {"assigned"|"revoked": [[topic, p], ...]}
+                                              events and one JSON object per message
+  topics BOOTSTRAP                            lists topic names (AdminClient.list_topics: librdkafka
+                                              sends Metadata v12 with trailing bytes)
 Exits non-zero on any delivery or consume error.
 """
 import json
@@ -67,10 +76,58 @@ def consume(bootstrap, topic, partitions, count):
     c.close()
 
 
+def group(bootstrap, topic, group_id, strategy, max_messages, idle_s):
+    def event(kind):
+        def cb(consumer, partitions):
+            print(json.dumps({kind: [[p.topic, p.partition] for p in partitions]}), flush=True)
+        return cb
+
+    c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": group_id,
+                     "partition.assignment.strategy": strategy,
+                     "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                     "session.timeout.ms": 6000, "heartbeat.interval.ms": 300})
+    c.subscribe([topic], on_assign=event("assigned"), on_revoke=event("revoked"))
+    got = 0
+    last = time.time()
+    while got < max_messages and time.time() - last < idle_s:
+        m = c.poll(0.2)
+        if m is None:
+            continue
+        if m.error():
+            sys.exit(f"consume error: {m.error()}")
+        got += 1
+        last = time.time()
+        print(json.dumps({
+            "partition": m.partition(),
+            "offset": m.offset(),
+            "key": m.key().decode() if m.key() is not None else None,
+            "value": m.value().decode(),
+            "headers": [[k, v.decode()] for k, v in (m.headers() or [])],
+        }), flush=True)
+        if got % 200 == 0:
+            c.commit(asynchronous=False)
+    if got:
+        # The positions after everything printed: a next run resumes exactly here.
+        try:
+            c.commit(asynchronous=False)
+        except ck.KafkaException as e:
+            if e.args[0].code() != ck.KafkaError._NO_OFFSET:  # already committed
+                raise
+    c.close()
+
+
 if __name__ == "__main__":
     cmd = sys.argv[1]
     if cmd == "produce":
         produce(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5])
+    elif cmd == "topics":
+        from confluent_kafka.admin import AdminClient
+        md = AdminClient({"bootstrap.servers": sys.argv[2]}).list_topics(timeout=30)
+        for name in sorted(md.topics):
+            print(name)
+    elif cmd == "group":
+        group(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], int(sys.argv[6]),
+              float(sys.argv[7]))
     elif cmd == "consume":
         consume(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
     else:

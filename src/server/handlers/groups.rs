@@ -19,14 +19,14 @@ use crate::server::groups::coordinator_of;
 use crate::server::shard::Shard;
 
 /// Extra time a join or sync may wait beyond the rebalance timeout before it gives up.
-const REPLY_SLACK: Duration = Duration::from_secs(5);
+pub(crate) const REPLY_SLACK: Duration = Duration::from_secs(5);
 
 fn now() -> u64 {
     now_ms().max(0) as u64
 }
 
 /// `None` when this shard coordinates `group`, else why not.
-pub(super) fn not_here(shard: &Shard, group: &str) -> Option<(ErrorCode, String)> {
+pub(crate) fn not_here(shard: &Shard, group: &str) -> Option<(ErrorCode, String)> {
     if group.is_empty() {
         return Some((ErrorCode::InvalidGroupId, "empty group id".into()));
     }
@@ -74,7 +74,7 @@ pub fn find_coordinator(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
     Reply::meta(&resp)
 }
 
-async fn wait<T>(
+pub(crate) async fn wait<T>(
     shard: &Shard,
     rx: flume::Receiver<Result<T, GroupError>>,
     limit: Duration,

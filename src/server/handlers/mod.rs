@@ -1,13 +1,13 @@
 //! Request handlers: decode the meta, act on the shard, encode the reply.
 
 pub(crate) mod fetch;
-mod groups;
+pub(crate) mod groups;
 mod list_offsets;
 mod log_admin;
 mod metadata;
-mod offsets;
+pub(crate) mod offsets;
 pub(crate) mod produce;
-mod topics;
+pub(crate) mod topics;
 
 use std::rc::Rc;
 

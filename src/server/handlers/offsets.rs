@@ -29,58 +29,67 @@ pub async fn commit(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
         Ok(r) => r,
         Err(e) => return e.into(),
     };
-    if let Some((code, msg)) = not_here(shard, &req.group) {
-        return status(code, msg);
-    }
-    if req.group.contains('\0') {
-        return status(
-            ErrorCode::InvalidGroupId,
-            "a group id cannot contain NUL".into(),
-        );
-    }
     let offsets: Vec<((String, u32), u64, String)> = req
         .offsets
         .into_iter()
         .map(|(t, p, o, m)| ((t, p), o, m))
         .collect();
-    if let Err(e) = shard
-        .groups
-        .check_commit(&req.group, &req.member_id, req.generation, &offsets)
-    {
-        return status(e.code, e.message);
+    match commit_offsets(shard, &req.group, &req.member_id, req.generation, offsets).await {
+        Ok(()) => status(ErrorCode::None, String::new()),
+        Err((code, message)) => status(code, message),
     }
+}
+
+/// OffsetCommit for either protocol: checked against the group, appended to the group's
+/// `__consumer_offsets` partition, and stored in the coordinator once durable.
+pub(crate) async fn commit_offsets(
+    shard: &Rc<Shard>,
+    group: &str,
+    member_id: &str,
+    generation: i32,
+    offsets: Vec<((String, u32), u64, String)>,
+) -> Result<(), (ErrorCode, String)> {
+    if let Some(refused) = not_here(shard, group) {
+        return Err(refused);
+    }
+    if group.contains('\0') {
+        return Err((
+            ErrorCode::InvalidGroupId,
+            "a group id cannot contain NUL".into(),
+        ));
+    }
+    shard
+        .groups
+        .check_commit(group, member_id, generation, &offsets)
+        .map_err(|e| (e.code, e.message))?;
     if offsets.is_empty() {
-        return status(ErrorCode::None, String::new());
+        return Ok(());
     }
     let n = shard
         .metadata
         .borrow()
         .topic(OFFSETS_TOPIC)
         .map_or(1, |t| t.partitions.len() as u32);
-    let Some(p) = shard.partition(OFFSETS_TOPIC, offsets_partition(&req.group, n)) else {
-        return status(
+    let Some(p) = shard.partition(OFFSETS_TOPIC, offsets_partition(group, n)) else {
+        return Err((
             ErrorCode::CoordinatorNotAvailable,
             "the offsets partition is not open".into(),
-        );
+        ));
     };
     let now = now_ms();
     let mut builder = BatchBuilder::new();
     for ((topic, partition), offset, metadata) in &offsets {
-        let (key, value) = encode_commit(&req.group, topic, *partition, *offset, metadata);
+        let (key, value) = encode_commit(group, topic, *partition, *offset, metadata);
         builder.push(now, Some(&key), &value, &[], &[]);
     }
-    let bytes = match builder.build() {
-        Ok(b) => b,
-        Err(e) => return status(ErrorCode::UnknownServerError, e.to_string()),
-    };
-    let view = match BatchView::validate(&bytes) {
-        Ok(v) => v,
-        Err(e) => return status(ErrorCode::UnknownServerError, e.to_string()),
-    };
-    let (base, next) = match p.append(&[view], now, &shard.cache) {
-        Ok(r) => r,
-        Err(e) => return status(e.code(), e.to_string()),
-    };
+    let bytes = builder
+        .build()
+        .map_err(|e| (ErrorCode::UnknownServerError, e.to_string()))?;
+    let view =
+        BatchView::validate(&bytes).map_err(|e| (ErrorCode::UnknownServerError, e.to_string()))?;
+    let (base, next) = p
+        .append(&[view], now, &shard.cache)
+        .map_err(|e| (e.code(), e.to_string()))?;
     shard.groups.commit_appended(p.index, base, offsets.len());
     shard.group_commit.mark_dirty(&p);
     let deadline = Instant::now() + shard.cfg.max_produce_timeout;
@@ -95,7 +104,7 @@ pub async fn commit(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
         Some(Ok(Ok(()))) => {
             shard
                 .groups
-                .store_offsets(&req.group, now.max(0) as u64, offsets);
+                .store_offsets(group, now.max(0) as u64, offsets);
             if let Some(records) =
                 shard
                     .groups
@@ -104,17 +113,17 @@ pub async fn commit(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
                 compact(shard, &p, records).await;
                 shard.groups.end_compaction(p.index);
             }
-            status(ErrorCode::None, String::new())
+            Ok(())
         }
-        Some(Ok(Err(code))) => status(code, "the commit could not be stored".into()),
-        Some(Err(_)) => status(
+        Some(Ok(Err(code))) => Err((code, "the commit could not be stored".into())),
+        Some(Err(_)) => Err((
             ErrorCode::UnknownServerError,
             "the offsets partition went away".into(),
-        ),
-        None => status(
+        )),
+        None => Err((
             ErrorCode::RequestTimedOut,
             "the commit was not durable in time".into(),
-        ),
+        )),
     }
 }
 

@@ -98,7 +98,7 @@ async fn one_topic(shard: &Rc<Shard>, name: String, cmd: Command, timeout: Durat
     })
 }
 
-fn timeout_of(shard: &Shard, ms: u32) -> Duration {
+pub(crate) fn timeout_of(shard: &Shard, ms: u32) -> Duration {
     let max = shard.cfg.max_produce_timeout;
     if ms == 0 {
         max
@@ -107,7 +107,12 @@ fn timeout_of(shard: &Shard, ms: u32) -> Duration {
     }
 }
 
-async fn propose(shard: &Rc<Shard>, name: String, cmd: Command, timeout: Duration) -> TopicResult {
+pub(crate) async fn propose(
+    shard: &Rc<Shard>,
+    name: String,
+    cmd: Command,
+    timeout: Duration,
+) -> TopicResult {
     let deadline = Instant::now() + timeout;
     let rx = shard.controller.propose(cmd);
     let outcome = futures_lite::future::or(async { Some(rx.recv_async().await) }, async {

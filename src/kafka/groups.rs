@@ -1,0 +1,482 @@
+//! The group and offset APIs for Kafka clients: the same coordinator and committed offsets
+//! the native protocol uses (`server::groups::GroupHost`), so Kafka consumers and rill
+//! consumers can share a group (both write Kafka's ConsumerProtocol member metadata).
+
+use std::rc::Rc;
+use std::time::Duration;
+
+use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
+use kafka_protocol::messages::find_coordinator_response::Coordinator;
+use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
+use kafka_protocol::messages::leave_group_response::MemberResponse;
+use kafka_protocol::messages::list_groups_response::ListedGroup;
+use kafka_protocol::messages::offset_commit_response::{
+    OffsetCommitResponsePartition, OffsetCommitResponseTopic,
+};
+use kafka_protocol::messages::offset_fetch_response::{
+    OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
+    OffsetFetchResponseTopic, OffsetFetchResponseTopics,
+};
+use kafka_protocol::messages::{
+    BrokerId, DescribeGroupsRequest, DescribeGroupsResponse, FindCoordinatorRequest,
+    FindCoordinatorResponse, GroupId, HeartbeatRequest, HeartbeatResponse, JoinGroupRequest,
+    JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse, ListGroupsRequest,
+    ListGroupsResponse, OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest,
+    OffsetFetchResponse, SyncGroupRequest, SyncGroupResponse, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+
+use super::node_id;
+use crate::clock::now_ms;
+use crate::group::coordinator::{GroupError, JoinRequest, SyncRequest};
+use crate::protocol::ErrorCode;
+use crate::server::groups::coordinator_of;
+use crate::server::handlers::groups::{not_here, wait, REPLY_SLACK};
+use crate::server::handlers::offsets::commit_offsets;
+use crate::server::shard::Shard;
+
+fn now() -> u64 {
+    now_ms().max(0) as u64
+}
+
+fn text(s: &str) -> StrBytes {
+    StrBytes::from_string(s.to_string())
+}
+
+fn group_error(code: ErrorCode, message: String) -> GroupError {
+    GroupError { code, message }
+}
+
+/// Where a group's coordinator is, as Kafka node, host and port: `Err` with the error code.
+fn locate(shard: &Shard, group: &str) -> Result<(i32, String, i32), (ErrorCode, String)> {
+    let md = shard.metadata.borrow();
+    if group.is_empty() {
+        return Err((ErrorCode::InvalidGroupId, "empty group id".into()));
+    }
+    let (broker, s) = coordinator_of(&md, group).ok_or((
+        ErrorCode::CoordinatorNotAvailable,
+        "the offsets topic is not ready".to_string(),
+    ))?;
+    let info = md.brokers.get(&broker).ok_or((
+        ErrorCode::CoordinatorNotAvailable,
+        format!("broker {broker} is not registered"),
+    ))?;
+    let port = info.kafka_port.ok_or((
+        ErrorCode::CoordinatorNotAvailable,
+        format!("broker {broker} has no Kafka listener"),
+    ))?;
+    Ok((
+        node_id(broker, s),
+        info.host.clone(),
+        i32::from(port) + s as i32,
+    ))
+}
+
+pub fn find_coordinator(
+    shard: &Shard,
+    version: i16,
+    req: FindCoordinatorRequest,
+) -> FindCoordinatorResponse {
+    let mut r = FindCoordinatorResponse::default();
+    // key_type 1 (transactions) comes with the exactly-once work.
+    let answer = |key: &str| {
+        if req.key_type != 0 {
+            return Err((
+                ErrorCode::CoordinatorNotAvailable,
+                "transaction coordinators are not served yet".to_string(),
+            ));
+        }
+        locate(shard, key)
+    };
+    if version >= 4 {
+        for key in &req.coordinator_keys {
+            let mut c = Coordinator::default();
+            c.key = key.clone();
+            match answer(key) {
+                Ok((node, host, port)) => {
+                    c.node_id = BrokerId(node);
+                    c.host = text(&host);
+                    c.port = port;
+                }
+                Err((code, message)) => {
+                    c.node_id = BrokerId(-1);
+                    c.port = -1;
+                    c.error_code = code.code();
+                    c.error_message = Some(text(&message));
+                }
+            }
+            r.coordinators.push(c);
+        }
+        return r;
+    }
+    match answer(&req.key) {
+        Ok((node, host, port)) => {
+            r.node_id = BrokerId(node);
+            r.host = text(&host);
+            r.port = port;
+        }
+        Err((code, message)) => {
+            r.node_id = BrokerId(-1);
+            r.port = -1;
+            r.error_code = code.code();
+            r.error_message = Some(text(&message));
+        }
+    }
+    r
+}
+
+pub async fn join(shard: &Rc<Shard>, client_id: &str, req: JoinGroupRequest) -> JoinGroupResponse {
+    let mut r = JoinGroupResponse::default();
+    r.generation_id = -1;
+    r.member_id = req.member_id.clone();
+    let group = req.group_id.0.to_string();
+    let refuse = |mut r: JoinGroupResponse, code: ErrorCode| {
+        r.error_code = code.code();
+        r
+    };
+    if let Some((code, _)) = not_here(shard, &group) {
+        return refuse(r, code);
+    }
+    let (Ok(session), Ok(rebalance)) = (
+        u32::try_from(req.session_timeout_ms),
+        u32::try_from(req.rebalance_timeout_ms.max(req.session_timeout_ms)),
+    ) else {
+        return refuse(r, ErrorCode::InvalidSessionTimeout);
+    };
+    let limit = Duration::from_millis(u64::from(rebalance)) + REPLY_SLACK;
+    let rx = shard.groups.join(
+        now(),
+        &group,
+        JoinRequest {
+            member_id: req.member_id.to_string(),
+            group_instance_id: req.group_instance_id.as_ref().map(|s| s.to_string()),
+            client_id: client_id.to_string(),
+            session_timeout_ms: u64::from(session),
+            rebalance_timeout_ms: u64::from(rebalance),
+            protocol_type: req.protocol_type.to_string(),
+            protocols: req
+                .protocols
+                .iter()
+                .map(|p| (p.name.to_string(), p.metadata.to_vec()))
+                .collect(),
+        },
+    );
+    match wait(shard, rx, limit).await {
+        Ok(j) => {
+            r.generation_id = j.generation as i32;
+            r.protocol_type = Some(req.protocol_type.clone());
+            r.protocol_name = Some(text(&j.protocol));
+            r.leader = text(&j.leader);
+            r.member_id = text(&j.member_id);
+            r.members = j
+                .members
+                .into_iter()
+                .map(|(id, instance, metadata)| {
+                    let mut m = JoinGroupResponseMember::default();
+                    m.member_id = text(&id);
+                    m.group_instance_id = instance.as_deref().map(text);
+                    m.metadata = metadata.into();
+                    m
+                })
+                .collect();
+            r
+        }
+        Err(e) => refuse(r, e.code),
+    }
+}
+
+pub async fn sync(shard: &Rc<Shard>, req: SyncGroupRequest) -> SyncGroupResponse {
+    let mut r = SyncGroupResponse::default();
+    let group = req.group_id.0.to_string();
+    let result = match not_here(shard, &group) {
+        Some((code, message)) => Err(group_error(code, message)),
+        None => match u32::try_from(req.generation_id) {
+            Err(_) => Err(group_error(
+                ErrorCode::IllegalGeneration,
+                "negative generation".into(),
+            )),
+            Ok(generation) => {
+                let sync = SyncRequest {
+                    member_id: req.member_id.to_string(),
+                    generation,
+                    assignments: req
+                        .assignments
+                        .iter()
+                        .map(|a| (a.member_id.to_string(), a.assignment.to_vec()))
+                        .collect(),
+                };
+                match shard.groups.sync(now(), &group, sync) {
+                    Ok(rx) => wait(shard, rx, shard.cfg.max_produce_timeout).await,
+                    Err(e) => Err(e),
+                }
+            }
+        },
+    };
+    match result {
+        Ok(assignment) => {
+            r.protocol_type = req.protocol_type.clone();
+            r.protocol_name = req.protocol_name.clone();
+            r.assignment = assignment.into();
+        }
+        Err(e) => r.error_code = e.code.code(),
+    }
+    r
+}
+
+pub fn heartbeat(shard: &Shard, req: HeartbeatRequest) -> HeartbeatResponse {
+    let mut r = HeartbeatResponse::default();
+    let group = req.group_id.0.to_string();
+    let result = match not_here(shard, &group) {
+        Some((code, message)) => Err(group_error(code, message)),
+        None => match u32::try_from(req.generation_id) {
+            Ok(g) => shard.groups.heartbeat(now(), &group, &req.member_id, g),
+            Err(_) => Err(group_error(
+                ErrorCode::IllegalGeneration,
+                "negative generation".into(),
+            )),
+        },
+    };
+    if let Err(e) = result {
+        r.error_code = e.code.code();
+    }
+    r
+}
+
+pub fn leave(shard: &Shard, version: i16, req: LeaveGroupRequest) -> LeaveGroupResponse {
+    let mut r = LeaveGroupResponse::default();
+    let group = req.group_id.0.to_string();
+    if let Some((code, _)) = not_here(shard, &group) {
+        r.error_code = code.code();
+        return r;
+    }
+    if version < 3 {
+        if let Err(e) = shard.groups.leave(now(), &group, &req.member_id) {
+            r.error_code = e.code.code();
+        }
+        return r;
+    }
+    // v3+: a batch of members, each answered on its own.
+    for m in &req.members {
+        let mut mr = MemberResponse::default();
+        mr.member_id = m.member_id.clone();
+        mr.group_instance_id = m.group_instance_id.clone();
+        let member = if m.member_id.is_empty() {
+            // A static member leaving by instance id.
+            m.group_instance_id
+                .as_ref()
+                .and_then(|i| shard.groups.member_of_instance(&group, i))
+        } else {
+            Some(m.member_id.to_string())
+        };
+        let outcome = match member {
+            Some(id) => shard.groups.leave(now(), &group, &id),
+            None => Err(group_error(ErrorCode::UnknownMemberId, String::new())),
+        };
+        if let Err(e) = outcome {
+            mr.error_code = e.code.code();
+        }
+        r.members.push(mr);
+    }
+    r
+}
+
+pub async fn commit(shard: &Rc<Shard>, req: OffsetCommitRequest) -> OffsetCommitResponse {
+    let group = req.group_id.0.to_string();
+    let mut offsets = Vec::new();
+    let mut bad = Vec::new();
+    for t in &req.topics {
+        for p in &t.partitions {
+            match (
+                u32::try_from(p.partition_index),
+                u64::try_from(p.committed_offset),
+            ) {
+                (Ok(partition), Ok(offset)) => offsets.push((
+                    (t.name.0.to_string(), partition),
+                    offset,
+                    p.committed_metadata
+                        .as_ref()
+                        .map(|m| m.to_string())
+                        .unwrap_or_default(),
+                )),
+                _ => bad.push((t.name.clone(), p.partition_index)),
+            }
+        }
+    }
+    let outcome = commit_offsets(
+        shard,
+        &group,
+        &req.member_id,
+        req.generation_id_or_member_epoch,
+        offsets,
+    )
+    .await;
+    let code = match &outcome {
+        Ok(()) => ErrorCode::None,
+        Err((code, _)) => *code,
+    };
+    let mut r = OffsetCommitResponse::default();
+    for t in &req.topics {
+        let mut tr = OffsetCommitResponseTopic::default();
+        tr.name = t.name.clone();
+        tr.topic_id = t.topic_id;
+        for p in &t.partitions {
+            let mut pr = OffsetCommitResponsePartition::default();
+            pr.partition_index = p.partition_index;
+            let invalid = bad
+                .iter()
+                .any(|(n, i)| *n == t.name && *i == p.partition_index);
+            pr.error_code = if invalid {
+                ErrorCode::InvalidRequest.code()
+            } else {
+                code.code()
+            };
+            tr.partitions.push(pr);
+        }
+        r.topics.push(tr);
+    }
+    r
+}
+
+/// (topic, partition) -> committed (offset, metadata) for one group: the asked partitions,
+/// or every committed one when `asked` is `None`.
+type Committed = Vec<(String, Vec<(i32, Option<(u64, String)>)>)>;
+
+fn committed(shard: &Shard, group: &str, asked: Option<Vec<(String, Vec<i32>)>>) -> Committed {
+    match asked {
+        Some(topics) => topics
+            .into_iter()
+            .map(|(t, parts)| {
+                let got = parts
+                    .into_iter()
+                    .map(|p| {
+                        let c = u32::try_from(p)
+                            .ok()
+                            .and_then(|i| shard.groups.committed(group, &t, i));
+                        (p, c)
+                    })
+                    .collect();
+                (t, got)
+            })
+            .collect(),
+        None => {
+            let mut out: Committed = Vec::new();
+            for (t, p, o, m) in shard.groups.all_committed(group) {
+                let entry = (p as i32, Some((o, m)));
+                match out.last_mut() {
+                    Some((last, parts)) if *last == t => parts.push(entry),
+                    _ => out.push((t, vec![entry])),
+                }
+            }
+            out
+        }
+    }
+}
+
+pub fn fetch_offsets(shard: &Shard, version: i16, req: OffsetFetchRequest) -> OffsetFetchResponse {
+    let mut r = OffsetFetchResponse::default();
+    if version >= 8 {
+        for g in &req.groups {
+            let group = g.group_id.0.to_string();
+            let mut gr = OffsetFetchResponseGroup::default();
+            gr.group_id = g.group_id.clone();
+            if let Some((code, _)) = not_here(shard, &group) {
+                gr.error_code = code.code();
+                r.groups.push(gr);
+                continue;
+            }
+            let asked = g.topics.as_ref().map(|ts| {
+                ts.iter()
+                    .map(|t| (t.name.0.to_string(), t.partition_indexes.clone()))
+                    .collect()
+            });
+            for (t, parts) in committed(shard, &group, asked) {
+                let mut tr = OffsetFetchResponseTopics::default();
+                tr.name = TopicName(text(&t));
+                for (p, c) in parts {
+                    let mut pr = OffsetFetchResponsePartitions::default();
+                    pr.partition_index = p;
+                    pr.committed_leader_epoch = -1;
+                    pr.committed_offset = c.as_ref().map_or(-1, |(o, _)| *o as i64);
+                    pr.metadata = Some(text(c.as_ref().map_or("", |(_, m)| m.as_str())));
+                    tr.partitions.push(pr);
+                }
+                gr.topics.push(tr);
+            }
+            r.groups.push(gr);
+        }
+        return r;
+    }
+    let group = req.group_id.0.to_string();
+    if let Some((code, _)) = not_here(shard, &group) {
+        r.error_code = code.code();
+        return r;
+    }
+    let asked = req.topics.as_ref().map(|ts| {
+        ts.iter()
+            .map(|t| (t.name.0.to_string(), t.partition_indexes.clone()))
+            .collect()
+    });
+    for (t, parts) in committed(shard, &group, asked) {
+        let mut tr = OffsetFetchResponseTopic::default();
+        tr.name = TopicName(text(&t));
+        for (p, c) in parts {
+            let mut pr = OffsetFetchResponsePartition::default();
+            pr.partition_index = p;
+            pr.committed_leader_epoch = -1;
+            pr.committed_offset = c.as_ref().map_or(-1, |(o, _)| *o as i64);
+            pr.metadata = Some(text(c.as_ref().map_or("", |(_, m)| m.as_str())));
+            tr.partitions.push(pr);
+        }
+        r.topics.push(tr);
+    }
+    r
+}
+
+pub fn describe(shard: &Shard, req: DescribeGroupsRequest) -> DescribeGroupsResponse {
+    let mut r = DescribeGroupsResponse::default();
+    for g in &req.groups {
+        let group = g.0.to_string();
+        let mut dg = DescribedGroup::default();
+        dg.group_id = g.clone();
+        if let Some((code, message)) = not_here(shard, &group) {
+            dg.error_code = code.code();
+            dg.error_message = Some(text(&message));
+            r.groups.push(dg);
+            continue;
+        }
+        let d = shard.groups.describe(&group);
+        dg.group_state = text(&d.state);
+        dg.protocol_type = text(&d.protocol_type);
+        dg.protocol_data = text(&d.protocol);
+        dg.members = d
+            .members
+            .into_iter()
+            .map(|m| {
+                let mut dm = DescribedGroupMember::default();
+                dm.member_id = text(&m.member_id);
+                dm.group_instance_id = m.group_instance_id.as_deref().map(text);
+                dm.client_id = text(&m.client_id);
+                dm.member_assignment = m.assignment.into();
+                dm
+            })
+            .collect();
+        r.groups.push(dg);
+    }
+    r
+}
+
+pub fn list(shard: &Shard, req: ListGroupsRequest) -> ListGroupsResponse {
+    let mut r = ListGroupsResponse::default();
+    for (group, state) in shard.groups.list() {
+        if !req.states_filter.is_empty() && !req.states_filter.iter().any(|s| s.as_str() == state) {
+            continue;
+        }
+        let mut lg = ListedGroup::default();
+        lg.group_id = GroupId(text(&group));
+        lg.protocol_type = text(&shard.groups.describe(&group).protocol_type);
+        lg.group_state = text(&state);
+        lg.group_type = text("classic");
+        r.groups.push(lg);
+    }
+    r
+}

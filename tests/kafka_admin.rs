@@ -1,0 +1,521 @@
+//! The Kafka admin APIs against real brokers: confluent-kafka's AdminClient and an idempotent
+//! producer (tests/kafka/admin.py), and raw requests where a client would not send what is
+//! checked. `.ci/run` installs confluent-kafka; without it these tests fail and say so.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::Command;
+
+use bytes::{Buf, BytesMut};
+use common::{TestBroker, DEADLINE};
+use kafka_protocol::messages::create_topics_request::CreatableTopic;
+use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
+use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+use kafka_protocol::messages::{
+    ApiKey, CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse,
+    DescribeClusterRequest, DescribeClusterResponse, DescribeConfigsRequest,
+    DescribeConfigsResponse, InitProducerIdRequest, InitProducerIdResponse, MetadataRequest,
+    MetadataResponse, ProducerId, RequestHeader, ResponseHeader, TopicName, TransactionalId,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use rill::client::StartFrom;
+use serde_json::Value;
+
+fn admin_py(args: &[&str]) -> String {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/kafka/admin.py");
+    let out = Command::new("python3")
+        .arg(script)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("cannot run python3 ({e}): run .ci/run, or pip install confluent-kafka")
+        });
+    assert!(
+        out.status.success(),
+        "admin.py {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Per-topic outcome of a create or delete: topic -> None (done) or Some(Kafka error code).
+fn outcomes(out: &str) -> BTreeMap<String, Option<i64>> {
+    out.lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap();
+            let code = v["error"].as_object().map(|e| e["code"].as_i64().unwrap());
+            (v["topic"].as_str().unwrap().to_string(), code)
+        })
+        .collect()
+}
+
+fn create(b: &TestBroker, spec: Value, validate: bool) -> BTreeMap<String, Option<i64>> {
+    let kafka = b.kafka_bootstrap();
+    let spec = spec.to_string();
+    let mut args = vec!["create", kafka.as_str(), spec.as_str()];
+    if validate {
+        args.push("validate");
+    }
+    outcomes(&admin_py(&args))
+}
+
+/// (value, source) of every config of a resource, or the error code.
+fn describe_configs(
+    b: &TestBroker,
+    kind: &str,
+    name: &str,
+) -> Result<BTreeMap<String, (String, i64)>, i64> {
+    let v: Value = serde_json::from_str(&admin_py(&[
+        "describe-configs",
+        &b.kafka_bootstrap(),
+        kind,
+        name,
+    ]))
+    .unwrap();
+    if let Some(e) = v["error"].as_object() {
+        return Err(e["code"].as_i64().unwrap());
+    }
+    Ok(v["configs"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, c)| {
+            (
+                k.clone(),
+                (
+                    c["value"].as_str().unwrap().to_string(),
+                    c["source"].as_i64().unwrap(),
+                ),
+            )
+        })
+        .collect())
+}
+
+/// DescribeConfigs sources (Kafka's numbers).
+const TOPIC_CONFIG: i64 = 1;
+const STATIC_BROKER_CONFIG: i64 = 4;
+const DEFAULT_CONFIG: i64 = 5;
+
+/// One raw Kafka request on its own connection, for what no client library would send.
+fn call<Req: Encodable, Resp: Decodable>(addr: &str, api: ApiKey, version: i16, req: &Req) -> Resp {
+    let mut header = RequestHeader::default();
+    header.request_api_key = api as i16;
+    header.request_api_version = version;
+    header.correlation_id = 9;
+    header.client_id = Some(StrBytes::from_static_str("kafka_admin-test"));
+    let mut body = BytesMut::new();
+    header
+        .encode(&mut body, api.request_header_version(version))
+        .unwrap();
+    req.encode(&mut body, version).unwrap();
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(DEADLINE)).unwrap();
+    s.write_all(&(body.len() as i32).to_be_bytes()).unwrap();
+    s.write_all(&body).unwrap();
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len)
+        .unwrap_or_else(|e| panic!("{api:?} v{version}: no answer ({e})"));
+    let mut resp = vec![0u8; i32::from_be_bytes(len) as usize];
+    s.read_exact(&mut resp).unwrap();
+    let mut resp = bytes::Bytes::from(resp);
+    let h = ResponseHeader::decode(&mut resp, api.response_header_version(version)).unwrap();
+    assert_eq!(h.correlation_id, 9);
+    let r = Resp::decode(&mut resp, version).unwrap();
+    assert_eq!(
+        resp.remaining(),
+        0,
+        "{api:?} v{version}: bytes after the body"
+    );
+    r
+}
+
+fn name(s: &str) -> TopicName {
+    TopicName(StrBytes::from_string(s.to_string()))
+}
+
+#[test]
+fn topics_created_through_the_admin_client_are_the_native_topics_with_their_configs() {
+    let b = TestBroker::start_kafka(2, &[]);
+    let created = create(
+        &b,
+        serde_json::json!([
+            {"name": "a", "partitions": 3, "rf": 1,
+             "config": {"retention.ms": "60000", "segment.bytes": "1048576"}},
+            {"name": "b", "partitions": -1, "rf": -1},
+        ]),
+        false,
+    );
+    assert_eq!(created["a"], None, "{created:?}");
+    assert_eq!(created["b"], None, "{created:?}");
+    let mut client = b.client();
+    let a = client.describe_topic("a").unwrap();
+    assert_eq!(a.partitions.len(), 3);
+    let configs: BTreeMap<String, String> = a.configs.into_iter().collect();
+    assert_eq!(
+        configs.get("retention.ms").map(String::as_str),
+        Some("60000")
+    );
+    assert_eq!(
+        configs.get("segment.bytes").map(String::as_str),
+        Some("1048576")
+    );
+    // -1 / -1: the broker defaults, one partition with one replica.
+    let d = client.describe_topic("b").unwrap();
+    assert_eq!(d.partitions.len(), 1);
+    assert_eq!(d.partitions[0].replicas.len(), 1);
+    assert!(d.configs.is_empty(), "{:?}", d.configs);
+    // The CLI shows the same.
+    let out = b.cli(&["topic", "describe", "a"], None);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("partitions 3"), "{text}");
+    assert!(text.contains("config retention.ms=60000"), "{text}");
+    // Usable at once through the native protocol: every partition is open on its shard.
+    for p in 0..3 {
+        common::produce_values(&b, "a", p, [format!("v{p}")]);
+    }
+    assert_eq!(
+        common::consume_exactly(&b, "a", StartFrom::Beginning, 3).len(),
+        3
+    );
+    // validate_only answers as a creation would, and creates nothing.
+    let checked = create(
+        &b,
+        serde_json::json!([{"name": "c", "partitions": 2, "rf": 1,
+                            "config": {"retention.bytes": "1000"}}]),
+        true,
+    );
+    assert_eq!(checked["c"], None);
+    let refused = create(
+        &b,
+        serde_json::json!([{"name": "a", "partitions": 1}]),
+        true,
+    );
+    assert_eq!(refused["a"], Some(36), "TOPIC_ALREADY_EXISTS");
+    client.refresh_metadata().unwrap();
+    assert!(!client.list_topics().unwrap().contains(&"c".to_string()));
+}
+
+#[test]
+fn bad_create_requests_get_kafka_errors_per_topic() {
+    let b = TestBroker::start_kafka(1, &[]);
+    b.client().create_topic("taken", 1, 1, vec![]).unwrap();
+    let out = create(
+        &b,
+        serde_json::json!([
+            {"name": "taken", "partitions": 1, "rf": 1},
+            {"name": "zero", "partitions": 0, "rf": 1},
+            {"name": "huge", "partitions": 100000, "rf": 1},
+            {"name": "rf3", "partitions": 1, "rf": 3},
+            {"name": "rf0", "partitions": 1, "rf": 0},
+            {"name": "badvalue", "partitions": 1, "config": {"retention.ms": "soon"}},
+            {"name": "badkey", "partitions": 1, "config": {"cleanup.policy": "compact"}},
+            {"name": "bad/name", "partitions": 1},
+            {"name": "fine", "partitions": 2, "config": {"max.message.bytes": "2000000"}},
+        ]),
+        false,
+    );
+    let expected: BTreeMap<String, Option<i64>> = [
+        ("taken", Some(36)), // TOPIC_ALREADY_EXISTS
+        ("zero", Some(37)),  // INVALID_PARTITIONS
+        ("huge", Some(37)),  // over --max-partitions-per-topic
+        ("rf3", Some(38)),   // INVALID_REPLICATION_FACTOR: one broker
+        ("rf0", Some(38)),
+        ("badvalue", Some(40)), // INVALID_CONFIG
+        ("badkey", Some(40)),   // rill has no compaction
+        ("bad/name", Some(17)), // INVALID_TOPIC_EXCEPTION
+        ("fine", None),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    assert_eq!(out, expected);
+    let mut client = b.client();
+    client.refresh_metadata().unwrap();
+    let topics: BTreeSet<String> = client.list_topics().unwrap().into_iter().collect();
+    assert_eq!(
+        topics,
+        ["fine", "taken"].iter().map(|s| s.to_string()).collect()
+    );
+    let fine = client.describe_topic("fine").unwrap();
+    assert_eq!(fine.partitions.len(), 2);
+    assert_eq!(
+        fine.configs,
+        vec![("max.message.bytes".into(), "2000000".into())]
+    );
+    // What librdkafka will not send: a manual assignment, a null config value, a duplicate.
+    let mut manual = CreatableTopic::default();
+    manual.name = name("manual");
+    manual.num_partitions = -1;
+    manual.replication_factor = -1;
+    manual.assignments = vec![Default::default()];
+    let mut dup = CreatableTopic::default();
+    dup.name = name("twice");
+    dup.num_partitions = 1;
+    dup.replication_factor = 1;
+    let mut req = CreateTopicsRequest::default();
+    req.topics = vec![manual, dup.clone(), dup];
+    req.timeout_ms = 30_000;
+    let r: CreateTopicsResponse = call(&b.kafka_bootstrap(), ApiKey::CreateTopics, 7, &req);
+    let codes: Vec<(String, i16)> = r
+        .topics
+        .iter()
+        .map(|t| (t.name.0.to_string(), t.error_code))
+        .collect();
+    assert_eq!(
+        codes,
+        vec![("manual".into(), 39), ("twice".into(), 42)],
+        "INVALID_REPLICA_ASSIGNMENT, INVALID_REQUEST"
+    );
+}
+
+#[test]
+fn deleting_through_kafka_reclaims_the_topic_and_its_files() {
+    let b = TestBroker::start_kafka(2, &[]);
+    let kafka = b.kafka_bootstrap();
+    assert_eq!(
+        create(
+            &b,
+            serde_json::json!([{"name": "gone", "partitions": 2}]),
+            false
+        )["gone"],
+        None
+    );
+    common::produce_values(&b, "gone", 0, (0..50).map(|i| format!("v{i}")));
+    common::produce_values(&b, "gone", 1, (0..50).map(|i| format!("w{i}")));
+    let dirs = [
+        common::partition_dir(&b.data_dir(), "gone", 0),
+        common::partition_dir(&b.data_dir(), "gone", 1),
+    ];
+    assert!(dirs.iter().all(|d| d.exists()));
+    let deleted = outcomes(&admin_py(&["delete", &kafka, "gone", "never-was"]));
+    assert_eq!(deleted["gone"], None);
+    assert_eq!(deleted["never-was"], Some(3), "UNKNOWN_TOPIC_OR_PARTITION");
+    // The answer comes once every shard applied the deletion: the files are gone.
+    for d in &dirs {
+        assert!(!d.exists(), "{} still exists", d.display());
+    }
+    assert!(b.client().describe_topic("gone").is_err());
+    // The name is free again, and the new topic starts empty.
+    assert_eq!(
+        create(
+            &b,
+            serde_json::json!([{"name": "gone", "partitions": 1}]),
+            false
+        )["gone"],
+        None
+    );
+    let again = b.client().describe_topic("gone").unwrap();
+    assert_eq!(again.partitions.len(), 1);
+    assert_eq!(again.partitions[0].log_end_offset, 0);
+    // DeleteTopics v6 names topics by id (the id Metadata gives); unknown ids are refused.
+    let mut md_req = MetadataRequest::default();
+    md_req.topics = None;
+    let md: MetadataResponse = call(&kafka, ApiKey::Metadata, 12, &md_req);
+    let id = md
+        .topics
+        .iter()
+        .find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == "gone"))
+        .unwrap()
+        .topic_id;
+    let by_id = |id| {
+        let mut t = DeleteTopicState::default();
+        t.name = None;
+        t.topic_id = id;
+        t
+    };
+    let mut req = DeleteTopicsRequest::default();
+    req.topics = vec![by_id(id), by_id(uuid::Uuid::from_u128(12345))];
+    req.timeout_ms = 30_000;
+    let r: DeleteTopicsResponse = call(&kafka, ApiKey::DeleteTopics, 6, &req);
+    assert_eq!(r.responses.len(), 2);
+    assert_eq!(r.responses[0].error_code, 0);
+    assert_eq!(r.responses[0].name.as_ref().unwrap().0.as_str(), "gone");
+    assert_eq!(r.responses[0].topic_id, id);
+    assert_eq!(r.responses[1].error_code, 100, "UNKNOWN_TOPIC_ID");
+    assert!(b.client().describe_topic("gone").is_err());
+}
+
+#[test]
+fn describe_configs_reports_what_was_set_and_the_broker_flags() {
+    let b = TestBroker::start_kafka(2, &["--retention-bytes", "5000000"]);
+    assert_eq!(
+        create(
+            &b,
+            serde_json::json!([{"name": "t", "partitions": 1,
+                                "config": {"retention.ms": "60000", "segment.bytes": "2097152"}}]),
+            false
+        )["t"],
+        None
+    );
+    let c = describe_configs(&b, "topic", "t").unwrap();
+    assert_eq!(c["retention.ms"], ("60000".into(), TOPIC_CONFIG));
+    assert_eq!(c["segment.bytes"], ("2097152".into(), TOPIC_CONFIG));
+    assert_eq!(
+        c["retention.bytes"],
+        ("5000000".into(), STATIC_BROKER_CONFIG)
+    );
+    assert_eq!(c["segment.ms"], ("604800000".into(), DEFAULT_CONFIG));
+    assert_eq!(
+        c["max.message.bytes"],
+        ((16 << 20).to_string(), DEFAULT_CONFIG)
+    );
+    assert_eq!(c["cleanup.policy"], ("delete".into(), DEFAULT_CONFIG));
+    // A change made through the native protocol shows at once.
+    b.client()
+        .alter_topic_config("t", vec![("retention.ms".into(), "120000".into())])
+        .unwrap();
+    let c = describe_configs(&b, "topic", "t").unwrap();
+    assert_eq!(c["retention.ms"], ("120000".into(), TOPIC_CONFIG));
+    assert_eq!(describe_configs(&b, "topic", "nope"), Err(3));
+    // Each shard answers for its own Kafka node.
+    for node in ["1000", "1001"] {
+        let c = describe_configs(&b, "broker", node).unwrap();
+        assert_eq!(c["node.id"].0, node);
+        assert_eq!(
+            c["log.retention.bytes"],
+            ("5000000".into(), STATIC_BROKER_CONFIG)
+        );
+        assert_eq!(c["log.retention.ms"], ("1209600000".into(), DEFAULT_CONFIG));
+        assert_eq!(c["num.partitions"].0, "1");
+        assert_eq!(c["auto.create.topics.enable"].0, "false");
+    }
+    // Another broker's id (librdkafka would wait for that broker: sent raw) and a resource
+    // type rill does not have (BROKER_LOGGER) get their own errors beside a good one.
+    let resource = |kind: i8, name: &str| {
+        let mut r = DescribeConfigsResource::default();
+        r.resource_type = kind;
+        r.resource_name = StrBytes::from_string(name.to_string());
+        r.configuration_keys = None;
+        r
+    };
+    let mut req = DescribeConfigsRequest::default();
+    req.resources = vec![resource(4, "7000"), resource(8, "1000"), resource(2, "t")];
+    for version in 1..=4 {
+        let r: DescribeConfigsResponse =
+            call(&b.kafka_bootstrap(), ApiKey::DescribeConfigs, version, &req);
+        let codes: Vec<i16> = r.results.iter().map(|r| r.error_code).collect();
+        assert_eq!(codes, vec![42, 42, 0], "v{version}");
+        assert_eq!(r.results[2].configs.len(), 6, "v{version}");
+    }
+}
+
+#[test]
+fn describe_cluster_lists_every_shard_as_metadata_does() {
+    let b = TestBroker::start_kafka(2, &[]);
+    let v: Value =
+        serde_json::from_str(&admin_py(&["describe-cluster", &b.kafka_bootstrap()])).unwrap();
+    let port = b.kafka_port.unwrap() as i64;
+    assert_eq!(
+        v["nodes"],
+        serde_json::json!([[1000, "127.0.0.1", port], [1001, "127.0.0.1", port + 1]])
+    );
+    assert_eq!(v["controller"], 1000);
+    let cluster_id = b.client().cluster_info().unwrap().cluster_id;
+    assert_eq!(v["cluster_id"].as_str().unwrap(), cluster_id);
+    // Every version agrees with Metadata, on every shard.
+    for shard in 0..2 {
+        let addr = format!("127.0.0.1:{}", port + shard);
+        let md: MetadataResponse = call(&addr, ApiKey::Metadata, 12, &MetadataRequest::default());
+        for version in 0..=2 {
+            let r: DescribeClusterResponse = call(
+                &addr,
+                ApiKey::DescribeCluster,
+                version,
+                &DescribeClusterRequest::default(),
+            );
+            assert_eq!(r.error_code, 0);
+            assert_eq!(Some(&r.cluster_id), md.cluster_id.as_ref());
+            assert_eq!(r.controller_id, md.controller_id);
+            let nodes: Vec<(i32, i32)> =
+                r.brokers.iter().map(|n| (n.broker_id.0, n.port)).collect();
+            let expected: Vec<(i32, i32)> =
+                md.brokers.iter().map(|n| (n.node_id.0, n.port)).collect();
+            assert_eq!(nodes, expected, "v{version} on shard {shard}");
+        }
+    }
+    // The controller endpoint type is not served by a broker.
+    let mut req = DescribeClusterRequest::default();
+    req.endpoint_type = 2;
+    let r: DescribeClusterResponse = call(&b.kafka_bootstrap(), ApiKey::DescribeCluster, 1, &req);
+    assert_eq!(r.error_code, 114, "MISMATCHED_ENDPOINT_TYPE");
+}
+
+#[test]
+fn an_idempotent_confluent_kafka_producer_writes_and_its_messages_read_back() {
+    let b = TestBroker::start_kafka(2, &[]);
+    b.client().create_topic("t", 4, 1, vec![]).unwrap();
+    let kafka = b.kafka_bootstrap();
+    let mut ids = BTreeSet::new();
+    for round in ["r0", "r1"] {
+        let v: Value = serde_json::from_str(&admin_py(&[
+            "produce-idempotent",
+            &kafka,
+            "t",
+            "1000",
+            round,
+        ]))
+        .unwrap();
+        assert_eq!(v["delivered"], 1000);
+        let id = v["producer_id"]
+            .as_i64()
+            .unwrap_or_else(|| panic!("round {round}: no producer id assigned: {v}"));
+        assert_eq!(id >> 32, 1, "broker 1's ids: {id}");
+        assert_eq!(v["epoch"], 0);
+        ids.insert(id);
+    }
+    assert_eq!(ids.len(), 2, "each producer gets its own id");
+    let mut read = common::consume_exactly(&b, "t", StartFrom::Beginning, 2000);
+    read.sort_by_key(|r| (r.partition, r.offset));
+    let mut last: BTreeMap<(String, String), i64> = BTreeMap::new();
+    let mut values = BTreeSet::new();
+    for r in &read {
+        let value = String::from_utf8(r.value.clone()).unwrap();
+        let mut parts = value.split(':');
+        let (run, key, seq) = (
+            parts.next().unwrap(),
+            parts.next().unwrap(),
+            parts.next().unwrap(),
+        );
+        assert_eq!(r.key.as_deref(), Some(key.as_bytes()), "{value}");
+        let seq: i64 = seq.parse().unwrap();
+        // Per producer and key, in the order sent.
+        let prev = last
+            .insert((run.to_string(), key.to_string()), seq)
+            .unwrap_or(-1);
+        assert!(seq > prev, "{run} {key}: {seq} after {prev}");
+        values.insert(value.clone());
+    }
+    assert_eq!(values.len(), 2000, "every message once");
+}
+
+#[test]
+fn init_producer_id_bumps_epochs_and_refuses_transactions() {
+    let b = TestBroker::start_kafka(1, &[]);
+    let kafka = b.kafka_bootstrap();
+    let mut req = InitProducerIdRequest::default();
+    req.transactional_id = None;
+    req.transaction_timeout_ms = 60_000;
+    let first: InitProducerIdResponse = call(&kafka, ApiKey::InitProducerId, 4, &req);
+    assert_eq!((first.error_code, first.producer_epoch), (0, 0));
+    let second: InitProducerIdResponse = call(&kafka, ApiKey::InitProducerId, 0, &req);
+    assert_ne!(first.producer_id, second.producer_id);
+    // KIP-360: a producer recovering from an error keeps its id with the next epoch.
+    req.producer_id = first.producer_id;
+    req.producer_epoch = 0;
+    let bumped: InitProducerIdResponse = call(&kafka, ApiKey::InitProducerId, 5, &req);
+    assert_eq!(
+        (bumped.producer_id, bumped.producer_epoch),
+        (first.producer_id, 1)
+    );
+    req.transactional_id = Some(TransactionalId(StrBytes::from_static_str("txn")));
+    req.producer_id = ProducerId(-1);
+    req.producer_epoch = -1;
+    let refused: InitProducerIdResponse = call(&kafka, ApiKey::InitProducerId, 5, &req);
+    assert_eq!(
+        refused.error_code, 35,
+        "UNSUPPORTED_VERSION: no transactions yet"
+    );
+}
