@@ -1,24 +1,51 @@
 //! The knobs every client workload shares, and the pieces they are built from: a producer
-//! loop (closed or open loop at a fixed rate) and a consumer loop.
+//! loop (closed or open loop at a fixed rate) and a consumer loop, each through either driver:
+//! rill's own client (`--driver native`) or librdkafka (`--driver kafka`, `kafka_driver.rs`).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use clap::Args;
+use clap::{Args, ValueEnum};
 use hdrhistogram::Histogram;
 use rill::client::{
     Acks, Client, ClientConfig, Consumer, ConsumerConfig, DeliveryFuture, Producer, ProducerConfig,
     ProducerRecord, StartFrom,
 };
 
+use crate::kafka_driver;
 use crate::progress::Progress;
 use crate::report::{new_histogram, record};
 
+/// The client a workload drives the broker with.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Driver {
+    /// rill's own protocol and client library.
+    Native,
+    /// The Kafka protocol through librdkafka: rill's Kafka listener or any Kafka-API broker.
+    Kafka,
+}
+
+impl Driver {
+    pub fn name(self) -> &'static str {
+        match self {
+            Driver::Native => "native",
+            Driver::Kafka => "kafka",
+        }
+    }
+}
+
 #[derive(Args, Debug, Clone)]
 pub struct LoadArgs {
-    #[arg(short = 'b', long, default_value = "127.0.0.1:9292")]
-    pub bootstrap: String,
+    /// native (rill's protocol) or kafka (librdkafka, any Kafka-API broker).
+    #[arg(long, value_enum, default_value_t = Driver::Native)]
+    pub driver: Driver,
+    /// Broker address [default: 127.0.0.1:9292 with --driver native, 127.0.0.1:9092 with kafka]
+    #[arg(short = 'b', long)]
+    pub bootstrap: Option<String>,
+    /// With --driver kafka: a librdkafka property, set last (repeat for more).
+    #[arg(long = "kafka-config", value_name = "KEY=VALUE")]
+    pub kafka_config: Vec<String>,
     #[arg(long, default_value = "rill-bench")]
     pub topic: String,
     /// Partitions of the topic, created if missing.
@@ -64,12 +91,24 @@ pub struct LoadArgs {
 }
 
 impl LoadArgs {
+    /// `--bootstrap`, or the driver's default port (rill's native and Kafka listeners).
+    pub fn bootstrap(&self) -> &str {
+        match (&self.bootstrap, self.driver) {
+            (Some(b), _) => b,
+            (None, Driver::Native) => "127.0.0.1:9292",
+            (None, Driver::Kafka) => "127.0.0.1:9092",
+        }
+    }
+
+    pub fn acks(&self) -> Result<Acks, String> {
+        self.acks
+            .parse::<Acks>()
+            .map_err(|e| format!("--acks: {e}"))
+    }
+
     pub fn producer_config(&self) -> Result<ProducerConfig, String> {
         Ok(ProducerConfig {
-            acks: self
-                .acks
-                .parse::<Acks>()
-                .map_err(|e| format!("--acks: {e}"))?,
+            acks: self.acks()?,
             linger: Duration::from_millis(self.linger_ms),
             batch_bytes: self.batch_bytes.max(1),
             max_in_flight: self.max_in_flight.max(1),
@@ -77,10 +116,13 @@ impl LoadArgs {
         })
     }
 
-    /// The topic, created with `--partitions` when missing.
+    /// The topic, created with `--partitions` when missing; its partition count.
     pub fn ensure_topic(&self) -> Result<u32, String> {
+        if self.driver == Driver::Kafka {
+            return kafka_driver::ensure_topic(self);
+        }
         let mut admin =
-            Client::connect(ClientConfig::new(&self.bootstrap)).map_err(|e| e.to_string())?;
+            Client::connect(ClientConfig::new(self.bootstrap())).map_err(|e| e.to_string())?;
         if let Ok(n) = admin.metadata().partitions(&self.topic) {
             return Ok(n);
         }
@@ -96,13 +138,22 @@ impl LoadArgs {
     }
 
     pub fn settings(&self) -> serde_json::Value {
-        serde_json::json!({
+        let client = match self.driver {
+            Driver::Native => format!("rill {}", env!("CARGO_PKG_VERSION")),
+            Driver::Kafka => kafka_driver::client_name(),
+        };
+        let mut v = serde_json::json!({
+            "driver": self.driver.name(), "client": client,
             "topic": self.topic, "partitions": self.partitions, "message_bytes": self.message_bytes,
             "rate": self.rate, "producers": self.producers, "consumers": self.consumers,
             "keyed": self.keyed, "acks": self.acks, "linger_ms": self.linger_ms,
             "batch_bytes": self.batch_bytes, "max_in_flight": self.max_in_flight,
             "warmup_secs": self.warmup_secs, "duration_secs": self.duration_secs,
-        })
+        });
+        if !self.kafka_config.is_empty() {
+            v["kafka_config"] = self.kafka_config.clone().into();
+        }
+        v
     }
 }
 
@@ -123,6 +174,75 @@ pub fn read_stamp(value: &[u8], base: Instant) -> Option<Instant> {
 pub struct ProducerResult {
     pub sent: u64,
     pub ack_latency: Histogram<u64>,
+    /// When the last acknowledgement was in (before the client was torn down).
+    pub finished: Instant,
+}
+
+/// Where a producer loop's messages go: rill's client or librdkafka.
+pub trait MessageSink {
+    /// Hands one message over, to be acknowledged later. `Ok(false)`: the sink stopped (a
+    /// delivery failed), `finish` says why.
+    fn send(&mut self, key: Option<&[u8]>, value: &[u8], intended: Instant)
+        -> Result<bool, String>;
+    /// Waits for every acknowledgement; the latencies of those intended after warm-up.
+    fn finish(&mut self) -> Result<Histogram<u64>, String>;
+}
+
+/// rill's producer; a waiter thread takes the delivery futures in send order.
+struct NativeSink {
+    producer: Producer,
+    topic: String,
+    tx: Option<flume::Sender<(Instant, DeliveryFuture)>>,
+    waiter: Option<std::thread::JoinHandle<Result<Histogram<u64>, String>>>,
+}
+
+impl NativeSink {
+    fn new(a: &LoadArgs, warmup_end: Instant) -> Result<NativeSink, String> {
+        let producer = Producer::new(ClientConfig::new(a.bootstrap()), a.producer_config()?)
+            .map_err(|e| e.to_string())?;
+        let (tx, rx) = flume::bounded::<(Instant, DeliveryFuture)>(1 << 16);
+        let waiter = std::thread::spawn(move || -> Result<Histogram<u64>, String> {
+            let mut h = new_histogram();
+            for (intended, report) in rx.iter() {
+                report.wait().map_err(|e| e.to_string())?;
+                if intended >= warmup_end {
+                    record(&mut h, intended.elapsed());
+                }
+            }
+            Ok(h)
+        });
+        Ok(NativeSink {
+            producer,
+            topic: a.topic.clone(),
+            tx: Some(tx),
+            waiter: Some(waiter),
+        })
+    }
+}
+
+impl MessageSink for NativeSink {
+    fn send(
+        &mut self,
+        key: Option<&[u8]>,
+        value: &[u8],
+        intended: Instant,
+    ) -> Result<bool, String> {
+        let mut rec = ProducerRecord::new(&self.topic, value);
+        rec.key = key;
+        let report = self.producer.send(rec).map_err(|e| e.to_string())?;
+        let tx = self.tx.as_ref().ok_or("send after finish")?;
+        Ok(tx.send((intended, report)).is_ok())
+    }
+
+    fn finish(&mut self) -> Result<Histogram<u64>, String> {
+        drop(self.tx.take());
+        self.producer.flush().map_err(|e| e.to_string())?;
+        self.waiter
+            .take()
+            .ok_or("finished twice")?
+            .join()
+            .map_err(|_| "waiter thread panicked".to_string())?
+    }
 }
 
 /// One producer thread's loop. With a rate, each message has an intended send time and the
@@ -139,20 +259,11 @@ pub fn run_producer(
     progress: &Progress,
     stop: &AtomicBool,
 ) -> Result<ProducerResult, String> {
-    let p = Producer::new(ClientConfig::new(&a.bootstrap), a.producer_config()?)
-        .map_err(|e| e.to_string())?;
+    let mut sink: Box<dyn MessageSink> = match a.driver {
+        Driver::Native => Box::new(NativeSink::new(a, warmup_end)?),
+        Driver::Kafka => Box::new(kafka_driver::KafkaSink::new(a, base, warmup_end)?),
+    };
     let per_thread_rate = a.rate as f64 / a.producers.max(1) as f64;
-    let (tx, rx) = flume::bounded::<(Instant, DeliveryFuture)>(1 << 16);
-    let waiter = std::thread::spawn(move || -> Result<Histogram<u64>, String> {
-        let mut h = new_histogram();
-        for (intended, report) in rx.iter() {
-            report.wait().map_err(|e| e.to_string())?;
-            if intended >= warmup_end {
-                record(&mut h, intended.elapsed());
-            }
-        }
-        Ok(h)
-    });
     let mut value = vec![b'v'; a.message_bytes.max(8)];
     let start = Instant::now();
     let mut sent = 0u64;
@@ -172,10 +283,7 @@ pub fn run_producer(
         }
         stamp(&mut value, base, intended);
         let key = a.keyed.then(|| format!("k{id}-{}", sent % 1024));
-        let mut rec = ProducerRecord::new(&a.topic, &value);
-        rec.key = key.as_deref().map(str::as_bytes);
-        let report = p.send(rec).map_err(|e| e.to_string())?;
-        if tx.send((intended, report)).is_err() {
+        if !sink.send(key.as_deref().map(str::as_bytes), &value, intended)? {
             break;
         }
         sent += 1;
@@ -183,12 +291,14 @@ pub fn run_producer(
             progress.add(1024);
         }
     }
-    drop(tx);
-    p.flush().map_err(|e| e.to_string())?;
-    let ack_latency = waiter
-        .join()
-        .map_err(|_| "waiter thread panicked".to_string())??;
-    Ok(ProducerResult { sent, ack_latency })
+    let ack_latency = sink.finish()?;
+    let finished = Instant::now();
+    drop(sink);
+    Ok(ProducerResult {
+        sent,
+        ack_latency,
+        finished,
+    })
 }
 
 /// What a consumer thread measured.
@@ -197,6 +307,57 @@ pub struct ConsumerResult {
     pub bytes: u64,
     /// End to end: receive time minus the intended send time stamped in the value.
     pub latency: Histogram<u64>,
+    /// When the last record arrived.
+    pub last_record: Option<Instant>,
+}
+
+/// A consumer's counts and end-to-end latencies, whatever the driver.
+pub struct Tally {
+    received: u64,
+    bytes: u64,
+    latency: Histogram<u64>,
+    last_record: Option<Instant>,
+    /// (stamp base, warm-up end) when end-to-end latency is measured.
+    base: Option<(Instant, Instant)>,
+}
+
+impl Tally {
+    pub fn new(base: Option<(Instant, Instant)>) -> Tally {
+        Tally {
+            received: 0,
+            bytes: 0,
+            latency: new_histogram(),
+            last_record: None,
+            base,
+        }
+    }
+
+    pub fn received(&self) -> u64 {
+        self.received
+    }
+
+    /// One record, received at `now`.
+    pub fn record(&mut self, value: &[u8], now: Instant) {
+        self.received += 1;
+        self.bytes += value.len() as u64;
+        self.last_record = Some(now);
+        if let Some((base, warmup_end)) = self.base {
+            if let Some(intended) = read_stamp(value, base) {
+                if intended >= warmup_end {
+                    record(&mut self.latency, now.saturating_duration_since(intended));
+                }
+            }
+        }
+    }
+
+    pub fn into_result(self) -> ConsumerResult {
+        ConsumerResult {
+            received: self.received,
+            bytes: self.bytes,
+            latency: self.latency,
+            last_record: self.last_record,
+        }
+    }
 }
 
 /// Reads `partitions` of the topic from `from` until `count` messages or `stop`.
@@ -212,8 +373,13 @@ pub fn run_consumer(
     idle_limit: Option<Duration>,
     assigned: flume::Sender<()>,
 ) -> Result<ConsumerResult, String> {
+    if a.driver == Driver::Kafka {
+        return kafka_driver::run_consumer(
+            a, partitions, from, count, base, stop, total, idle_limit, assigned,
+        );
+    }
     let mut c = Consumer::new(
-        ClientConfig::new(&a.bootstrap),
+        ClientConfig::new(a.bootstrap()),
         ConsumerConfig {
             fetch_max_wait: Duration::from_millis(100),
             ..ConsumerConfig::default()
@@ -223,18 +389,18 @@ pub fn run_consumer(
     c.assign(&a.topic, Some(partitions), from)
         .map_err(|e| e.to_string())?;
     let _ = assigned.send(());
-    let mut latency = new_histogram();
-    let (mut received, mut bytes) = (0u64, 0u64);
+    let mut tally = Tally::new(base);
     let mut idle_since = Instant::now();
-    while received < count && !stop.load(Ordering::Relaxed) {
+    while tally.received < count && !stop.load(Ordering::Relaxed) {
         let records = c
             .poll(Duration::from_millis(200))
             .map_err(|e| e.to_string())?;
         if records.is_empty() {
             if idle_limit.is_some_and(|l| idle_since.elapsed() > l) {
                 return Err(format!(
-                    "no message for {:?} after {received}",
-                    idle_since.elapsed()
+                    "no message for {:?} after {}",
+                    idle_since.elapsed(),
+                    tally.received
                 ));
             }
             continue;
@@ -242,23 +408,11 @@ pub fn run_consumer(
         idle_since = Instant::now();
         let now = Instant::now();
         for r in records.iter() {
-            received += 1;
-            bytes += r.value().len() as u64;
-            if let Some((base, warmup_end)) = base {
-                if let Some(intended) = read_stamp(r.value(), base) {
-                    if intended >= warmup_end {
-                        record(&mut latency, now.saturating_duration_since(intended));
-                    }
-                }
-            }
+            tally.record(r.value(), now);
         }
         total.fetch_add(records.count() as u64, Ordering::Relaxed);
     }
-    Ok(ConsumerResult {
-        received,
-        bytes,
-        latency,
-    })
+    Ok(tally.into_result())
 }
 
 /// Spreads partitions over consumers round-robin.
@@ -273,4 +427,52 @@ pub fn split_partitions(partitions: u32, consumers: usize) -> Vec<Vec<u32>> {
 
 pub fn shared_flag() -> Arc<AtomicBool> {
     Arc::new(AtomicBool::new(false))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        load: LoadArgs,
+    }
+
+    fn args(a: &[&str]) -> LoadArgs {
+        Cli::parse_from(std::iter::once("rill-bench").chain(a.iter().copied())).load
+    }
+
+    #[test]
+    fn each_driver_defaults_to_its_listener() {
+        let native = args(&[]);
+        assert_eq!(native.driver, Driver::Native);
+        assert_eq!(native.bootstrap(), "127.0.0.1:9292");
+        assert_eq!(args(&["--driver", "kafka"]).bootstrap(), "127.0.0.1:9092");
+        let given = args(&["--driver", "kafka", "-b", "10.0.0.1:9"]);
+        assert_eq!(given.bootstrap(), "10.0.0.1:9");
+    }
+
+    #[test]
+    fn settings_name_the_driver_and_its_client() {
+        let s = args(&["--driver", "kafka", "--kafka-config", "check.crcs=true"]).settings();
+        assert_eq!(s["driver"], "kafka");
+        assert!(s["client"].as_str().unwrap().starts_with("librdkafka 2."));
+        assert_eq!(s["kafka_config"][0], "check.crcs=true");
+        let s = args(&[]).settings();
+        assert_eq!(s["driver"], "native");
+        assert!(s.get("kafka_config").is_none());
+    }
+
+    #[test]
+    fn a_kafka_config_without_a_value_is_refused() {
+        let a = args(&["--driver", "kafka", "--kafka-config", "linger.ms"]);
+        let now = Instant::now();
+        // Building the producer contacts no broker; the bad property stops it first.
+        match kafka_driver::KafkaSink::new(&a, now, now) {
+            Err(e) => assert!(e.contains("expected KEY=VALUE"), "{e}"),
+            Ok(_) => panic!("--kafka-config linger.ms was accepted"),
+        }
+    }
 }

@@ -1,6 +1,7 @@
 //! rill-bench: load generator and latency recorder.
 
 mod histogram_log;
+mod kafka_driver;
 mod load;
 mod plot;
 mod progress;
@@ -42,6 +43,8 @@ enum Workload {
 }
 
 fn main() {
+    // librdkafka's own warnings (unreachable brokers, refused requests) come through `log`.
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) if e.use_stderr() => {

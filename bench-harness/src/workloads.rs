@@ -70,14 +70,17 @@ fn produce_threads(
         .collect();
     let mut h = new_histogram();
     let mut sent = 0;
+    // The run ends with the last acknowledgement, not with the clients' teardown.
+    let mut end = start;
     for t in handles {
         let r = t
             .join()
             .map_err(|_| "producer thread panicked".to_string())??;
         sent += r.sent;
+        end = end.max(r.finished);
         h.add(&r.ack_latency).map_err(|e| e.to_string())?;
     }
-    Ok((sent, h, start.elapsed().as_secs_f64()))
+    Ok((sent, h, end.duration_since(start).as_secs_f64()))
 }
 
 pub fn produce(a: LoadArgs) -> Result<Report, String> {
@@ -145,6 +148,8 @@ pub fn consume(a: LoadArgs) -> Result<Report, String> {
         })
     };
     let (mut n, mut bytes) = (0, 0);
+    // The run ends with the last record read, not with the consumers' last (empty) poll.
+    let mut last = None;
     let mut failure = None;
     for t in handles {
         match t
@@ -155,6 +160,7 @@ pub fn consume(a: LoadArgs) -> Result<Report, String> {
             Ok(r) => {
                 n += r.received;
                 bytes += r.bytes;
+                last = last.max(r.last_record);
             }
             Err(e) => failure = Some(e),
         }
@@ -164,7 +170,7 @@ pub fn consume(a: LoadArgs) -> Result<Report, String> {
     if let Some(e) = failure {
         return Err(e);
     }
-    let elapsed = start.elapsed();
+    let elapsed = last.unwrap_or_else(Instant::now).duration_since(start);
     Arc::try_unwrap(progress).map(Progress::finish).ok();
     let mut settings = a.settings();
     settings["latency"] = "none measured: consume is a throughput workload (see e2e)".into();

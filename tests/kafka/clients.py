@@ -22,6 +22,17 @@ import time
 import confluent_kafka as ck
 
 
+def message_json(m):
+    return json.dumps({
+        "partition": m.partition(),
+        "offset": m.offset(),
+        "key": m.key().decode() if m.key() is not None else None,
+        "value": m.value().decode(),
+        "headers": [[k, v.decode()] for k, v in (m.headers() or [])],
+        "timestamp": m.timestamp()[1],
+    })
+
+
 def produce(bootstrap, topic, count, compression):
     p = ck.Producer({
         "bootstrap.servers": bootstrap,
@@ -65,14 +76,7 @@ def consume(bootstrap, topic, partitions, count):
         if m.error():
             sys.exit(f"consume error: {m.error()}")
         got += 1
-        print(json.dumps({
-            "partition": m.partition(),
-            "offset": m.offset(),
-            "key": m.key().decode() if m.key() is not None else None,
-            "value": m.value().decode(),
-            "headers": [[k, v.decode()] for k, v in (m.headers() or [])],
-            "timestamp": m.timestamp()[1],
-        }))
+        print(message_json(m))
     c.close()
 
 
@@ -97,13 +101,7 @@ def group(bootstrap, topic, group_id, strategy, max_messages, idle_s):
             sys.exit(f"consume error: {m.error()}")
         got += 1
         last = time.time()
-        print(json.dumps({
-            "partition": m.partition(),
-            "offset": m.offset(),
-            "key": m.key().decode() if m.key() is not None else None,
-            "value": m.value().decode(),
-            "headers": [[k, v.decode()] for k, v in (m.headers() or [])],
-        }), flush=True)
+        print(message_json(m), flush=True)
         if got % 200 == 0:
             c.commit(asynchronous=False)
     if got:

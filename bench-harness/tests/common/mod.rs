@@ -1,0 +1,152 @@
+//! A real `rill broker` process for rill-bench's tests, and rill-bench runs with `--json`.
+
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// A broker on free loopback ports, SIGKILLed on drop.
+pub struct Broker {
+    child: Child,
+    pub dir: tempfile::TempDir,
+    /// Native protocol, shard i on port + i.
+    pub bootstrap: String,
+    /// Kafka protocol, shard i on port + i, when started with it.
+    pub kafka_bootstrap: Option<String>,
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The `rill` binary next to `rill-bench` (cargo builds both for `cargo test --workspace`).
+pub fn rill_binary() -> PathBuf {
+    let bench = PathBuf::from(env!("CARGO_BIN_EXE_rill-bench"));
+    let rill = bench.with_file_name("rill");
+    assert!(
+        rill.exists(),
+        "{} is missing: run `cargo test --workspace` (or `cargo build --bin rill` first)",
+        rill.display()
+    );
+    rill
+}
+
+/// A port p with p + 1 free as well (two shards), not in `taken`.
+fn free_port_pair(taken: &[u16]) -> u16 {
+    loop {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let p = l.local_addr().unwrap().port();
+        let clashes = taken.iter().any(|&t| p.abs_diff(t) <= 1);
+        if p < 65000 && !clashes && TcpListener::bind(("127.0.0.1", p + 1)).is_ok() {
+            return p;
+        }
+    }
+}
+
+fn wait_listening(port: u16, deadline: Instant) {
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err()
+        || std::net::TcpStream::connect(("127.0.0.1", port + 1)).is_err()
+    {
+        assert!(Instant::now() < deadline, "broker did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+impl Broker {
+    /// Two shards, `--fsync never`, with or without the Kafka listener.
+    pub fn start(kafka: bool) -> Broker {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port_pair(&[]);
+        let kafka_port = kafka.then(|| free_port_pair(&[port]));
+        let bootstrap = format!("127.0.0.1:{port}");
+        let kafka_listen = kafka_port
+            .map(|p| format!("127.0.0.1:{p}"))
+            .unwrap_or_else(|| "off".into());
+        let child = Command::new(rill_binary())
+            .args(["broker", "--shards", "2", "--fsync", "never"])
+            .args(["--listen", &bootstrap, "--kafka-listen", &kafka_listen])
+            .arg("--data-dir")
+            .arg(dir.path().join("data"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let b = Broker {
+            child,
+            dir,
+            bootstrap,
+            kafka_bootstrap: kafka_port.map(|p| format!("127.0.0.1:{p}")),
+        };
+        let deadline = Instant::now() + Duration::from_secs(120);
+        wait_listening(port, deadline);
+        if let Some(p) = kafka_port {
+            wait_listening(p, deadline);
+        }
+        b
+    }
+
+    /// `rill topic create NAME --partitions N` against this broker.
+    pub fn create_topic(&self, name: &str, partitions: u32) {
+        let out = Command::new(rill_binary())
+            .args(["topic", "create", name, "--partitions"])
+            .arg(partitions.to_string())
+            .args(["-b", &self.bootstrap])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "topic create failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// Runs rill-bench with `args` and `--json FILE`; its output and the parsed JSON (None when
+/// it failed).
+pub fn bench(dir: &Path, name: &str, args: &[&str]) -> (Output, Option<serde_json::Value>) {
+    let json = dir.join(format!("{name}.json"));
+    let out = Command::new(env!("CARGO_BIN_EXE_rill-bench"))
+        .args(args)
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    let v = out
+        .status
+        .success()
+        .then(|| serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap());
+    (out, v)
+}
+
+/// Like `bench`, failing the test when rill-bench fails.
+pub fn bench_ok(dir: &Path, name: &str, args: &[&str]) -> serde_json::Value {
+    let (out, v) = bench(dir, name, args);
+    v.unwrap_or_else(|| {
+        panic!(
+            "rill-bench {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+/// The latency percentiles of a report, checked present and non-decreasing.
+pub fn percentiles(v: &serde_json::Value) -> Vec<f64> {
+    let l = &v["latency_us"];
+    let q: Vec<f64> = ["p50", "p99", "p999", "p9999", "max"]
+        .iter()
+        .map(|k| {
+            l[k].as_f64()
+                .unwrap_or_else(|| panic!("latency_us.{k} missing"))
+        })
+        .collect();
+    assert!(
+        q.windows(2).all(|w| w[0] <= w[1]),
+        "percentiles must not decrease: {q:?}"
+    );
+    q
+}
