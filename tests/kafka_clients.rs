@@ -64,6 +64,7 @@ struct Consumed {
     key: Option<String>,
     value: String,
     headers: Vec<(String, String)>,
+    timestamp: i64,
     assigned: Option<Vec<(String, u32)>>,
     revoked: Option<Vec<(String, u32)>>,
 }
@@ -259,6 +260,17 @@ fn a_message_from_rill_produce_reads_the_same_through_confluent_kafka() {
             partition_for_key(ek.as_bytes(), 3),
             "same partition for key {ek}"
         );
+    }
+    // The same offsets and timestamps through the native protocol.
+    let native = common::consume_exactly(&b, "t", StartFrom::Beginning, 3);
+    for m in &read {
+        let n = native
+            .iter()
+            .find(|r| r.value == m.value.as_bytes())
+            .expect("read natively");
+        assert_eq!((n.partition, n.offset), (m.partition, m.offset));
+        assert_eq!(n.timestamp_ms, m.timestamp, "timestamp of {}", m.value);
+        assert!(n.timestamp_ms > 1_700_000_000_000);
     }
 }
 
