@@ -4,8 +4,10 @@
 //! Two threads do the work. The application's thread runs [`GroupConsumer::poll`], and every
 //! rebalance happens inside it (join, the leader's assignment, sync, revocations and the
 //! listener's callbacks), so the application never sees partitions change under its feet
-//! between two polls. A background thread heartbeats on `heartbeat_interval`, so a slow
-//! application keeps its session, and sends the commits, in the order they were asked for.
+//! between two polls. A heartbeat thread beats every `heartbeat_interval`, so a slow
+//! application keeps its session; a commit thread sends the commits in the order they were
+//! asked for. Each has its own connection, so a commit waiting on a slow disk never holds a
+//! heartbeat back.
 //! Fetching is the assign-mode [`Consumer`] underneath.
 //!
 //! Delivery semantics are named options ([`Delivery`]): commit before processing
@@ -63,7 +65,7 @@ pub struct GroupConsumerConfig {
     pub assignors: Vec<String>,
     /// A member not heard of for this long is removed (`session.timeout.ms`).
     pub session_timeout: Duration,
-    /// How often the background thread heartbeats (`heartbeat.interval.ms`).
+    /// How often the heartbeat thread beats (`heartbeat.interval.ms`).
     pub heartbeat_interval: Duration,
     /// How long a rebalance waits for members to rejoin (`max.poll.interval.ms`): an
     /// application must poll at least this often.
@@ -146,7 +148,7 @@ impl OffsetAndMetadata {
 /// Offsets to commit, or committed, per partition.
 pub type Offsets = BTreeMap<TopicPartition, OffsetAndMetadata>;
 
-/// A commit handed to the background thread; its result arrives later.
+/// A commit handed to the commit thread; its result arrives later.
 pub struct PendingCommit(flume::Receiver<Result<(), ClientError>>);
 
 impl PendingCommit {
@@ -169,7 +171,7 @@ impl PendingCommit {
     }
 }
 
-/// What the application thread and the background thread share.
+/// What the application thread and the background threads share.
 #[derive(Debug, Default)]
 struct Membership {
     coordinator: Option<SocketAddr>,
@@ -186,7 +188,7 @@ fn lock(m: &Mutex<Membership>) -> MutexGuard<'_, Membership> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// A commit for the background thread.
+/// A commit for the commit thread.
 struct CommitJob {
     offsets: Offsets,
     done: flume::Sender<Result<(), ClientError>>,
@@ -201,7 +203,10 @@ pub struct GroupConsumer {
     listener: Option<Box<dyn RebalanceListener>>,
     shared: Arc<Mutex<Membership>>,
     commits: Option<flume::Sender<CommitJob>>,
-    background: Option<std::thread::JoinHandle<()>>,
+    /// Dropped to stop the heartbeat thread.
+    heartbeats: Option<flume::Sender<()>>,
+    /// The heartbeat and commit threads.
+    background: Vec<std::thread::JoinHandle<()>>,
     owned: BTreeSet<TopicPartition>,
     /// Per owned partition: the offset after the last record handed to the application
     /// (its start offset before the first).
@@ -218,7 +223,7 @@ pub struct GroupConsumer {
 }
 
 impl GroupConsumer {
-    /// Connects and starts the background thread; nothing is joined before the first poll
+    /// Connects and starts the background threads; nothing is joined before the first poll
     /// after [`subscribe`](Self::subscribe).
     pub fn new(
         client_cfg: ClientConfig,
@@ -243,16 +248,34 @@ impl GroupConsumer {
         let consumer = Consumer::new(client_cfg.clone(), cfg.consumer.clone())?;
         let shared = Arc::new(Mutex::new(Membership::default()));
         let (tx, rx) = flume::bounded(64);
-        let background = Background {
-            client: Client::connect(client_cfg)?,
-            group: cfg.group.clone(),
-            shared: shared.clone(),
-            interval: cfg.heartbeat_interval,
+        let (stop_heartbeats, heartbeats_stopped) = flume::bounded::<()>(1);
+        // Heartbeats and commits on threads (and connections) of their own: a commit waiting
+        // for a slow disk never delays a heartbeat past the session timeout.
+        let member = || -> Result<Background, ClientError> {
+            Ok(Background {
+                client: Client::connect(client_cfg.clone())?,
+                group: cfg.group.clone(),
+                shared: shared.clone(),
+                interval: cfg.heartbeat_interval,
+            })
         };
-        let background = std::thread::Builder::new()
-            .name("rill-group".into())
-            .spawn(move || background.run(rx))
-            .map_err(|e| ClientError::Invalid(format!("cannot start the group thread: {e}")))?;
+        let (committer, heartbeater) = (member()?, member()?);
+        let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
+            std::thread::Builder::new()
+                .name(name.into())
+                .spawn(f)
+                .map_err(|e| ClientError::Invalid(format!("cannot start {name}: {e}")))
+        };
+        let background = vec![
+            spawn(
+                "rill-group-commits",
+                Box::new(move || committer.commits(rx)),
+            )?,
+            spawn(
+                "rill-group-heartbeats",
+                Box::new(move || heartbeater.heartbeats(heartbeats_stopped)),
+            )?,
+        ];
         Ok(GroupConsumer {
             cfg,
             client,
@@ -261,7 +284,8 @@ impl GroupConsumer {
             listener: None,
             shared,
             commits: Some(tx),
-            background: Some(background),
+            heartbeats: Some(stop_heartbeats),
+            background,
             owned: BTreeSet::new(),
             delivered: BTreeMap::new(),
             leader: false,
@@ -845,7 +869,8 @@ impl GroupConsumer {
             }
         }
         self.commits.take();
-        if let Some(t) = self.background.take() {
+        self.heartbeats.take();
+        for t in self.background.drain(..) {
             let _ = t.join();
         }
         result
@@ -895,7 +920,8 @@ fn rebalance_error(e: &ClientError) -> bool {
     )
 }
 
-/// The background thread: heartbeats, and commits in the order they were asked for.
+/// A background thread's state: the heartbeat thread, or the thread that sends commits in the
+/// order they were asked for. Each has its own connection.
 struct Background {
     client: Client,
     group: String,
@@ -904,20 +930,20 @@ struct Background {
 }
 
 impl Background {
-    fn run(mut self, jobs: flume::Receiver<CommitJob>) {
-        let mut next = Instant::now() + self.interval;
+    /// Sends commits until the consumer closes.
+    fn commits(mut self, jobs: flume::Receiver<CommitJob>) {
+        while let Ok(job) = jobs.recv() {
+            let r = self.commit(job.offsets);
+            let _ = job.done.send(r);
+        }
+    }
+
+    /// Heartbeats every `interval` until `stop` is dropped.
+    fn heartbeats(mut self, stop: flume::Receiver<()>) {
         loop {
-            match jobs.recv_deadline(next) {
-                Ok(job) => {
-                    let r = self.commit(job.offsets);
-                    let _ = job.done.send(r);
-                }
-                Err(flume::RecvTimeoutError::Timeout) => {}
-                Err(flume::RecvTimeoutError::Disconnected) => return,
-            }
-            if Instant::now() >= next {
-                self.heartbeat();
-                next = Instant::now() + self.interval;
+            match stop.recv_timeout(self.interval) {
+                Err(flume::RecvTimeoutError::Timeout) => self.heartbeat(),
+                _ => return,
             }
         }
     }
