@@ -28,11 +28,13 @@
 //! All integers are little-endian; the rkyv archive uses rkyv 0.8's default format (little
 //! endian, aligned, 32-bit relative pointers).
 
+mod aligned;
 mod builder;
 mod header;
 mod record;
 mod view;
 
+pub use aligned::{aligned16, Aligned16};
 pub use builder::BatchBuilder;
 pub use header::{stamp as stamp_batch, BatchHeader, HEADER_LEN, MAGIC, VERSION};
 pub use record::{ArchivedRecord, ArchivedRecordBody, Header, Record, RecordBody};

@@ -259,8 +259,7 @@ fn consume(bootstrap: &str, a: ConsumeArgs) -> Result<(), String> {
     consumer
         .assign(&a.topic, a.partition.map(|p| vec![p]), from)
         .map_err(|e| e.to_string())?;
-    let idle_limit = a.timeout_ms.map(Duration::from_millis);
-    let mut last_message = Instant::now();
+    let mut idle = Idle::new(a.timeout_ms);
     let mut printed = 0u64;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
@@ -268,21 +267,15 @@ fn consume(bootstrap: &str, a: ConsumeArgs) -> Result<(), String> {
         if a.count.is_some_and(|n| printed >= n) {
             break;
         }
-        let wait = match idle_limit {
-            Some(limit) => limit
-                .saturating_sub(last_message.elapsed())
-                .min(Duration::from_millis(500)),
-            None => Duration::from_millis(500),
-        };
-        let records = consumer.poll(wait).map_err(|e| e.to_string())?;
+        let records = consumer.poll(idle.wait()).map_err(|e| e.to_string())?;
         if records.is_empty() {
             out.flush().map_err(|e| e.to_string())?;
-            if idle_limit.is_some_and(|l| last_message.elapsed() >= l) {
+            if idle.expired() {
                 break;
             }
             continue;
         }
-        last_message = Instant::now();
+        idle.saw_message();
         for r in records.iter() {
             if a.count.is_some_and(|n| printed >= n) {
                 break;
@@ -350,27 +343,20 @@ fn consume_in_group(
     let mut consumer =
         GroupConsumer::new(ClientConfig::new(bootstrap), cfg).map_err(|e| e.to_string())?;
     consumer.subscribe(&[&a.topic]).map_err(|e| e.to_string())?;
-    let idle_limit = a.timeout_ms.map(Duration::from_millis);
-    let mut last_message = Instant::now();
+    let mut idle = Idle::new(a.timeout_ms);
     let mut printed = 0u64;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     let mut pending: Option<PendingCommit> = None;
     while a.count.is_none_or(|n| printed < n) {
-        let wait = match idle_limit {
-            Some(limit) => limit
-                .saturating_sub(last_message.elapsed())
-                .min(Duration::from_millis(500)),
-            None => Duration::from_millis(500),
-        };
-        let records = consumer.poll(wait).map_err(|e| e.to_string())?;
+        let records = consumer.poll(idle.wait()).map_err(|e| e.to_string())?;
         if records.is_empty() {
-            if idle_limit.is_some_and(|l| last_message.elapsed() >= l) {
+            if idle.expired() {
                 break;
             }
             continue;
         }
-        last_message = Instant::now();
+        idle.saw_message();
         let mut done: BTreeMap<(String, u32), u64> = BTreeMap::new();
         for r in records.iter() {
             if a.count.is_some_and(|n| printed >= n) {
@@ -399,4 +385,34 @@ fn consume_in_group(
         let _ = p.wait();
     }
     consumer.close().map_err(|e| e.to_string())
+}
+
+/// `consume --timeout-ms`: stop after this long without a new message.
+struct Idle {
+    limit: Option<Duration>,
+    last_message: Instant,
+}
+
+impl Idle {
+    /// Longest single poll: short enough to notice the limit, and Ctrl-C, promptly.
+    const POLL: Duration = Duration::from_millis(500);
+
+    fn new(timeout_ms: Option<u64>) -> Idle {
+        Idle {
+            limit: timeout_ms.map(Duration::from_millis),
+            last_message: Instant::now(),
+        }
+    }
+    fn wait(&self) -> Duration {
+        self.limit.map_or(Self::POLL, |l| {
+            l.saturating_sub(self.last_message.elapsed())
+                .min(Self::POLL)
+        })
+    }
+    fn expired(&self) -> bool {
+        self.limit.is_some_and(|l| self.last_message.elapsed() >= l)
+    }
+    fn saw_message(&mut self) {
+        self.last_message = Instant::now();
+    }
 }

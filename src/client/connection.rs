@@ -4,9 +4,6 @@ use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-use rkyv::api::high::{HighDeserializer, HighValidator};
-use rkyv::rancor::BoxedError;
-
 use super::error::ClientError;
 use crate::protocol::frame::{
     encode_meta, encode_request, read_frame_blocking, RequestHeader, ResponseFrame,
@@ -142,9 +139,7 @@ impl Connection {
     ) -> Result<(Resp, ResponseFrame), ClientError>
     where
         Req: crate::protocol::frame::EncodeMeta,
-        Resp: rkyv::Archive,
-        Resp::Archived: for<'a> rkyv::bytecheck::CheckBytes<HighValidator<'a, BoxedError>>
-            + rkyv::Deserialize<Resp, HighDeserializer<BoxedError>>,
+        Resp: crate::protocol::frame::DecodeMeta,
     {
         let id = self.send(api, meta, payload)?;
         let frame = self.receive(id)?;

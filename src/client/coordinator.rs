@@ -178,10 +178,7 @@ impl Client {
     ) -> Result<(Resp, crate::protocol::ResponseFrame), ClientError>
     where
         Req: crate::protocol::frame::EncodeMeta,
-        Resp: rkyv::Archive,
-        Resp::Archived: for<'a> rkyv::bytecheck::CheckBytes<
-                rkyv::api::high::HighValidator<'a, rkyv::rancor::BoxedError>,
-            > + rkyv::Deserialize<Resp, rkyv::api::high::HighDeserializer<rkyv::rancor::BoxedError>>,
+        Resp: crate::protocol::frame::DecodeMeta,
     {
         let normal = self.config().request_timeout;
         self.connection(at)?

@@ -260,10 +260,7 @@ impl Client {
     ) -> Result<(Resp, ResponseFrame), ClientError>
     where
         Req: crate::protocol::frame::EncodeMeta,
-        Resp: rkyv::Archive,
-        Resp::Archived: for<'a> rkyv::bytecheck::CheckBytes<
-                rkyv::api::high::HighValidator<'a, rkyv::rancor::BoxedError>,
-            > + rkyv::Deserialize<Resp, rkyv::api::high::HighDeserializer<rkyv::rancor::BoxedError>>,
+        Resp: crate::protocol::frame::DecodeMeta,
     {
         let result = self.connection(addr)?.call(api, meta, payload);
         if matches!(

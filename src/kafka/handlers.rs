@@ -260,23 +260,8 @@ fn append(
     let Some(p) = shard.partition(topic, index) else {
         return Err(locate_error(shard, topic, index));
     };
-    if p.is_decommissioned() {
-        return Err((
-            ErrorCode::PolicyViolation,
-            format!("{topic}-{index} is decommissioned: writes stopped"),
-        ));
-    }
     let records = records.ok_or((ErrorCode::CorruptMessage, "no records".to_string()))?;
-    let max = p.settings().max_message_bytes;
-    if records.len() > max {
-        return Err((
-            ErrorCode::MessageTooLarge,
-            format!(
-                "{} bytes of records exceed max.message.bytes {max}",
-                records.len()
-            ),
-        ));
-    }
+    p.check_produce(records.len())?;
     let (batch, _) =
         to_rill_batch(records).map_err(|e| (ErrorCode::CorruptMessage, e.to_string()))?;
     let view =

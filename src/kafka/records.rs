@@ -12,7 +12,7 @@ use kafka_protocol::records::{
 };
 use rkyv::util::AlignedVec;
 
-use crate::batch::{BatchBuilder, BatchError, BatchIter};
+use crate::batch::{aligned16, BatchBuilder, BatchError, BatchIter};
 
 /// Why produced Kafka records were refused.
 #[derive(Debug, thiserror::Error)]
@@ -75,9 +75,7 @@ pub fn to_rill_batch(records: &Bytes) -> Result<(AlignedVec<16>, u32), ConvertEr
 /// short by the read limit) to `out` as uncompressed Kafka RecordBatch v2, one Kafka batch per
 /// rill batch. Returns the offset after the last record converted.
 pub fn to_kafka_batches(rill: &[u8], out: &mut BytesMut) -> Result<Option<u64>, ConvertError> {
-    // rkyv reads records in place and needs 16-byte alignment.
-    let mut aligned = AlignedVec::<16>::with_capacity(rill.len());
-    aligned.extend_from_slice(rill);
+    let aligned = aligned16(rill);
     let mut next = None;
     let options = RecordEncodeOptions {
         version: 2,

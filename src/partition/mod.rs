@@ -107,6 +107,28 @@ impl Partition {
         self.settings.borrow().clone()
     }
 
+    /// Whether a producer may write a batch of `len` bytes here: not decommissioned, and within
+    /// the topic's `max.message.bytes`. Asked by the produce handler of either protocol.
+    pub fn check_produce(&self, len: usize) -> Result<(), (ErrorCode, String)> {
+        if self.is_decommissioned() {
+            return Err((
+                ErrorCode::PolicyViolation,
+                format!(
+                    "{}-{} is decommissioned: writes stopped",
+                    self.topic, self.index
+                ),
+            ));
+        }
+        let max = self.settings.borrow().max_message_bytes;
+        if len > max {
+            return Err((
+                ErrorCode::MessageTooLarge,
+                format!("a batch of {len} bytes exceeds max.message.bytes {max}"),
+            ));
+        }
+        Ok(())
+    }
+
     /// Takes new topic settings (an altered config); segment limits apply from the next roll.
     pub fn set_settings(&self, settings: TopicSettings) {
         self.log

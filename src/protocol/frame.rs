@@ -64,23 +64,31 @@ pub fn encode_meta<T: EncodeMeta>(value: &T) -> Result<AlignedVec, FrameError> {
     rkyv::to_bytes::<BoxedError>(value).map_err(|e| FrameError::Meta(e.to_string()))
 }
 
-/// Validates and deserializes a meta body from 16-aligned bytes.
-pub fn decode_meta<T>(bytes: &[u8]) -> Result<T, FrameError>
+/// A meta body that can be validated and read back: the one name for the rkyv bound every
+/// decoder shares (the counterpart of [`EncodeMeta`]).
+pub trait DecodeMeta: Sized {
+    /// Validates and deserializes a meta body.
+    fn from_meta(bytes: &[u8]) -> Result<Self, FrameError>;
+}
+
+impl<T> DecodeMeta for T
 where
     T: rkyv::Archive,
     T::Archived: for<'a> rkyv::bytecheck::CheckBytes<HighValidator<'a, BoxedError>>
         + rkyv::Deserialize<T, HighDeserializer<BoxedError>>,
 {
-    if bytes.is_empty() {
-        return Err(FrameError::Meta("empty body".into()));
+    fn from_meta(bytes: &[u8]) -> Result<T, FrameError> {
+        if bytes.is_empty() {
+            return Err(FrameError::Meta("empty body".into()));
+        }
+        let bytes = crate::batch::aligned16(bytes);
+        rkyv::from_bytes::<T, BoxedError>(&bytes).map_err(|e| FrameError::Meta(e.to_string()))
     }
-    if !(bytes.as_ptr() as usize).is_multiple_of(16) {
-        let mut copy = FrameBuf::new();
-        copy.extend_from_slice(bytes);
-        return rkyv::from_bytes::<T, BoxedError>(&copy)
-            .map_err(|e| FrameError::Meta(e.to_string()));
-    }
-    rkyv::from_bytes::<T, BoxedError>(bytes).map_err(|e| FrameError::Meta(e.to_string()))
+}
+
+/// Validates and deserializes a meta body (copied to aligned memory when it is not 16-aligned).
+pub fn decode_meta<T: DecodeMeta>(bytes: &[u8]) -> Result<T, FrameError> {
+    T::from_meta(bytes)
 }
 
 fn u16_at(b: &[u8], at: usize) -> u16 {
@@ -160,12 +168,7 @@ impl RequestFrame {
         &self.buf[self.meta.clone()]
     }
 
-    pub fn decode_meta<T>(&self) -> Result<T, FrameError>
-    where
-        T: rkyv::Archive,
-        T::Archived: for<'a> rkyv::bytecheck::CheckBytes<HighValidator<'a, BoxedError>>
-            + rkyv::Deserialize<T, HighDeserializer<BoxedError>>,
-    {
+    pub fn decode_meta<T: DecodeMeta>(&self) -> Result<T, FrameError> {
         decode_meta(self.meta_bytes())
     }
 
@@ -308,12 +311,7 @@ impl ResponseFrame {
         &self.buf[self.meta.clone()]
     }
 
-    pub fn decode_meta<T>(&self) -> Result<T, FrameError>
-    where
-        T: rkyv::Archive,
-        T::Archived: for<'a> rkyv::bytecheck::CheckBytes<HighValidator<'a, BoxedError>>
-            + rkyv::Deserialize<T, HighDeserializer<BoxedError>>,
-    {
+    pub fn decode_meta<T: DecodeMeta>(&self) -> Result<T, FrameError> {
         decode_meta(self.meta_bytes())
     }
 

@@ -384,9 +384,7 @@ pub async fn replay_offsets(shard: &std::rc::Rc<super::shard::Shard>) {
             };
             let before = at;
             for chunk in &chunks {
-                // Copy into aligned memory: rkyv reads the records in place.
-                let mut buf = rkyv::util::AlignedVec::<16>::new();
-                buf.extend_from_slice(chunk.as_slice().unwrap_or_default());
+                let buf = crate::batch::aligned16(chunk.as_slice().unwrap_or_default());
                 for batch in BatchIter::new(&buf).map_while(Result::ok) {
                     let Ok(records) = batch.records() else { break };
                     for r in records {

@@ -3,9 +3,9 @@
 //! promises; only then does the coordinator's memory take it.
 
 use std::rc::Rc;
-use std::time::Instant;
 
 use super::groups::not_here;
+use super::produce::await_acks;
 use super::Reply;
 use crate::batch::{BatchBuilder, BatchView};
 use crate::clock::now_ms;
@@ -92,39 +92,24 @@ pub(crate) async fn commit_offsets(
         .map_err(|e| (e.code(), e.to_string()))?;
     shard.groups.commit_appended(p.index, base, offsets.len());
     shard.group_commit.mark_dirty(&p);
-    let deadline = Instant::now() + shard.cfg.max_produce_timeout;
-    let rx = p.wait_for_ack(next - 1);
-    let acked = futures_lite::future::or(async { Some(rx.recv_async().await) }, async {
-        shard.deadlines.sleep_until(deadline).await;
-        None
-    })
-    .await;
+    // Timeout 0: the `--max-produce-timeout-ms` cap, as a produce would wait.
+    let failed = await_acks(shard, vec![(0, p.wait_for_ack(next - 1))], 0).await;
     shard.groups.commit_settled(p.index, base);
-    match acked {
-        Some(Ok(Ok(()))) => {
-            shard
-                .groups
-                .store_offsets(group, now.max(0) as u64, offsets);
-            if let Some(records) =
-                shard
-                    .groups
-                    .begin_compaction(p.index, n, shard.cfg.offsets_compact_every)
-            {
-                compact(shard, &p, records).await;
-                shard.groups.end_compaction(p.index);
-            }
-            Ok(())
-        }
-        Some(Ok(Err(code))) => Err((code, "the commit could not be stored".into())),
-        Some(Err(_)) => Err((
-            ErrorCode::UnknownServerError,
-            "the offsets partition went away".into(),
-        )),
-        None => Err((
-            ErrorCode::RequestTimedOut,
-            "the commit was not durable in time".into(),
-        )),
+    if let Some((_, code, why)) = failed.into_iter().next() {
+        return Err((code, format!("the commit was not stored: {why}")));
     }
+    shard
+        .groups
+        .store_offsets(group, now.max(0) as u64, offsets);
+    if let Some(records) =
+        shard
+            .groups
+            .begin_compaction(p.index, n, shard.cfg.offsets_compact_every)
+    {
+        compact(shard, &p, records).await;
+        shard.groups.end_compaction(p.index);
+    }
+    Ok(())
 }
 
 /// Compacts an offsets partition: appends a snapshot of the latest commit of every group it

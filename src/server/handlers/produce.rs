@@ -94,22 +94,12 @@ pub async fn produce(shard: &Rc<Shard>, frame: RequestFrame) -> Reply {
                 continue;
             }
         };
-        if p.is_decommissioned() {
-            let msg = format!(
-                "{}-{} is decommissioned: writes stopped",
-                pp.topic, pp.partition
-            );
-            refuse(&mut result, ErrorCode::PolicyViolation, msg);
-            results.push(result);
-            continue;
-        }
-        let max = p.settings().max_message_bytes;
-        if let Some(big) = batches.iter().find(|b| b.len() > max) {
-            let msg = format!(
-                "a batch of {} bytes exceeds max.message.bytes {max}",
-                big.len()
-            );
-            refuse(&mut result, ErrorCode::MessageTooLarge, msg);
+        if let Some(Err((code, msg))) = batches
+            .iter()
+            .map(|b| p.check_produce(b.len()))
+            .find(Result::is_err)
+        {
+            refuse(&mut result, code, msg);
             results.push(result);
             continue;
         }
