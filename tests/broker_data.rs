@@ -186,7 +186,7 @@ fn garbage_at_the_active_segment_tail_is_cut_and_appends_continue() {
     drop(f);
     b.restart();
     assert!(
-        b.log_text().contains("torn or corrupt"),
+        b.log_text().contains("bytes of torn data"),
         "recovery did not report the cut"
     );
     let got = consume_exactly(&b, "torn", StartFrom::Beginning, 100);

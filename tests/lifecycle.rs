@@ -41,9 +41,11 @@ fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
 fn retention_by_time_deletes_old_segments_and_consumers_reset() {
     let b = TestBroker::start(1, &["--retention-check-interval-ms", "200"]);
     let mut admin = b.client();
+    // Retention starts only once the segments are counted: with a 200 ms check interval it
+    // would otherwise race the filling (and the count taken after it).
     let configs = vec![
         ("segment.bytes".to_string(), "65536".to_string()),
-        ("retention.ms".to_string(), "3600000".to_string()),
+        ("retention.ms".to_string(), "-1".to_string()),
     ];
     admin.create_topic("aging", 1, 1, configs).unwrap();
     let now = rill::clock::now_ms();
@@ -59,6 +61,9 @@ fn retention_by_time_deletes_old_segments_and_consumers_reset() {
     // A consumer positioned among the old records before retention runs...
     let mut c = Consumer::new(ClientConfig::new(b.bootstrap()), ConsumerConfig::default()).unwrap();
     c.assign("aging", None, StartFrom::Offset(10)).unwrap();
+    admin
+        .alter_topic_config("aging", vec![("retention.ms".into(), "3600000".into())])
+        .unwrap();
     wait_until("retention to delete the old segments", || {
         let s = admin.partition_state("aging", 0).unwrap();
         s.log_start_offset > 0 && s.size_bytes < before.size_bytes

@@ -17,3 +17,13 @@ pub use glommio::{
     enclose, executor, spawn_local, spawn_local_into, yield_if_needed, GlommioError, Latency,
     Shares, Task, TaskQueueHandle,
 };
+
+/// Runs a blocking call (small file syncs, directory removals) on the executor's blocking
+/// thread pool, so that it never stalls the shard's own thread.
+pub fn spawn_blocking<F, R>(func: F) -> impl std::future::Future<Output = R>
+where
+    F: FnOnce() -> R + Send + 'static,
+    R: Send + 'static,
+{
+    glommio::executor().spawn_blocking(func)
+}

@@ -120,10 +120,13 @@ impl BatchBuilder {
             producer_id: self.producer_id,
             producer_epoch: self.producer_epoch,
             base_sequence: self.base_sequence,
+            header_crc: 0,
         };
         header.encode(&mut out);
         header.crc = checksum(&out);
         header.encode(&mut out);
+        // Unstamped (offset 0, time 0) but self-consistent: any reader may check it.
+        super::header::stamp(&mut out, 0, 0);
         Ok(out)
     }
 }

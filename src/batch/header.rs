@@ -4,11 +4,16 @@
 pub const HEADER_LEN: usize = 80;
 /// Marks a rill batch; a zeroed (preallocated) region never looks like one.
 pub const MAGIC: u16 = 0x5242;
-/// The only format version so far.
-pub const VERSION: u16 = 1;
-/// The CRC covers everything from this offset on: the fields before it are the length, the
-/// CRC itself and the two the broker fills in (base offset, append time).
+/// Version 2 added the header CRC (version 1's broker-stamped fields had no check).
+pub const VERSION: u16 = 2;
+/// The body CRC covers everything from this offset on except the header CRC: the fields
+/// before it are the length, the body CRC itself and the two the broker fills in (base offset,
+/// append time).
 pub const CRC_START: usize = 24;
+/// Where the header CRC sits: CRC32C of bytes 0..24 (length, body CRC, base offset, append
+/// time), rewritten whenever the broker stamps the batch, so a flipped offset or length on
+/// disk is caught like a flipped payload byte.
+pub const HEADER_CRC_AT: usize = 76;
 
 /// The decoded fixed header of a batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -27,6 +32,7 @@ pub struct BatchHeader {
     pub producer_id: i64,
     pub producer_epoch: i16,
     pub base_sequence: i32,
+    pub header_crc: u32,
 }
 
 fn u16_at(b: &[u8], at: usize) -> u16 {
@@ -63,6 +69,7 @@ impl BatchHeader {
             producer_id: u64_at(b, 56) as i64,
             producer_epoch: u16_at(b, 64) as i16,
             base_sequence: u32_at(b, 68) as i32,
+            header_crc: u32_at(b, HEADER_CRC_AT),
         })
     }
 
@@ -84,6 +91,7 @@ impl BatchHeader {
         b[56..64].copy_from_slice(&self.producer_id.to_le_bytes());
         b[64..66].copy_from_slice(&self.producer_epoch.to_le_bytes());
         b[68..72].copy_from_slice(&self.base_sequence.to_le_bytes());
+        b[HEADER_CRC_AT..HEADER_LEN].copy_from_slice(&self.header_crc.to_le_bytes());
     }
 
     /// The offset of the last record in the batch.
@@ -97,14 +105,25 @@ impl BatchHeader {
     }
 }
 
-/// Fills in the two broker-owned fields of an encoded batch in place. They sit outside the
-/// checksummed range, so the producer's CRC stays valid.
+/// Fills in the two broker-owned fields of an encoded batch in place, and the header CRC
+/// that covers them. They sit outside the body CRC, so the producer's CRC stays valid.
 pub fn stamp(batch: &mut [u8], base_offset: u64, append_time_ms: i64) {
     batch[8..16].copy_from_slice(&base_offset.to_le_bytes());
     batch[16..24].copy_from_slice(&append_time_ms.to_le_bytes());
+    let crc = header_checksum(batch);
+    batch[HEADER_CRC_AT..HEADER_LEN].copy_from_slice(&crc.to_le_bytes());
 }
 
-/// CRC32C over the checksummed range of an encoded batch of `length` bytes.
+/// CRC32C over the body-checksummed range of an encoded batch of `length` bytes: bytes
+/// 24..76 and 80..length.
 pub fn checksum(batch: &[u8]) -> u32 {
-    crc32c::crc32c(&batch[CRC_START..])
+    crc32c::crc32c_append(
+        crc32c::crc32c(&batch[CRC_START..HEADER_CRC_AT]),
+        &batch[HEADER_LEN..],
+    )
+}
+
+/// CRC32C over bytes 0..24 (length, body CRC, base offset, append time).
+pub fn header_checksum(batch: &[u8]) -> u32 {
+    crc32c::crc32c(&batch[..CRC_START])
 }

@@ -7,11 +7,11 @@
 //! ```text
 //! offset size field            covered by CRC
 //!  0      4   length (whole batch incl. header and padding, multiple of 16)   no
-//!  4      4   crc32c of bytes 24..length                                      no
+//!  4      4   crc32c of bytes 24..76 and 80..length (the body CRC)              no
 //!  8      8   base offset      (filled in by the broker)                      no
 //! 16      8   append time ms   (filled in by the broker)                      no
 //! 24      2   magic 0x5242 ("RB")                                             yes
-//! 26      2   format version (1)                                             yes
+//! 26      2   format version (2)                                             yes
 //! 28      2   flags                                                          yes
 //! 30      2   reserved (0)                                                   yes
 //! 32      4   record count                                                   yes
@@ -22,9 +22,12 @@
 //! 64      2   producer epoch                                                 yes
 //! 66      2   reserved (0)                                                   yes
 //! 68      4   base sequence (-1: none)                                       yes
-//! 72      8   reserved (0)                                                   yes
+//! 72      4   reserved (0)                                                   yes
+//! 76      4   header crc32c of bytes 0..24 (rewritten when stamped)           no
 //! 80      .   rkyv body, then zero padding                                   yes
 //! ```
+//! So every byte of a batch is covered by one of the two CRCs: a flipped base offset or length
+//! on disk is detected like a flipped payload byte.
 //! All integers are little-endian; the rkyv archive uses rkyv 0.8's default format (little
 //! endian, aligned, 32-bit relative pointers).
 
@@ -36,7 +39,9 @@ mod view;
 
 pub use aligned::{aligned16, Aligned16};
 pub use builder::BatchBuilder;
-pub use header::{stamp as stamp_batch, BatchHeader, HEADER_LEN, MAGIC, VERSION};
+pub use header::{
+    checksum as body_checksum, stamp as stamp_batch, BatchHeader, HEADER_LEN, MAGIC, VERSION,
+};
 pub use record::{ArchivedRecord, ArchivedRecordBody, Header, Record, RecordBody};
 pub use view::{BatchError, BatchIter, BatchView, RecordView};
 

@@ -1,6 +1,6 @@
 //! Validated, in-place views of encoded batches.
 
-use super::header::{checksum, BatchHeader, HEADER_LEN, MAGIC, VERSION};
+use super::header::{checksum, header_checksum, BatchHeader, HEADER_LEN, MAGIC, VERSION};
 use super::record::{ArchivedRecord, ArchivedRecordBody};
 use super::ALIGN;
 
@@ -17,6 +17,8 @@ pub enum BatchError {
     BadLength(u32),
     #[error("bad batch magic {0:#06x} or version {1}")]
     BadMagic(u16, u16),
+    #[error("batch header CRC mismatch: the length, offset or time fields are damaged")]
+    HeaderCrc,
     #[error("batch CRC mismatch: header says {expected:#010x}, bytes give {actual:#010x}")]
     Crc { expected: u32, actual: u32 },
     #[error("batch body length {body_len} does not fit batch length {length}")]
@@ -44,22 +46,36 @@ impl<'a> BatchView<'a> {
     /// Checks the header's length and magic only, and returns the view of exactly one batch at
     /// the start of `bytes`. Cheap: used to walk a buffer of batches.
     pub fn parse_header(bytes: &'a [u8]) -> Result<BatchView<'a>, BatchError> {
-        let header = BatchHeader::decode(bytes).ok_or(BatchError::Truncated {
-            need: HEADER_LEN,
-            have: bytes.len(),
-        })?;
+        let header = Self::check_header(bytes)?;
         let length = header.length as usize;
-        if length < HEADER_LEN || !length.is_multiple_of(ALIGN) {
-            return Err(BatchError::BadLength(header.length));
-        }
-        if header.magic != MAGIC || header.version != VERSION {
-            return Err(BatchError::BadMagic(header.magic, header.version));
-        }
         if bytes.len() < length {
             return Err(BatchError::Truncated {
                 need: length,
                 have: bytes.len(),
             });
+        }
+        Ok(BatchView {
+            bytes: &bytes[..length],
+            header,
+        })
+    }
+
+    /// Checks the fixed header alone (its CRC, length, magic, version, body length) from the
+    /// first [`HEADER_LEN`] bytes of `bytes`: what a reader walking headers runs.
+    pub fn check_header(bytes: &[u8]) -> Result<BatchHeader, BatchError> {
+        let header = BatchHeader::decode(bytes).ok_or(BatchError::Truncated {
+            need: HEADER_LEN,
+            have: bytes.len(),
+        })?;
+        let length = header.length as usize;
+        if header.magic != MAGIC || header.version != VERSION {
+            return Err(BatchError::BadMagic(header.magic, header.version));
+        }
+        if header.header_crc != header_checksum(bytes) {
+            return Err(BatchError::HeaderCrc);
+        }
+        if length < HEADER_LEN || !length.is_multiple_of(ALIGN) {
+            return Err(BatchError::BadLength(header.length));
         }
         if HEADER_LEN + header.body_len as usize > length {
             return Err(BatchError::BadBodyLength {
@@ -67,10 +83,7 @@ impl<'a> BatchView<'a> {
                 length: header.length,
             });
         }
-        Ok(BatchView {
-            bytes: &bytes[..length],
-            header,
-        })
+        Ok(header)
     }
 
     /// Header, length and CRC checks: what recovery runs on data the broker wrote itself.
@@ -299,10 +312,31 @@ mod tests {
         }
         let crc = checksum(&bytes);
         bytes[4..8].copy_from_slice(&crc.to_le_bytes());
+        stamp(&mut bytes, 0, 0);
         assert!(matches!(
             BatchView::validate(&bytes),
             Err(BatchError::Body(_))
         ));
+    }
+
+    #[test]
+    fn a_flipped_bit_anywhere_in_the_header_is_caught() {
+        let mut good = aligned(&sample(3));
+        stamp(&mut good, 1_000, 77);
+        BatchView::validate(&good).unwrap();
+        for at in 0..HEADER_LEN {
+            for bit in [0x01u8, 0x80] {
+                let mut bytes = good.clone();
+                bytes[at] ^= bit;
+                assert!(
+                    BatchView::parse_checked(&bytes).is_err(),
+                    "byte {at} bit {bit:#x} not caught"
+                );
+            }
+        }
+        // Restamping is how the broker assigns offsets: the batch stays valid.
+        stamp(&mut good, 5, 6);
+        assert_eq!(BatchView::validate(&good).unwrap().header().base_offset, 5);
     }
 
     #[test]

@@ -103,6 +103,19 @@ pub struct BrokerArgs {
         default_value_t = 300_000
     )]
     pub retention_check_interval_ms: u64,
+    /// How often each shard records its partitions' high watermarks on disk (Kafka's
+    /// `replica.high.watermark.checkpoint.interval.ms`); recovery never hands out an offset
+    /// below the last one recorded.
+    #[arg(
+        long,
+        env = "RILL_REPLICA_HIGH_WATERMARK_CHECKPOINT_INTERVAL_MS",
+        default_value_t = 5_000
+    )]
+    pub replica_high_watermark_checkpoint_interval_ms: u64,
+    /// How often a shard retries partitions whose storage failed (a full or failing disk):
+    /// reopening them, or opening those that could not be opened.
+    #[arg(long, env = "RILL_STORAGE_RETRY_INTERVAL_MS", default_value_t = 5_000)]
+    pub storage_retry_interval_ms: u64,
     /// Default `segment.bytes` of topics.
     #[arg(long, env = "RILL_SEGMENT_BYTES", default_value_t = 128 << 20)]
     pub segment_bytes: u64,

@@ -116,6 +116,14 @@ pub fn config_from_args(a: &BrokerArgs) -> Result<BrokerConfig, String> {
         return Err("--retention-check-interval-ms must be at least 1".into());
     }
     c.retention_check_interval = Duration::from_millis(a.retention_check_interval_ms);
+    if a.replica_high_watermark_checkpoint_interval_ms == 0 || a.storage_retry_interval_ms == 0 {
+        return Err("--replica-high-watermark-checkpoint-interval-ms and \
+                    --storage-retry-interval-ms must be at least 1"
+            .into());
+    }
+    c.hw_checkpoint_interval =
+        Duration::from_millis(a.replica_high_watermark_checkpoint_interval_ms);
+    c.storage_retry_interval = Duration::from_millis(a.storage_retry_interval_ms);
     c.index_interval_bytes = a.index_interval_bytes.max(1);
     c.preallocate = a.preallocate;
     c.max_frame_bytes = a.max_frame_bytes;

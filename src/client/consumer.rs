@@ -895,6 +895,14 @@ impl Fetcher {
                     self.positions.insert(key, at);
                     continue;
                 }
+                // Damaged or missing data on the broker's disk: retrying reads the same bytes,
+                // so the application is told (Kafka's consumers raise it too).
+                ErrorCode::CorruptMessage => {
+                    return Err(ClientError::broker(
+                        ErrorCode::CorruptMessage,
+                        format!("{topic}-{} at offset {from}: {}", r.partition, r.message),
+                    ))
+                }
                 code if code.is_retriable() => {
                     let _ = self.client.refresh_metadata();
                     continue;
@@ -904,26 +912,53 @@ impl Fetcher {
             let payload = frame
                 .payload_slice(r.payload_offset, r.payload_len)
                 .map_err(|e| ClientError::Invalid(e.to_string()))?;
-            // Validate every batch once here (CRC and rkyv): untrusted bytes.
+            // Validate every batch once here (both CRCs, rkyv, contiguous offsets from the one
+            // asked for): untrusted bytes, and the broker's sendfile path does not read them.
+            let corrupt = |what: String| {
+                ClientError::broker(
+                    ErrorCode::CorruptMessage,
+                    format!("{topic}-{} fetched at offset {from}: {what}", r.partition),
+                )
+            };
+            // Records before a damaged batch are delivered; the next fetch starts at the damage
+            // and reports it.
             let mut next = from;
             let mut records = 0usize;
+            let mut expected: Option<u64> = None;
+            let mut valid_len = 0usize;
             for batch in BatchIter::new(payload) {
-                let batch = match batch {
-                    Ok(b) => b,
+                let damage = match &batch {
+                    Ok(b) => {
+                        let h = b.header();
+                        match expected {
+                            None if h.base_offset > from => Some(format!(
+                                "the first batch starts at offset {}",
+                                h.base_offset
+                            )),
+                            Some(want) if h.base_offset != want => Some(format!(
+                                "a batch starts at offset {} after one that ends at {want}",
+                                h.base_offset
+                            )),
+                            _ => b.records().err().map(|e| e.to_string()),
+                        }
+                    }
                     // A sendfile range may end inside a batch: the rest comes next fetch.
                     Err(BatchError::Truncated { .. }) => break,
-                    Err(e) => {
-                        return Err(ClientError::broker(
-                            ErrorCode::CorruptMessage,
-                            e.to_string(),
-                        ))
-                    }
+                    Err(e) => Some(e.to_string()),
                 };
-                let body = batch
-                    .records()
-                    .map_err(|e| ClientError::broker(ErrorCode::CorruptMessage, e.to_string()))?;
+                if let Some(what) = damage {
+                    if next > from {
+                        break;
+                    }
+                    return Err(corrupt(what));
+                }
+                let batch = batch.map_err(|e| corrupt(e.to_string()))?;
+                let h = batch.header();
+                expected = Some(h.next_offset());
+                let body = batch.records().map_err(|e| corrupt(e.to_string()))?;
                 records += body.filter(|rec| rec.offset >= from).count();
-                next = next.max(batch.header().next_offset());
+                next = next.max(h.next_offset());
+                valid_len += batch.len();
             }
             if next > from {
                 self.positions.insert(key, next);
@@ -932,7 +967,7 @@ impl Fetcher {
                     topic,
                     partition: r.partition,
                     payload_offset: r.payload_offset,
-                    payload_len: r.payload_len,
+                    payload_len: valid_len as u32,
                     from_offset: from,
                     next_offset: next,
                     records,

@@ -315,6 +315,7 @@ impl OpenBatch {
                 bytes: self.bytes,
                 attempts: 0,
                 not_before: now,
+                last_error: None,
             }),
             Err(e) => Err((self.slot, self.bytes, e.to_string())),
         }
@@ -329,6 +330,8 @@ struct SealedBatch {
     bytes: usize,
     attempts: u32,
     not_before: Instant,
+    /// Why the last attempt failed, named when the delivery timeout ends the retries.
+    last_error: Option<String>,
 }
 
 #[derive(Default)]
@@ -749,13 +752,14 @@ impl Sender {
                 let b = q.ready.pop_front().expect("checked");
                 freed += b.bytes;
                 finished += 1;
-                failed.push((
-                    b.slot,
-                    format!(
-                        "not delivered within the delivery timeout of {:?}",
-                        cfg.delivery_timeout
-                    ),
-                ));
+                let mut why = format!(
+                    "not delivered within the delivery timeout of {:?}",
+                    cfg.delivery_timeout
+                );
+                if let Some(last) = &b.last_error {
+                    why.push_str(&format!("; last error: {last}"));
+                }
+                failed.push((b.slot, why));
             }
             if q.in_flight {
                 continue;
@@ -994,9 +998,14 @@ fn finish(
             {
                 log::debug!("{}-{}: retrying after: {}", s.topic, s.partition, f.message);
                 // Back to the head of the queue, in their order: per-key order holds.
+                let last = match f.code {
+                    Some(code) => format!("{}: {}", code.name(), f.message),
+                    None => f.message.clone(),
+                };
                 for mut batch in s.batches.into_iter().rev() {
                     batch.attempts += 1;
                     batch.not_before = now + cfg.retry_backoff;
+                    batch.last_error = Some(last.clone());
                     q.ready.push_front(batch);
                 }
                 st.metadata_wanted = true;

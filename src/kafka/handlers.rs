@@ -358,6 +358,7 @@ async fn fetch(shard: &Rc<Shard>, version: i16, req: FetchRequest) -> FetchRespo
                             {
                                 log::error!("kafka fetch {topic:?}-{index}: {e}");
                                 pd.error_code = kafka_error(ErrorCode::CorruptMessage);
+                                any_error = true;
                                 break;
                             }
                         }

@@ -22,6 +22,8 @@ pub enum LogError {
     },
     #[error("partition storage failed earlier and is read-only: {0}")]
     Failed(String),
+    #[error("offsets {from}..{to} are missing or damaged: {why}")]
+    Missing { from: u64, to: u64, why: String },
 }
 
 impl LogError {
@@ -35,9 +37,9 @@ impl LogError {
     pub fn code(&self) -> ErrorCode {
         match self {
             LogError::OffsetOutOfRange { .. } => ErrorCode::OffsetOutOfRange,
-            LogError::Io { .. } | LogError::Corrupt { .. } | LogError::Failed(_) => {
-                ErrorCode::KafkaStorageError
-            }
+            // What is on disk is damaged: not retriable, unlike a failing disk.
+            LogError::Corrupt { .. } | LogError::Missing { .. } => ErrorCode::CorruptMessage,
+            LogError::Io { .. } | LogError::Failed(_) => ErrorCode::KafkaStorageError,
         }
     }
 }

@@ -25,6 +25,17 @@ pub struct SparseIndex {
 
 const INDEX_ENTRY: usize = 8;
 const TIME_ENTRY: usize = 12;
+/// max timestamp (8), bytes since the last entry (4), size (8), next offset (8), CRC (4).
+const TRAILER: usize = 32;
+
+/// What a closed segment holds, as recorded in its index trailer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SegmentExtent {
+    /// Bytes of batch data (the file's length once closed).
+    pub size: u64,
+    /// The offset after its last record.
+    pub next_offset: u64,
+}
 
 impl SparseIndex {
     pub fn new(interval: u32) -> Self {
@@ -56,12 +67,18 @@ impl SparseIndex {
         self.max_timestamp = self.max_timestamp.max(max_timestamp);
     }
 
+    /// Where to start scanning for `offset`: the (position, base offset) of the last entry
+    /// at or before it; `None` before the first entry (scan from the segment's start).
+    pub fn entry_for_offset(&self, offset: u64) -> Option<(u32, u64)> {
+        match self.entries.partition_point(|e| e.offset <= offset) {
+            0 => None,
+            i => Some((self.entries[i - 1].position, self.entries[i - 1].offset)),
+        }
+    }
+
     /// The byte position to start scanning from for `offset`.
     pub fn position_for_offset(&self, offset: u64) -> u32 {
-        match self.entries.partition_point(|e| e.offset <= offset) {
-            0 => 0,
-            i => self.entries[i - 1].position,
-        }
+        self.entry_for_offset(offset).map_or(0, |(p, _)| p)
     }
 
     /// The byte position to start scanning from for the first record at or after `ts`.
@@ -88,10 +105,10 @@ impl SparseIndex {
         self.entries.is_empty()
     }
 
-    /// Encodes the two index files.
-    pub fn encode(&self, base_offset: u64) -> (Vec<u8>, Vec<u8>) {
-        let mut idx = Vec::with_capacity(self.entries.len() * INDEX_ENTRY + 16);
-        let mut tidx = Vec::with_capacity(self.entries.len() * TIME_ENTRY + 16);
+    /// Encodes the two index files of a closed segment holding `extent`.
+    pub fn encode(&self, base_offset: u64, extent: SegmentExtent) -> (Vec<u8>, Vec<u8>) {
+        let mut idx = Vec::with_capacity(self.entries.len() * INDEX_ENTRY + TRAILER);
+        let mut tidx = Vec::with_capacity(self.entries.len() * TIME_ENTRY);
         for e in &self.entries {
             let rel = (e.offset - base_offset) as u32;
             idx.extend_from_slice(&rel.to_le_bytes());
@@ -99,31 +116,33 @@ impl SparseIndex {
             tidx.extend_from_slice(&e.max_timestamp_before.to_le_bytes());
             tidx.extend_from_slice(&rel.to_le_bytes());
         }
-        // A trailer with the segment's max timestamp, entry count and a CRC of both files
-        // lets a torn or stale index be detected and rebuilt instead of trusted.
+        // The trailer: the segment's max timestamp, bytes since the last entry, its data size
+        // and next offset (so a shortened segment or a missing next one is noticed at open),
+        // and a CRC of both files, so a torn or stale index is rebuilt instead of trusted.
         idx.extend_from_slice(&self.max_timestamp.to_le_bytes());
         idx.extend_from_slice(&self.bytes_since_entry.to_le_bytes());
+        idx.extend_from_slice(&extent.size.to_le_bytes());
+        idx.extend_from_slice(&extent.next_offset.to_le_bytes());
         let crc = crc32c::crc32c_append(crc32c::crc32c(&idx), &tidx);
         idx.extend_from_slice(&crc.to_le_bytes());
         (idx, tidx)
     }
 
-    /// Decodes index files written by [`encode`](Self::encode); `None` if they are torn,
-    /// inconsistent or do not fit a segment of `segment_len` bytes.
+    /// Decodes index files written by [`encode`](Self::encode) with the extent they record;
+    /// `None` if they are torn or inconsistent.
     pub fn decode(
         base_offset: u64,
         interval: u32,
         idx: &[u8],
         tidx: &[u8],
-        segment_len: u64,
-    ) -> Option<SparseIndex> {
-        if idx.len() < 16
-            || !(idx.len() - 16).is_multiple_of(INDEX_ENTRY)
+    ) -> Option<(SparseIndex, SegmentExtent)> {
+        if idx.len() < TRAILER
+            || !(idx.len() - TRAILER).is_multiple_of(INDEX_ENTRY)
             || !tidx.len().is_multiple_of(TIME_ENTRY)
         {
             return None;
         }
-        let n = (idx.len() - 16) / INDEX_ENTRY;
+        let n = (idx.len() - TRAILER) / INDEX_ENTRY;
         if tidx.len() / TIME_ENTRY != n {
             return None;
         }
@@ -132,17 +151,26 @@ impl SparseIndex {
         if crc32c::crc32c_append(crc32c::crc32c(body), tidx) != crc {
             return None;
         }
+        let t = n * INDEX_ENTRY;
+        let extent = SegmentExtent {
+            size: u64::from_le_bytes(idx[t + 12..t + 20].try_into().ok()?),
+            next_offset: u64::from_le_bytes(idx[t + 20..t + 28].try_into().ok()?),
+        };
+        if extent.next_offset < base_offset {
+            return None;
+        }
         let mut index = SparseIndex::new(interval);
         for i in 0..n {
             let rel = u32::from_le_bytes(idx[i * 8..i * 8 + 4].try_into().ok()?);
             let position = u32::from_le_bytes(idx[i * 8 + 4..i * 8 + 8].try_into().ok()?);
             let ts = i64::from_le_bytes(tidx[i * 12..i * 12 + 8].try_into().ok()?);
             let trel = u32::from_le_bytes(tidx[i * 12 + 8..i * 12 + 12].try_into().ok()?);
-            if trel != rel || u64::from(position) >= segment_len {
+            let offset = base_offset + u64::from(rel);
+            if trel != rel || u64::from(position) >= extent.size || offset >= extent.next_offset {
                 return None;
             }
             let entry = IndexEntry {
-                offset: base_offset + u64::from(rel),
+                offset,
                 position,
                 max_timestamp_before: ts,
             };
@@ -153,10 +181,9 @@ impl SparseIndex {
             }
             index.entries.push(entry);
         }
-        let t = n * 8;
         index.max_timestamp = i64::from_le_bytes(idx[t..t + 8].try_into().ok()?);
         index.bytes_since_entry = u32::from_le_bytes(idx[t + 8..t + 12].try_into().ok()?);
-        Some(index)
+        Some((index, extent))
     }
 }
 
@@ -192,15 +219,33 @@ mod tests {
     #[test]
     fn encode_decode_and_reject_torn() {
         let ix = sample();
-        let (a, b) = ix.encode(100);
-        let back = SparseIndex::decode(100, 100, &a, &b, 600).unwrap();
+        let extent = SegmentExtent {
+            size: 600,
+            next_offset: 200,
+        };
+        let (a, b) = ix.encode(100, extent);
+        let (back, ext) = SparseIndex::decode(100, 100, &a, &b).unwrap();
         assert_eq!(back.entries, ix.entries);
         assert_eq!(back.max_timestamp(), 1090);
-        assert!(SparseIndex::decode(100, 100, &a[..a.len() - 1], &b, 600).is_none());
-        assert!(SparseIndex::decode(100, 100, &a, &b[..b.len() - 12], 600).is_none());
-        let mut c = a.clone();
-        c[3] ^= 1;
-        assert!(SparseIndex::decode(100, 100, &c, &b, 600).is_none());
-        assert!(SparseIndex::decode(100, 100, &a, &b, 100).is_none());
+        assert_eq!(ext, extent);
+        assert!(SparseIndex::decode(100, 100, &a[..a.len() - 1], &b).is_none());
+        assert!(SparseIndex::decode(100, 100, &a, &b[..b.len() - 12]).is_none());
+        for i in 0..a.len() {
+            let mut c = a.clone();
+            c[i] ^= 1;
+            assert!(
+                SparseIndex::decode(100, 100, &c, &b).is_none(),
+                "flip at {i}"
+            );
+        }
+        // An extent that the entries do not fit is refused even with a valid CRC.
+        let (a, b) = ix.encode(
+            100,
+            SegmentExtent {
+                size: 100,
+                next_offset: 200,
+            },
+        );
+        assert!(SparseIndex::decode(100, 100, &a, &b).is_none());
     }
 }

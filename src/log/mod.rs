@@ -5,6 +5,8 @@ pub mod index;
 pub mod partition_log;
 pub mod scan;
 pub mod segment;
+#[cfg(test)]
+mod tests;
 
 pub use error::LogError;
 pub use fsync::FsyncPolicy;

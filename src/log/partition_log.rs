@@ -85,10 +85,29 @@ impl std::str::FromStr for FileReads {
 }
 
 /// What opening a partition found.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone)]
 pub struct Recovery {
     pub segments: usize,
+    /// Bytes of a torn tail cut from the active segment.
     pub truncated_bytes: u64,
+}
+
+/// Offsets the log cannot serve: a segment missing or damaged, or acknowledged offsets
+/// recovery did not find. Reads there are refused with an error naming the range.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hole {
+    pub from: u64,
+    pub to: u64,
+    pub why: String,
+}
+
+/// Why a log refuses writes.
+#[derive(Debug, Clone)]
+struct Failure {
+    why: String,
+    /// A write, sync or allocation failed (a full or failing disk): reopening the log may
+    /// work once the disk is back. Damaged data never heals by itself.
+    retriable: bool,
 }
 
 pub struct PartitionLog {
@@ -103,11 +122,20 @@ pub struct PartitionLog {
     pending: Vec<Bytes>,
     /// Offsets below this are written to their segment files.
     written_offset: u64,
-    failed: Option<String>,
+    failed: Option<Failure>,
+    /// Ranges of offsets that are lost or damaged (the log is failed when there are any).
+    holes: Vec<Hole>,
 }
 
 impl PartitionLog {
-    /// Opens (or creates) the partition directory, validating the active segment's tail.
+    /// Opens (or creates) the partition directory and checks what it holds: closed segments
+    /// against their indexes and each other (contiguous offsets), the active one batch by
+    /// batch, and the whole against the last checkpointed high watermark. A torn tail past
+    /// every acknowledged offset is cut; anything else that is missing or damaged (a hole
+    /// between segments, a shortened or corrupt closed segment, acknowledged offsets the
+    /// active segment no longer holds) leaves every file as it is and opens the log failed:
+    /// read-only, reads inside the damage refused with an error naming the range, and its
+    /// offsets never reused. A log that cannot be repaired for lack of space opens failed too.
     pub async fn open(
         dir: PathBuf,
         cfg: SegmentConfig,
@@ -134,57 +162,156 @@ impl PartitionLog {
             }
         }
         bases.sort_unstable();
+        let acknowledged = read_offset_file(&dir, HIGH_WATERMARK_FILE);
+        let log_start_checkpoint = read_offset_file(&dir, LOG_START_FILE);
         let mut recovery = Recovery::default();
+        let mut holes = Vec::new();
         let mut segments: Vec<Segment> = Vec::with_capacity(bases.len().max(1));
+        let mut active_check = None;
         for (i, base) in bases.iter().enumerate() {
             let active = i + 1 == bases.len();
-            let hint = bases.get(i + 1).copied();
             let path = dir.join(super::segment::segment_file_name(*base));
-            let (seg, cut) = Segment::open(path, *base, hint, active, &cfg).await?;
+            let (seg, check) = Segment::open(path, *base, active, &cfg).await?;
             if let Some(prev) = segments.last() {
-                if prev.next_offset() != seg.base_offset {
+                if seg.base_offset < prev.next_offset() {
                     return Err(LogError::Corrupt {
                         path: seg.path().to_path_buf(),
                         position: 0,
                         what: format!(
-                            "segment starts at offset {} but the previous one ends at {}",
+                            "segment starts at offset {} inside the previous one (ends at {})",
                             seg.base_offset,
                             prev.next_offset()
                         ),
                     });
                 }
+                if seg.base_offset > prev.next_offset() {
+                    holes.push(Hole {
+                        from: prev.next_offset(),
+                        to: seg.base_offset,
+                        why: format!(
+                            "no segment holds them: {} ends at {} and {} starts at {}",
+                            prev.path().display(),
+                            prev.next_offset(),
+                            seg.path().display(),
+                            seg.base_offset
+                        ),
+                    });
+                }
             }
-            if cut > 0 {
-                log::warn!(
-                    "{}: cut {cut} bytes of torn or corrupt data from the tail",
-                    seg.path().display()
-                );
+            match check.damage {
+                Some(d) if !active => {
+                    // The gap to the next segment becomes a hole; say why here.
+                    log::error!("{}: damaged: {}", seg.path().display(), d.what);
+                    if let Some(next) = bases.get(i + 1) {
+                        if seg.next_offset() < *next {
+                            holes.push(Hole {
+                                from: seg.next_offset(),
+                                to: *next,
+                                why: format!("{} is damaged: {}", seg.path().display(), d.what),
+                            });
+                        }
+                    }
+                    segments.push(seg);
+                    continue;
+                }
+                damage => active_check = Some((check.file_len, damage)),
             }
-            recovery.truncated_bytes += cut;
             segments.push(seg);
         }
-        let checkpoint = read_log_start(&dir);
+        // Later holes were pushed with the segment after them; keep them in offset order.
+        holes.sort_by_key(|h| h.from);
+        holes.dedup_by(|b, a| a.from == b.from && a.to == b.to);
         if segments.is_empty() {
-            // A truncated log whose files are all gone resumes at its checkpoint.
-            segments.push(Segment::create(&dir, checkpoint.unwrap_or(0), &cfg).await?);
+            // A log whose files are all gone resumes past every offset it ever handed out.
+            let start = log_start_checkpoint
+                .unwrap_or(0)
+                .max(acknowledged.unwrap_or(0));
+            segments.push(Segment::create(&dir, start, &cfg).await?);
+            active_check = Some((0, None));
+            if let Some(acked) = acknowledged.filter(|a| *a > log_start_checkpoint.unwrap_or(0)) {
+                holes.push(Hole {
+                    from: log_start_checkpoint.unwrap_or(0),
+                    to: acked,
+                    why: "every segment file is missing".into(),
+                });
+            }
+        }
+        let found_end = segments.last().map_or(0, Segment::next_offset);
+        if let Some(acked) = acknowledged.filter(|a| *a > found_end) {
+            holes.push(Hole {
+                from: found_end,
+                to: acked,
+                why: format!(
+                    "acknowledged (high watermark checkpoint {acked}) but recovery found data \
+                     only up to {found_end}"
+                ),
+            });
+        }
+        let mut failed = None;
+        if let Some(h) = holes.first() {
+            failed = Some(Failure {
+                why: format!(
+                    "offsets {}..{} are missing or damaged: {}",
+                    h.from, h.to, h.why
+                ),
+                retriable: false,
+            });
+        } else if let Some((file_len, damage)) = active_check {
+            let active = segments.last_mut().expect("a log has an active segment");
+            if let Some(d) = &damage {
+                log::warn!(
+                    "{}: cut {} bytes of torn data after offset {} ({}): none of it was \
+                     acknowledged",
+                    active.path().display(),
+                    file_len - d.at,
+                    active.next_offset(),
+                    d.what
+                );
+                recovery.truncated_bytes = d.garbage.max(1);
+            }
+            if let Err(e) = active.repair_tail(file_len, &cfg).await {
+                // Typically a full disk: the data is intact, so serve it read-only.
+                failed = Some(Failure {
+                    why: format!("cannot prepare the log for writes: {e}"),
+                    retriable: true,
+                });
+            }
+        }
+        let log_end = found_end.max(acknowledged.unwrap_or(0));
+        if let Some(f) = &failed {
+            log::error!("{}: opened read-only: {}", dir.display(), f.why);
+            if let Some(active) = segments.last_mut() {
+                active.freeze();
+            }
         }
         recovery.segments = segments.len();
-        let next_offset = segments.last().map_or(0, Segment::next_offset);
         let first_base = segments.first().map_or(0, |s| s.base_offset);
-        let log_start = checkpoint.unwrap_or(0).clamp(first_base, next_offset);
+        let log_start = log_start_checkpoint.unwrap_or(0).clamp(first_base, log_end);
         Ok((
             PartitionLog {
                 dir,
                 cfg,
                 log_start,
                 segments,
-                next_offset,
+                next_offset: log_end,
                 pending: Vec::new(),
-                written_offset: next_offset,
-                failed: None,
+                written_offset: log_end,
+                failed,
+                holes,
             },
             recovery,
         ))
+    }
+
+    /// Ranges the log cannot serve.
+    pub fn holes(&self) -> &[Hole] {
+        &self.holes
+    }
+
+    fn hole_at(&self, offset: u64) -> Option<&Hole> {
+        self.holes
+            .iter()
+            .find(|h| h.from <= offset && offset < h.to)
     }
 
     pub fn dir(&self) -> &Path {
@@ -220,7 +347,7 @@ impl PartitionLog {
         if offset <= self.log_start {
             return Ok(Vec::new());
         }
-        write_log_start(&self.dir, offset)?;
+        write_offset_file(&self.dir, LOG_START_FILE, offset)?;
         self.log_start = offset;
         let mut gone = Vec::new();
         while self.segments.len() > 1 && self.segments[0].next_offset() <= offset {
@@ -290,7 +417,17 @@ impl PartitionLog {
     }
 
     pub fn failure(&self) -> Option<&str> {
-        self.failed.as_deref()
+        self.failed.as_ref().map(|f| f.why.as_str())
+    }
+
+    /// Failed for a reason that reopening may cure (a full or failing disk).
+    pub fn can_retry(&self) -> bool {
+        self.failed.as_ref().is_some_and(|f| f.retriable)
+    }
+
+    /// The settings the log was opened with (to reopen it).
+    pub fn config(&self) -> &SegmentConfig {
+        &self.cfg
     }
 
     /// Assigns offsets to a validated batch and queues it for the next flush. Returns the
@@ -298,7 +435,7 @@ impl PartitionLog {
     /// Queues a validated batch already stamped with this log's next offset.
     pub fn append_stamped(&mut self, batch: Bytes, record_count: u32) -> Result<(), LogError> {
         if let Some(f) = &self.failed {
-            return Err(LogError::Failed(f.clone()));
+            return Err(LogError::Failed(f.why.clone()));
         }
         assert!(batch.len() >= HEADER_LEN && record_count > 0);
         let header = crate::batch::BatchHeader::decode(&batch).expect("length checked");
@@ -326,11 +463,30 @@ impl PartitionLog {
     /// Marks the log failed: appends are refused from now on, reads continue.
     pub fn fail(&mut self, why: String) {
         log::error!("{}: storage failed: {why}", self.dir.display());
-        self.failed.get_or_insert(why);
+        self.failed.get_or_insert(Failure {
+            why,
+            retriable: true,
+        });
+    }
+
+    /// Marks the log failed for a reason reopening cannot cure (acknowledged data missing).
+    pub fn fail_for_good(&mut self, why: String) {
+        log::error!("{}: storage failed for good: {why}", self.dir.display());
+        self.failed = Some(Failure {
+            why,
+            retriable: false,
+        });
     }
 
     /// A reader for the segment holding `offset`, if it is stored.
     pub fn reader_for_offset(&self, offset: u64) -> Result<SegmentReader, LogError> {
+        if let Some(h) = self.hole_at(offset) {
+            return Err(LogError::Missing {
+                from: h.from,
+                to: h.to,
+                why: h.why.clone(),
+            });
+        }
         let i = self.segments.partition_point(|s| s.base_offset <= offset);
         if i == 0 || offset >= self.next_offset {
             return Err(LogError::OffsetOutOfRange {
@@ -351,29 +507,38 @@ impl PartitionLog {
 }
 
 const LOG_START_FILE: &str = "log-start-offset";
+/// The last high watermark checkpointed: offsets below it were acknowledged, so recovery must
+/// find them (and never hand them out again).
+const HIGH_WATERMARK_FILE: &str = "high-watermark";
 
-/// The truncation checkpoint, if present and intact (a torn one is ignored with a warning:
-/// the segments still bound the start from below).
-fn read_log_start(dir: &Path) -> Option<u64> {
-    let bytes = std::fs::read(dir.join(LOG_START_FILE)).ok()?;
+/// An offset checkpoint (u64 + CRC32C), if present and intact. A torn one is ignored with a
+/// warning: the segments still bound it.
+fn read_offset_file(dir: &Path, name: &str) -> Option<u64> {
+    let bytes = std::fs::read(dir.join(name)).ok()?;
     if bytes.len() != 12 || crc32c::crc32c(&bytes[..8]).to_le_bytes() != bytes[8..12] {
-        log::warn!("{}: ignoring a damaged {LOG_START_FILE}", dir.display());
+        log::warn!("{}: ignoring a damaged {name}", dir.display());
         return None;
     }
     Some(u64::from_le_bytes(bytes[..8].try_into().ok()?))
 }
 
-/// Replaces the checkpoint atomically: write a temporary file, sync, rename, sync the dir.
-fn write_log_start(dir: &Path, offset: u64) -> Result<(), LogError> {
+/// Replaces an offset checkpoint atomically: write a temporary file, sync, rename, sync the
+/// directory. Blocking: run it off the shard thread where it is frequent.
+fn write_offset_file(dir: &Path, name: &str, offset: u64) -> Result<(), LogError> {
     use std::io::Write;
-    let tmp = dir.join(format!("{LOG_START_FILE}.tmp"));
+    let tmp = dir.join(format!("{name}.tmp"));
     let mut bytes = offset.to_le_bytes().to_vec();
     bytes.extend_from_slice(&crc32c::crc32c(&offset.to_le_bytes()).to_le_bytes());
     let mut f = std::fs::File::create(&tmp).map_err(|e| LogError::io(&tmp, e))?;
     f.write_all(&bytes).map_err(|e| LogError::io(&tmp, e))?;
     f.sync_data().map_err(|e| LogError::io(&tmp, e))?;
-    std::fs::rename(&tmp, dir.join(LOG_START_FILE)).map_err(|e| LogError::io(&tmp, e))?;
+    std::fs::rename(&tmp, dir.join(name)).map_err(|e| LogError::io(&tmp, e))?;
     super::segment::sync_dir(dir)
+}
+
+/// Records that offsets below `high_watermark` were acknowledged (see [`PartitionLog::open`]).
+pub fn write_high_watermark(dir: &Path, high_watermark: u64) -> Result<(), LogError> {
+    write_offset_file(dir, HIGH_WATERMARK_FILE, high_watermark)
 }
 
 /// For a partition that takes no more writes: when every record of its active segment is past
@@ -391,6 +556,10 @@ pub async fn retire_if_expired(
         let log = cell.borrow();
         let active = log.segments.last().expect("a log has an active segment");
         let idle = !log.has_pending() && log.written_offset == log.next_offset;
+        if log.failed.is_some() {
+            // A failed log's files are left exactly as they are.
+            return Ok(());
+        }
         let expired = active.max_timestamp() < now_ms.saturating_sub(retention.as_millis() as i64);
         if active.is_empty() || !idle || !expired {
             return Ok(());
@@ -428,7 +597,7 @@ pub async fn flush(cell: &RefCell<PartitionLog>) -> Result<Option<Flushed>, LogE
     let batches = {
         let mut log = cell.borrow_mut();
         if let Some(f) = &log.failed {
-            return Err(LogError::Failed(f.clone()));
+            return Err(LogError::Failed(f.why.clone()));
         }
         if log.pending.is_empty() {
             return Ok(None);

@@ -15,14 +15,14 @@ use bytes::Bytes;
 use rill_shards::rt::{DmaFile, DmaOpenOptions, ReadResult};
 
 use super::error::LogError;
-use super::index::SparseIndex;
-use super::scan::{scan, ScanStop, ScannedBatch};
+use super::index::{SegmentExtent, SparseIndex};
+use super::scan::{ScanStep, ScanStop, SegmentScan};
 use crate::batch::BatchView;
 
 /// Alignment of O_DIRECT writes.
 pub const PAGE: u64 = 4096;
-/// How much recovery and index rebuilds read at a time.
-const SCAN_CHUNK: usize = 4 << 20;
+/// How much recovery, index rebuilds and time lookups read at a time, by default.
+pub const SCAN_BYTES: usize = 4 << 20;
 
 /// Settings a segment needs.
 #[derive(Debug, Clone)]
@@ -32,6 +32,9 @@ pub struct SegmentConfig {
     pub segment_age: Option<std::time::Duration>,
     pub index_interval_bytes: u32,
     pub preallocate: bool,
+    /// How much a scan reads at a time ([`SCAN_BYTES`]; smaller in tests, so that reads end
+    /// inside batches and headers often).
+    pub scan_bytes: usize,
 }
 
 pub fn segment_file_name(base_offset: u64) -> String {
@@ -82,6 +85,25 @@ impl WriteJob {
     }
 }
 
+/// What [`Segment::open`] found.
+#[derive(Debug, Default)]
+pub struct SegmentCheck {
+    /// The file's length.
+    pub file_len: u64,
+    /// Set when the file holds something other than whole batches after its data.
+    pub damage: Option<Damage>,
+}
+
+/// Data of a segment file that is not whole, valid batches.
+#[derive(Debug, Clone)]
+pub struct Damage {
+    /// Where the valid data ends.
+    pub at: u64,
+    pub what: String,
+    /// Non-zero bytes seen after `at` (a torn or corrupt tail as opposed to zeros).
+    pub garbage: u64,
+}
+
 pub struct Segment {
     pub base_offset: u64,
     /// When this process created or opened the segment (the clock `segment.ms` runs on).
@@ -103,6 +125,7 @@ pub struct Segment {
     closed: bool,
     /// Written bytes not yet covered by an fdatasync.
     unsynced: bool,
+    scan_bytes: usize,
 }
 
 impl Segment {
@@ -143,20 +166,22 @@ impl Segment {
             tail_page: Vec::new(),
             closed: false,
             unsynced: false,
+            scan_bytes: cfg.scan_bytes,
         })
     }
 
-    /// Opens an existing segment. `active` segments (the last of a partition) are always
-    /// scanned batch by batch and a torn or corrupt tail is cut off; closed ones are trusted
-    /// when their index files are intact, else scanned and their indexes rebuilt.
-    /// Returns the segment and the number of bytes of garbage cut from its tail.
+    /// Opens an existing segment, checking it against itself: a closed segment is trusted
+    /// when its index files are intact and record the file's length, else it is scanned and
+    /// must be whole batches to its last byte; an active one (the last of a partition) is
+    /// always scanned batch by batch. Nothing is cut or rewritten here: what the scan found is
+    /// reported, and the partition decides ([`repair_tail`](Self::repair_tail)), since only
+    /// it knows which offsets were acknowledged.
     pub async fn open(
         path: PathBuf,
         base_offset: u64,
-        next_offset_hint: Option<u64>,
         active: bool,
         cfg: &SegmentConfig,
-    ) -> Result<(Segment, u64), LogError> {
+    ) -> Result<(Segment, SegmentCheck), LogError> {
         let file = DmaOpenOptions::new()
             .read(true)
             .write(true)
@@ -165,53 +190,106 @@ impl Segment {
             .map_err(|e| LogError::io(&path, e))?;
         let file_len = file.file_size().await.map_err(|e| LogError::io(&path, e))?;
         let (idx_path, tidx_path) = index_paths(&path);
+        let mut recorded = None;
         if !active {
-            if let (Ok(idx), Ok(tidx), Some(next)) = (
-                std::fs::read(&idx_path),
-                std::fs::read(&tidx_path),
-                next_offset_hint,
-            ) {
-                if let Some(index) = SparseIndex::decode(
-                    base_offset,
-                    cfg.index_interval_bytes,
-                    &idx,
-                    &tidx,
-                    file_len.max(1),
-                ) {
-                    let mut seg =
-                        Segment::from_parts(path, file, base_offset, file_len, next, index)?;
-                    seg.closed = true;
-                    return Ok((seg, 0));
+            if let (Ok(idx), Ok(tidx)) = (std::fs::read(&idx_path), std::fs::read(&tidx_path)) {
+                if let Some((index, extent)) =
+                    SparseIndex::decode(base_offset, cfg.index_interval_bytes, &idx, &tidx)
+                {
+                    if extent.size == file_len {
+                        let mut seg = Segment::from_parts(
+                            path,
+                            file,
+                            base_offset,
+                            file_len,
+                            extent.next_offset,
+                            index,
+                            cfg,
+                        )?;
+                        seg.closed = true;
+                        return Ok((seg, SegmentCheck::default()));
+                    }
+                    recorded = Some(extent);
                 }
             }
         }
-        let (batches, end, garbage) = scan_file(&file, &path, base_offset, file_len).await?;
+        let mut scan =
+            SegmentScan::new(&file, &path, 0, file_len, Some(base_offset), cfg.scan_bytes);
         let mut index = SparseIndex::new(cfg.index_interval_bytes);
-        for b in &batches {
-            index.on_batch(b.base_offset, b.position as u32, b.len, b.max_timestamp);
-        }
-        let next = batches.last().map_or(base_offset, |b| b.next_offset);
-        if end < file_len {
-            // Cut the torn tail or the preallocated zeros, then re-preallocate: bytes after the
-            // data must read as zeros so that garbage can never pass for a batch later.
-            file.truncate(end)
-                .await
-                .map_err(|e| LogError::io(&path, e))?;
-            if active && cfg.preallocate {
-                file.pre_allocate(cfg.segment_bytes.max(end), false)
-                    .await
-                    .map_err(|e| LogError::io(&path, e))?;
+        let mut next = base_offset;
+        let (end, stop) = loop {
+            match scan.next().await? {
+                ScanStep::Batch(b) => {
+                    index.on_batch(b.base_offset, b.position as u32, b.len, b.max_timestamp);
+                    next = b.next_offset;
+                }
+                ScanStep::End { position, stop } => break (position, stop),
             }
-            file.fdatasync().await.map_err(|e| LogError::io(&path, e))?;
+        };
+        let garbage = scan.garbage_after(end);
+        let damage = match (stop, recorded) {
+            (_, Some(extent)) if extent.size != end || extent.next_offset != next => Some(Damage {
+                at: end,
+                what: format!(
+                    "holds {end} bytes of batches (offsets {base_offset}..{next}) but held {} \
+                         bytes (offsets up to {}) when it was closed",
+                    extent.size, extent.next_offset
+                ),
+                garbage,
+            }),
+            // Zeros after an active segment's data are its preallocated space.
+            (Some(ScanStop::Invalid { .. }), _) if active && garbage == 0 => None,
+            (Some(stop), _) => Some(Damage {
+                at: end,
+                what: stop.corrupt(&path).to_string(),
+                garbage,
+            }),
+            (None, _) => None,
+        };
+        let mut seg = Segment::from_parts(path, file, base_offset, end, next, index, cfg)?;
+        seg.closed = !active;
+        if !active && damage.is_none() {
+            // Best effort: a closed segment without index files is scanned again next time.
+            if let Err(e) = seg.write_index_files() {
+                log::warn!("{}: cannot rewrite its index: {e}", seg.path.display());
+            }
         }
-        let mut seg = Segment::from_parts(path, file, base_offset, end, next, index)?;
-        if !active {
-            seg.closed = true;
-            seg.write_index_files()?;
-        } else {
-            seg.load_tail_page().await?;
+        Ok((seg, SegmentCheck { file_len, damage }))
+    }
+
+    /// Makes an active segment writable after [`open`](Self::open): cuts whatever follows its
+    /// data (a torn tail, or the preallocated space), preallocates again so that the bytes
+    /// after the data read as zeros (garbage must never pass for a batch later), and syncs.
+    pub async fn repair_tail(
+        &mut self,
+        file_len: u64,
+        cfg: &SegmentConfig,
+    ) -> Result<(), LogError> {
+        let end = self.written;
+        if end < file_len {
+            self.file
+                .truncate(end)
+                .await
+                .map_err(|e| LogError::io(&*self.path, e))?;
+            if cfg.preallocate {
+                self.file
+                    .pre_allocate(cfg.segment_bytes.max(end), false)
+                    .await
+                    .map_err(|e| LogError::io(&*self.path, e))?;
+            }
         }
-        Ok((seg, garbage))
+        // Also after a failed fdatasync: what was written before is made durable now.
+        self.file
+            .fdatasync()
+            .await
+            .map_err(|e| LogError::io(&*self.path, e))?;
+        self.load_tail_page().await
+    }
+
+    /// Makes the segment read-only without touching its file (a partition that failed).
+    pub fn freeze(&mut self) {
+        self.closed = true;
+        self.tail_page = Vec::new();
     }
 
     fn from_parts(
@@ -221,6 +299,7 @@ impl Segment {
         size: u64,
         next_offset: u64,
         index: SparseIndex,
+        cfg: &SegmentConfig,
     ) -> Result<Segment, LogError> {
         Ok(Segment {
             base_offset,
@@ -235,6 +314,7 @@ impl Segment {
             tail_page: Vec::new(),
             closed: false,
             unsynced: false,
+            scan_bytes: cfg.scan_bytes,
         })
     }
 
@@ -364,7 +444,11 @@ impl Segment {
     }
 
     fn write_index_files(&self) -> Result<(), LogError> {
-        let (idx, tidx) = self.index.encode(self.base_offset);
+        let extent = SegmentExtent {
+            size: self.written,
+            next_offset: self.next_offset,
+        };
+        let (idx, tidx) = self.index.encode(self.base_offset, extent);
         let (idx_path, tidx_path) = index_paths(&self.path);
         write_synced(&tidx_path, &tidx)?;
         write_synced(&idx_path, &idx)
@@ -379,14 +463,11 @@ impl Segment {
 
     /// A reader positioned by the offset index for `offset`.
     pub fn reader_for_offset(&self, offset: u64) -> SegmentReader {
-        SegmentReader {
-            base_offset: self.base_offset,
-            file: self.file.clone(),
-            read_fd: self.read_fd.clone(),
-            path: self.path.clone(),
-            written: self.written,
-            position: u64::from(self.index.position_for_offset(offset)),
-        }
+        let (position, expected) = self
+            .index
+            .entry_for_offset(offset)
+            .map_or((0, self.base_offset), |(p, o)| (u64::from(p), o));
+        self.reader_at(position, expected)
     }
 
     /// A reader positioned by the time index for `ts`; `None` if every record is older.
@@ -394,14 +475,22 @@ impl Segment {
         if self.index.max_timestamp() < ts {
             return None;
         }
-        Some(SegmentReader {
+        let position = u64::from(self.index.position_for_timestamp(ts));
+        // The batch there starts wherever the index says; contiguity is checked from it on.
+        Some(self.reader_at(position, u64::MAX))
+    }
+
+    fn reader_at(&self, position: u64, expected: u64) -> SegmentReader {
+        SegmentReader {
             base_offset: self.base_offset,
             file: self.file.clone(),
             read_fd: self.read_fd.clone(),
             path: self.path.clone(),
             written: self.written,
-            position: u64::from(self.index.position_for_timestamp(ts)),
-        })
+            position,
+            expected: (expected != u64::MAX).then_some(expected),
+            scan_bytes: self.scan_bytes,
+        }
     }
 
     /// Deletes the segment's files.
@@ -420,6 +509,9 @@ pub struct SegmentReader {
     path: Rc<Path>,
     written: u64,
     position: u64,
+    /// The base offset the batch at `position` must have (from the index), when known.
+    expected: Option<u64>,
+    scan_bytes: usize,
 }
 
 /// A byte range of a segment file to hand to sendfile.
@@ -433,8 +525,9 @@ pub struct FileRange {
 impl SegmentReader {
     /// For sendfile: the byte range from the batch holding `offset`, `max_bytes` long (at least
     /// that whole batch), ending at or before `limit_position` (the high watermark's byte
-    /// position). Only headers are read (through the page cache); the range may end in the
-    /// middle of a batch, which consumers drop, as Kafka's do.
+    /// position). Only headers are read (through the page cache), each checked (length, magic,
+    /// contiguous offsets); the range may end in the middle of a batch, which consumers drop,
+    /// as Kafka's do. The bytes inside the range are checked by the consumer (CRC).
     pub fn file_range(
         &self,
         offset: u64,
@@ -444,6 +537,7 @@ impl SegmentReader {
         use std::os::unix::fs::FileExt;
         let limit = limit_position.min(self.written);
         let mut position = self.position;
+        let mut expected = self.expected;
         let mut header = [0u8; crate::batch::HEADER_LEN];
         loop {
             if position + crate::batch::HEADER_LEN as u64 > limit {
@@ -452,19 +546,22 @@ impl SegmentReader {
             self.read_fd
                 .read_exact_at(&mut header, position)
                 .map_err(|e| LogError::io(&*self.path, e))?;
-            let h =
-                crate::batch::BatchHeader::decode(&header).ok_or_else(|| LogError::Corrupt {
-                    path: self.path.to_path_buf(),
-                    position,
-                    what: "short header".into(),
-                })?;
-            if h.magic != crate::batch::MAGIC || (h.length as usize) <= crate::batch::HEADER_LEN {
-                return Err(LogError::Corrupt {
-                    path: self.path.to_path_buf(),
-                    position,
-                    what: "not a batch header".into(),
-                });
+            let h = BatchView::check_header(&header).map_err(|e| LogError::Corrupt {
+                path: self.path.to_path_buf(),
+                position,
+                what: e.to_string(),
+            })?;
+            if let Some(want) = expected {
+                if h.base_offset != want {
+                    return Err(ScanStop::Discontiguous {
+                        position,
+                        expected: want,
+                        found: h.base_offset,
+                    }
+                    .corrupt(&self.path));
+                }
             }
+            expected = Some(h.next_offset());
             let len = u64::from(h.length);
             if h.next_offset() > offset {
                 if position + len > limit {
@@ -482,74 +579,34 @@ impl SegmentReader {
     }
 
     /// Reads whole batches starting with the one holding `offset`, up to `max_bytes` (at least
-    /// one batch), stopping before `limit_offset`. Returns the bytes as read from the file.
+    /// one batch), stopping before `limit_offset`. Every batch is checked (header, CRC,
+    /// contiguous offsets); the bytes are returned as read from the file, not copied.
     pub async fn read(
         self,
         offset: u64,
         max_bytes: usize,
         limit_offset: u64,
     ) -> Result<Option<ReadResult>, LogError> {
-        let mut position = self.position;
-        let end = self.written;
-        let mut want = (max_bytes as u64 + 2 * PAGE).max(64 << 10);
-        loop {
-            if position >= end {
-                return Ok(None);
+        let mut scan = self.scan((max_bytes as u64 + 2 * PAGE).max(64 << 10) as usize);
+        let first = loop {
+            match scan.next_batch().await? {
+                Some(b) if b.next_offset <= offset => continue,
+                Some(b) => break b,
+                None => return Ok(None),
             }
-            let len = want.min(end - position) as usize;
-            let rr = self
-                .file
-                .read_at(position, len)
-                .await
-                .map_err(|e| LogError::io(&*self.path, e))?;
-            let mut found = Vec::new();
-            let stop = scan(&rr, position, None, &mut found);
-            let first = found.iter().position(|b| b.next_offset > offset);
-            match first {
-                Some(i) => {
-                    let start = found[i].position;
-                    let mut stop_at = start + u64::from(found[i].len);
-                    for b in &found[i + 1..] {
-                        if b.base_offset >= limit_offset
-                            || (stop_at - start) as usize + b.len as usize > max_bytes
-                        {
-                            break;
-                        }
-                        stop_at = b.position + u64::from(b.len);
-                    }
-                    if found[i].base_offset >= limit_offset {
-                        return Ok(None);
-                    }
-                    let rel = (start - position) as usize;
-                    return Ok(ReadResult::slice(&rr, rel, (stop_at - start) as usize));
-                }
-                None => match stop {
-                    ScanStop::Truncated { position: p, need } => {
-                        // Skip the whole batches before it and read the big one whole.
-                        position = p;
-                        want = want.max(need as u64);
-                    }
-                    ScanStop::End => match found.last() {
-                        Some(last) => position = last.position + u64::from(last.len),
-                        None => return Ok(None),
-                    },
-                    ScanStop::Invalid { position: p, error } => {
-                        return Err(LogError::Corrupt {
-                            path: self.path.to_path_buf(),
-                            position: p,
-                            what: error.to_string(),
-                        })
-                    }
-                    ScanStop::Discontiguous { position: p, .. } => {
-                        return Err(LogError::Corrupt {
-                            path: self.path.to_path_buf(),
-                            position: p,
-                            what: "offsets not contiguous".into(),
-                        })
-                    }
-                },
-            }
+        };
+        if first.base_offset >= limit_offset {
+            return Ok(None);
         }
+        let mut stop_at = first.end();
+        // Batches after the first are taken while they are already read and fit.
+        while let Some(ScanStep::Batch(b)) = scan.next_in_window() {
+            if b.base_offset >= limit_offset || (b.end() - first.position) as usize > max_bytes {
+                break;
+            }
+            stop_at = b.end();
+        }
+        Ok(scan.slice(first.position, stop_at))
     }
 
     /// The first (offset, timestamp) of a record at or after `ts` below `limit_offset`.
@@ -558,62 +615,42 @@ impl SegmentReader {
         ts: i64,
         limit_offset: u64,
     ) -> Result<Option<(u64, i64)>, LogError> {
-        let mut position = self.position;
-        while position < self.written {
-            let len = (SCAN_CHUNK as u64).min(self.written - position) as usize;
-            let rr = self
-                .file
-                .read_at(position, len)
-                .await
-                .map_err(|e| LogError::io(&*self.path, e))?;
-            let mut found = Vec::new();
-            let stop = scan(&rr, position, None, &mut found);
-            for b in &found {
-                if b.base_offset >= limit_offset {
+        let mut scan = self.scan(self.scan_bytes);
+        while let Some(b) = scan.next_batch().await? {
+            if b.base_offset >= limit_offset {
+                return Ok(None);
+            }
+            if b.max_timestamp < ts {
+                continue;
+            }
+            let corrupt = |e: crate::batch::BatchError| LogError::Corrupt {
+                path: self.path.to_path_buf(),
+                position: b.position,
+                what: e.to_string(),
+            };
+            let view = BatchView::parse_header(scan.bytes(&b)).map_err(corrupt)?;
+            for r in view.records().map_err(corrupt)? {
+                if r.offset >= limit_offset {
                     return Ok(None);
                 }
-                if b.max_timestamp < ts {
-                    continue;
+                if r.timestamp_ms >= ts {
+                    return Ok(Some((r.offset, r.timestamp_ms)));
                 }
-                let rel = (b.position - position) as usize;
-                let view =
-                    BatchView::parse_header(&rr[rel..rel + b.len as usize]).map_err(|e| {
-                        LogError::Corrupt {
-                            path: self.path.to_path_buf(),
-                            position: b.position,
-                            what: e.to_string(),
-                        }
-                    })?;
-                let records = view.records().map_err(|e| LogError::Corrupt {
-                    path: self.path.to_path_buf(),
-                    position: b.position,
-                    what: e.to_string(),
-                })?;
-                for r in records {
-                    if r.offset >= limit_offset {
-                        return Ok(None);
-                    }
-                    if r.timestamp_ms >= ts {
-                        return Ok(Some((r.offset, r.timestamp_ms)));
-                    }
-                }
-            }
-            match (stop, found.last()) {
-                (ScanStop::Truncated { position: p, need }, _) if need > SCAN_CHUNK => {
-                    return Err(LogError::Corrupt {
-                        path: self.path.to_path_buf(),
-                        position: p,
-                        what: format!("batch of {need} bytes exceeds the scan window"),
-                    })
-                }
-                (ScanStop::Truncated { position: p, .. }, _) => position = p,
-                (_, Some(last)) if last.position + u64::from(last.len) > position => {
-                    position = last.position + u64::from(last.len)
-                }
-                _ => return Ok(None),
             }
         }
         Ok(None)
+    }
+
+    /// A checked scan from the reader's position to the written end.
+    fn scan(&self, chunk: usize) -> SegmentScan<'_> {
+        SegmentScan::new(
+            &self.file,
+            &self.path,
+            self.position,
+            self.written,
+            self.expected,
+            chunk,
+        )
     }
 }
 
@@ -643,60 +680,4 @@ fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), LogError> {
     let mut f = std::fs::File::create(path).map_err(|e| LogError::io(path, e))?;
     f.write_all(bytes).map_err(|e| LogError::io(path, e))?;
     f.sync_data().map_err(|e| LogError::io(path, e))
-}
-
-/// Scans a whole segment file from the start. Returns the valid batches, where the valid data
-/// ends, and how many bytes of non-zero garbage followed it (a torn or corrupt tail).
-async fn scan_file(
-    file: &DmaFile,
-    path: &Path,
-    base_offset: u64,
-    file_len: u64,
-) -> Result<(Vec<ScannedBatch>, u64, u64), LogError> {
-    let mut batches = Vec::new();
-    let mut position = 0u64;
-    let mut expected = Some(base_offset);
-    let mut want = SCAN_CHUNK as u64;
-    loop {
-        if position >= file_len {
-            return Ok((batches, position, 0));
-        }
-        let len = want.min(file_len - position) as usize;
-        let rr = file
-            .read_at(position, len)
-            .await
-            .map_err(|e| LogError::io(path, e))?;
-        let before = batches.len();
-        let stop = scan(&rr, position, expected, &mut batches);
-        if let Some(last) = batches[before..].last() {
-            expected = Some(last.next_offset);
-        }
-        let resume = batches
-            .last()
-            .map_or(0, |b| b.position + u64::from(b.len))
-            .max(position);
-        match stop {
-            ScanStop::End => {
-                position = resume;
-                want = SCAN_CHUNK as u64;
-            }
-            ScanStop::Truncated { position: p, need } => {
-                if p + need as u64 > file_len {
-                    // A batch that claims to run past the file: torn.
-                    let garbage = nonzero_tail(&rr[(p - position) as usize..]);
-                    return Ok((batches, p, garbage));
-                }
-                position = p;
-                want = want.max(need as u64);
-            }
-            ScanStop::Invalid { position: p, .. } | ScanStop::Discontiguous { position: p, .. } => {
-                let garbage = nonzero_tail(&rr[(p - position) as usize..]);
-                return Ok((batches, p, garbage));
-            }
-        }
-    }
-}
-
-fn nonzero_tail(b: &[u8]) -> u64 {
-    b.iter().rposition(|x| *x != 0).map_or(0, |i| i as u64 + 1)
 }

@@ -45,6 +45,8 @@ pub struct Partition {
     decommissioned: Cell<bool>,
     /// The topic's settings over the broker defaults; replaced when its configs change.
     settings: RefCell<TopicSettings>,
+    /// The high watermark last written to the partition's checkpoint file.
+    checkpointed: Cell<u64>,
 }
 
 /// What `DescribePartitions` reports about one partition.
@@ -91,6 +93,7 @@ impl Partition {
             deleted: Cell::new(false),
             decommissioned: Cell::new(false),
             settings: RefCell::new(settings),
+            checkpointed: Cell::new(0),
         }
     }
 
@@ -359,6 +362,68 @@ impl Partition {
             Some(r) => r.find_timestamp(ts, hw).await,
             None => Ok(None),
         }
+    }
+
+    /// Writes the high watermark checkpoint if it moved since the last one: recovery refuses
+    /// to hand out offsets below it again (see [`PartitionLog::open`]). The file is synced on
+    /// the executor's blocking pool, off the shard thread.
+    pub async fn checkpoint_high_watermark(&self) -> Result<(), LogError> {
+        let hw = self.high_watermark.get();
+        if hw <= self.checkpointed.get() || self.deleted.get() {
+            return Ok(());
+        }
+        let dir = self.log.borrow().dir().to_path_buf();
+        rill_shards::rt::spawn_blocking(move || partition_log::write_high_watermark(&dir, hw))
+            .await?;
+        self.checkpointed.set(self.checkpointed.get().max(hw));
+        Ok(())
+    }
+
+    /// Reopens a log that failed for a reason reopening may cure (a full or failing disk):
+    /// recovery checks the files again, and if they hold every acknowledged offset the
+    /// partition takes writes again. Batches that were appended but never written are gone
+    /// (their producers were refused), so the tail cache forgets the partition. Returns
+    /// whether the partition is writable again.
+    pub async fn try_reopen(&self, cache: &TailCache) -> Result<bool, LogError> {
+        let (dir, cfg) = {
+            let log = self.log.borrow();
+            if !log.can_retry() || self.deleted.get() {
+                return Ok(false);
+            }
+            (log.dir().to_path_buf(), log.config().clone())
+        };
+        let (mut log, _) = PartitionLog::open(dir, cfg).await?;
+        if self.deleted.get() || log.failure().is_some() {
+            return Ok(false);
+        }
+        let hw = self.high_watermark.get();
+        if log.next_offset() < hw {
+            let why = format!(
+                "reopened after a storage failure, the log ends at {} below the high \
+                 watermark {hw}",
+                log.next_offset()
+            );
+            self.log.borrow_mut().fail_for_good(why);
+            return Ok(false);
+        }
+        let s = self.settings();
+        log.set_segment_limits(s.segment_bytes, s.segment_age);
+        let end = log.end_position();
+        cache.forget(self.cache_key);
+        *self.log.borrow_mut() = log;
+        if end.offset > hw {
+            // Written before the failure and synced by the reopen: durable now.
+            self.advance(end);
+        } else {
+            self.hw_position.set(end);
+        }
+        log::info!(
+            "{}-{}: storage recovered, writes resume at offset {}",
+            self.topic,
+            self.index,
+            end.offset
+        );
+        Ok(true)
     }
 
     /// Writes pending batches; see [`partition_log::flush`].

@@ -259,6 +259,8 @@ async fn run_shard(
         .detach();
     }
     spawn_local(retention_loop(shard.clone())).detach();
+    spawn_local(checkpoint_loop(shard.clone())).detach();
+    spawn_local(storage_retry_loop(shard.clone())).detach();
     spawn_local(group_ticks(shard.clone())).detach();
     let s = shard.clone();
     spawn_local(async move {
@@ -295,6 +297,32 @@ async fn run_shard(
     // disk's cache, whatever --fsync says), then end the shard.
     shard.group_commit.quiesce().await;
     GroupCommit::sync_all(&shard.all_partitions()).await;
+    checkpoint_high_watermarks(&shard).await;
+}
+
+/// Records every partition's high watermark whose checkpoint is behind.
+async fn checkpoint_high_watermarks(shard: &Shard) {
+    for p in shard.all_partitions() {
+        if let Err(e) = p.checkpoint_high_watermark().await {
+            log::warn!("{}-{}: high watermark checkpoint: {e}", p.topic, p.index);
+        }
+    }
+}
+
+/// Every `--replica-high-watermark-checkpoint-interval-ms`, checkpoints high watermarks.
+async fn checkpoint_loop(shard: Rc<Shard>) {
+    loop {
+        rill_shards::rt::sleep(shard.cfg.hw_checkpoint_interval).await;
+        checkpoint_high_watermarks(&shard).await;
+    }
+}
+
+/// Every `--storage-retry-interval-ms`, retries partitions whose storage failed.
+async fn storage_retry_loop(shard: Rc<Shard>) {
+    loop {
+        rill_shards::rt::sleep(shard.cfg.storage_retry_interval).await;
+        shard.retry_storage().await;
+    }
 }
 
 /// How often a shard expires group sessions and rebalance deadlines.

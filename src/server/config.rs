@@ -23,6 +23,11 @@ pub struct BrokerConfig {
     pub topic_defaults: TopicDefaults,
     /// How often each shard applies retention (`--retention-check-interval-ms`).
     pub retention_check_interval: Duration,
+    /// How often each shard checkpoints high watermarks
+    /// (`--replica-high-watermark-checkpoint-interval-ms`).
+    pub hw_checkpoint_interval: Duration,
+    /// How often failed partitions are reopened (`--storage-retry-interval-ms`).
+    pub storage_retry_interval: Duration,
     /// How fetches read data not in the tail cache.
     pub file_reads: FileReads,
     pub index_interval_bytes: u32,
@@ -58,6 +63,8 @@ impl BrokerConfig {
             fsync: FsyncPolicy::Always,
             topic_defaults: TopicDefaults::default(),
             retention_check_interval: Duration::from_secs(300),
+            hw_checkpoint_interval: Duration::from_secs(5),
+            storage_retry_interval: Duration::from_secs(5),
             file_reads: FileReads::Sendfile,
             index_interval_bytes: 4096,
             preallocate: true,

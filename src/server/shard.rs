@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use rill_shards::Deadlines;
 
@@ -19,21 +19,54 @@ use crate::partition::group_commit::GroupCommit;
 use crate::partition::tail_cache::TailCache;
 use crate::partition::Partition;
 
-/// How far each shard has applied the controller's metadata, shared across shards so that a
-/// CreateTopics answers only once every shard has opened its new partitions.
-pub struct AppliedIndexes(Vec<AtomicU64>);
+/// How far each shard has applied the controller's metadata, and which partitions it could
+/// not open, shared across shards so that a CreateTopics answers only once every shard has
+/// opened its new partitions, or says which could not be.
+pub struct AppliedIndexes {
+    indexes: Vec<AtomicU64>,
+    /// (topic id, partition) -> why it cannot be opened. Control path only: a lock is fine.
+    open_failures: Mutex<HashMap<(u64, u32), String>>,
+}
 
 impl AppliedIndexes {
     pub fn new(shards: usize) -> Arc<AppliedIndexes> {
-        Arc::new(AppliedIndexes(
-            (0..shards).map(|_| AtomicU64::new(0)).collect(),
-        ))
+        Arc::new(AppliedIndexes {
+            indexes: (0..shards).map(|_| AtomicU64::new(0)).collect(),
+            open_failures: Mutex::new(HashMap::new()),
+        })
     }
     pub fn set(&self, shard: usize, index: u64) {
-        self.0[shard].store(index, Ordering::Release);
+        self.indexes[shard].store(index, Ordering::Release);
     }
     pub fn all_at_least(&self, index: u64) -> bool {
-        self.0.iter().all(|a| a.load(Ordering::Acquire) >= index)
+        self.indexes
+            .iter()
+            .all(|a| a.load(Ordering::Acquire) >= index)
+    }
+    fn failures(&self) -> std::sync::MutexGuard<'_, HashMap<(u64, u32), String>> {
+        self.open_failures.lock().unwrap_or_else(|e| e.into_inner())
+    }
+    /// Records why a partition could not be opened (`None`: it is open now).
+    pub fn set_open_failure(&self, topic_id: u64, partition: u32, why: Option<String>) {
+        match why {
+            Some(w) => self.failures().insert((topic_id, partition), w),
+            None => self.failures().remove(&(topic_id, partition)),
+        };
+    }
+    /// Why the partition could not be opened, if it could not.
+    pub fn open_failure(&self, topic_id: u64, partition: u32) -> Option<String> {
+        self.failures().get(&(topic_id, partition)).cloned()
+    }
+    /// The partitions of a topic that could not be opened, with why.
+    pub fn open_failures_of(&self, topic_id: u64) -> Vec<(u32, String)> {
+        let mut v: Vec<_> = self
+            .failures()
+            .iter()
+            .filter(|((t, _), _)| *t == topic_id)
+            .map(|((_, p), w)| (*p, w.clone()))
+            .collect();
+        v.sort();
+        v
     }
 }
 
@@ -53,6 +86,9 @@ pub struct Shard {
     partitions: RefCell<PartitionMap>,
     next_cache_key: Cell<u64>,
     pub connections: Cell<usize>,
+    /// A metadata apply is running, and the event its end fires.
+    applying: Cell<bool>,
+    apply_done: event_listener::Event,
     /// The consumer groups this shard coordinates.
     pub groups: super::groups::GroupHost,
     /// Present with `--file-reads sendfile`.
@@ -96,6 +132,8 @@ impl Shard {
             partitions: RefCell::new(HashMap::new()),
             next_cache_key: Cell::new(1),
             connections: Cell::new(0),
+            applying: Cell::new(false),
+            apply_done: event_listener::Event::new(),
             groups: super::groups::GroupHost::new(crate::group::GroupConfig::default()),
             sendfile,
         })
@@ -122,12 +160,65 @@ impl Shard {
             segment_age: None,
             index_interval_bytes: self.cfg.index_interval_bytes,
             preallocate: self.cfg.preallocate,
+            scan_bytes: crate::log::segment::SCAN_BYTES,
+        }
+    }
+
+    /// Retries what failed in storage: reopens partitions whose disk failed (they take writes
+    /// again once it is back) and opens again those that could not be opened.
+    pub async fn retry_storage(self: &Rc<Self>) {
+        for p in self.all_partitions() {
+            if !p.log.borrow().can_retry() {
+                continue;
+            }
+            if let Err(e) = p.try_reopen(&self.cache).await {
+                log::debug!("{}-{}: still failed: {e}", p.topic, p.index);
+            }
+        }
+        let unopened = {
+            let md = self.metadata.borrow();
+            md.topics.values().any(|t| {
+                t.partitions.iter().any(|pi| {
+                    pi.leader == self.cfg.node_id
+                        && pi.shard as usize == self.id
+                        && self.applied.open_failure(t.id, pi.partition).is_some()
+                })
+            })
+        };
+        if unopened {
+            let md = self.metadata.borrow().clone();
+            self.apply_metadata(md).await;
         }
     }
 
     /// Brings the shard's partitions in line with `md`: opens new ones placed here, drops and
     /// deletes the files of those whose topic is gone. Runs in metadata order, one at a time.
     pub async fn apply_metadata(self: &Rc<Self>, md: Arc<ClusterMetadata>) {
+        // One apply at a time: two could open the same partition twice (opening awaits).
+        loop {
+            if !self.applying.get() {
+                break;
+            }
+            let done = self.apply_done.listen();
+            if !self.applying.get() {
+                break;
+            }
+            done.await;
+        }
+        self.applying.set(true);
+        // Never go back to an older view than one already applied.
+        let current = self.metadata.borrow().clone();
+        let md = if md.applied_index < current.applied_index {
+            current
+        } else {
+            md
+        };
+        self.apply_metadata_now(md).await;
+        self.applying.set(false);
+        self.apply_done.notify(usize::MAX);
+    }
+
+    async fn apply_metadata_now(self: &Rc<Self>, md: Arc<ClusterMetadata>) {
         let node = self.cfg.node_id;
         // Deletions first: a deleted and re-created topic gets a new id, so its new files
         // never collide with the old ones.
@@ -178,6 +269,7 @@ impl Shard {
                                 String::new()
                             }
                         );
+                        self.applied.set_open_failure(topic.id, pi.partition, None);
                         let key = self.next_cache_key.get();
                         self.next_cache_key.set(key + 1);
                         let name: Rc<str> = Rc::from(topic.name.as_str());
@@ -197,7 +289,11 @@ impl Shard {
                         }
                         v[pi.partition as usize] = Some(p);
                     }
-                    Err(e) => log::error!("shard {}: cannot open {}: {e}", self.id, dir.display()),
+                    Err(e) => {
+                        log::error!("shard {}: cannot open {}: {e}", self.id, dir.display());
+                        self.applied
+                            .set_open_failure(topic.id, pi.partition, Some(e.to_string()));
+                    }
                 }
             }
         }

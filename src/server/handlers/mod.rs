@@ -112,10 +112,16 @@ pub(crate) fn locate_error(shard: &Shard, topic: &str, partition: u32) -> (Error
         Some(t) => {
             let p = &t.partitions[partition as usize];
             if p.leader == shard.cfg.node_id && p.shard as usize == shard.id {
-                (
-                    ErrorCode::UnknownTopicOrPartition,
-                    format!("{topic}-{partition} is not open yet"),
-                )
+                match shard.applied.open_failure(t.id, partition) {
+                    Some(why) => (
+                        ErrorCode::KafkaStorageError,
+                        format!("{topic}-{partition} cannot be opened: {why}"),
+                    ),
+                    None => (
+                        ErrorCode::UnknownTopicOrPartition,
+                        format!("{topic}-{partition} is not open yet"),
+                    ),
+                }
             } else {
                 (
                     ErrorCode::NotLeaderOrFollower,

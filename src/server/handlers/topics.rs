@@ -114,6 +114,11 @@ pub(crate) async fn propose(
     timeout: Duration,
 ) -> TopicResult {
     let deadline = Instant::now() + timeout;
+    let creating = match &cmd {
+        Command::CreateTopic { .. } => Some(true),
+        Command::AddPartitions { .. } => Some(false),
+        _ => None,
+    };
     let rx = shard.controller.propose(cmd);
     let outcome = futures_lite::future::or(async { Some(rx.recv_async().await) }, async {
         shard.deadlines.sleep_until(deadline).await;
@@ -142,7 +147,10 @@ pub(crate) async fn propose(
                 }
                 shard.deadlines.sleep(APPLY_POLL).await;
             }
-            (ErrorCode::None, String::new())
+            match creating {
+                Some(rollback) => refuse_unopened(shard, &name, rollback, deadline).await,
+                None => (ErrorCode::None, String::new()),
+            }
         }
     };
     TopicResult {
@@ -150,4 +158,41 @@ pub(crate) async fn propose(
         error_code: code.code(),
         message,
     }
+}
+
+/// After a create (or add-partitions) every shard applied: if a new partition could not be
+/// created on disk (a full disk, say), the request fails with KAFKA_STORAGE_ERROR naming it,
+/// and a created topic is deleted again rather than left with partitions nobody can write.
+async fn refuse_unopened(
+    shard: &Rc<Shard>,
+    name: &str,
+    rollback: bool,
+    deadline: Instant,
+) -> (ErrorCode, String) {
+    let Some(id) = shard.controller.metadata().topic(name).map(|t| t.id) else {
+        return (ErrorCode::None, String::new());
+    };
+    let failed = shard.applied.open_failures_of(id);
+    let Some((partition, why)) = failed.first() else {
+        return (ErrorCode::None, String::new());
+    };
+    let mut message = format!(
+        "{} of the topic's partitions cannot be created on disk (partition {partition}: {why})",
+        failed.len()
+    );
+    if rollback {
+        let rx = shard.controller.propose(Command::DeleteTopic {
+            name: name.to_string(),
+        });
+        let undone = futures_lite::future::or(async { rx.recv_async().await.ok() }, async {
+            shard.deadlines.sleep_until(deadline).await;
+            None
+        })
+        .await;
+        match undone {
+            Some(Ok(_)) => message.push_str("; the topic was not created"),
+            _ => message.push_str("; deleting the topic again did not complete"),
+        }
+    }
+    (ErrorCode::KafkaStorageError, message)
 }

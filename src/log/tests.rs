@@ -1,0 +1,515 @@
+//! Storage at its failures: recovery of large segments whatever the batch layout, and every
+//! kind of damage found at open (torn tails, flipped header bytes, missing or shortened
+//! segments, acknowledged offsets gone), on real files through a real shard.
+
+use std::cell::RefCell;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+
+use super::partition_log::{flush, write_high_watermark, PartitionLog};
+use super::{LogError, SegmentConfig};
+use crate::batch::{stamp_batch, BatchBuilder, BatchIter, BatchView};
+
+/// Runs `f` on a fresh pinned shard with a temporary directory, and returns its result.
+fn on_shard<F, Fut, T>(f: F) -> T
+where
+    F: Fn(PathBuf) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = T> + 'static,
+    T: Send + 'static,
+{
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().to_path_buf();
+    let cfg = rill_shards::ShardConfig {
+        cpus: vec![rill_shards::ShardConfig::all_cores()[0]],
+        prime_dir: path.clone(),
+        name: "rill-log-test".into(),
+        io_memory_bytes: 1 << 20,
+        ..rill_shards::ShardConfig::default()
+    };
+    let set = rill_shards::start_shards(cfg, move |_| f(path.join("p")))
+        .expect("start a shard for the test");
+    set.join()
+        .into_iter()
+        .next()
+        .expect("one shard")
+        .expect("the shard ran")
+}
+
+fn config(segment_bytes: u64) -> SegmentConfig {
+    SegmentConfig {
+        segment_bytes,
+        segment_age: None,
+        index_interval_bytes: 4096,
+        preallocate: true,
+        scan_bytes: super::segment::SCAN_BYTES,
+    }
+}
+
+/// A tiny deterministic generator (xorshift), so failures name their seed.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+/// A batch of `records` records whose values are `value_len` bytes, the value naming its
+/// record index (so reads can be checked).
+fn batch(first: u64, records: u32, value_len: usize) -> Vec<u8> {
+    let mut b = BatchBuilder::new();
+    for i in 0..u64::from(records) {
+        let mut v = format!("r{}-", first + i).into_bytes();
+        v.resize(value_len.max(v.len()), b'.');
+        b.push(1_000 + (first + i) as i64, None, &v, &[], &[]);
+    }
+    b.build().expect("batch").to_vec()
+}
+
+/// Appends `batches` (record count, value size) and flushes them; returns the log end.
+async fn append_all(log: &RefCell<PartitionLog>, shapes: &[(u32, usize)]) -> u64 {
+    for &(records, value_len) in shapes {
+        let next = log.borrow().next_offset();
+        let mut bytes = batch(next, records, value_len);
+        stamp_batch(&mut bytes, next, 5);
+        log.borrow_mut()
+            .append_stamped(Bytes::from(bytes), records)
+            .expect("append");
+    }
+    flush(log).await.expect("flush");
+    log.borrow().next_offset()
+}
+
+/// Reads every offset in `[start, end)` back through the copy path, checking each record's
+/// value names its offset.
+async fn read_back(log: &PartitionLog, start: u64, end: u64) -> Result<u64, LogError> {
+    let mut at = start;
+    while at < end {
+        let reader = log.reader_for_offset(at)?;
+        let Some(rr) = reader.read(at, 256 << 10, end).await? else {
+            panic!("no data at offset {at} below {end}");
+        };
+        let mut buf = rkyv::util::AlignedVec::<16>::new();
+        buf.extend_from_slice(&rr);
+        for b in BatchIter::new(&buf) {
+            let b = b.expect("valid batch");
+            for r in b.records().expect("records") {
+                if r.offset < at {
+                    continue;
+                }
+                assert_eq!(r.offset, at, "offsets contiguous");
+                let want = format!("r{at}-");
+                assert!(r.value().starts_with(want.as_bytes()), "value of {at}");
+                at += 1;
+            }
+        }
+    }
+    Ok(at)
+}
+
+fn segment_files(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .expect("dir")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .collect();
+    v.sort();
+    v
+}
+
+/// The byte position of the batch holding `offset` in a segment file (scanned).
+fn position_of(path: &Path, offset: u64) -> u64 {
+    let bytes = std::fs::read(path).expect("segment");
+    let mut at = 0usize;
+    loop {
+        let h = crate::batch::BatchHeader::decode(&bytes[at..]).expect("header");
+        if h.next_offset() > offset {
+            return at as u64;
+        }
+        at += h.length as usize;
+    }
+}
+
+fn flip(path: &Path, position: u64, mask: u8) {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .expect("open");
+    let mut b = [0u8];
+    f.read_exact_at(&mut b, position).expect("read");
+    b[0] ^= mask;
+    f.write_all_at(&b, position).expect("write");
+    f.sync_all().expect("sync");
+}
+
+#[test]
+fn recovery_keeps_every_batch_of_segments_larger_than_any_read() {
+    // Batch sizes from 96 bytes to ~600 KiB in random order, 12-40 MiB per seed, in 64 MiB
+    // segments: many 4 MiB scan windows end inside a header or a batch.
+    // Half the seeds scan with 64 KiB reads, so that reads end inside headers hundreds of times.
+    for seed in [1u64, 7, 42, 1234, 99_991, 5, 77, 31_337] {
+        let (end, reopened) = on_shard(move |dir| async move {
+            let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+            let mut cfg = config(64 << 20);
+            if seed % 2 == 1 {
+                cfg.scan_bytes = 64 << 10;
+            }
+            let (log, _) = PartitionLog::open(dir.clone(), cfg.clone())
+                .await
+                .expect("open");
+            let log = RefCell::new(log);
+            let target = (8 + rng.below(16)) << 20;
+            let mut written = 0u64;
+            while written < target {
+                let shapes: Vec<(u32, usize)> = (0..1 + rng.below(64))
+                    .map(|_| match rng.below(50) {
+                        0 => (1, rng.below(600 << 10) as usize),
+                        1..=5 => (1 + rng.below(50) as u32, rng.below(2048) as usize),
+                        _ => (1, rng.below(400) as usize),
+                    })
+                    .collect();
+                append_all(&log, &shapes).await;
+                written = log.borrow().size_bytes();
+            }
+            let end = log.borrow().next_offset();
+            drop(log);
+            // Without index files the closed segments are scanned too.
+            for f in segment_files(&dir) {
+                let _ = std::fs::remove_file(f.with_extension("index"));
+            }
+            let (log, rec) = PartitionLog::open(dir, cfg).await.expect("reopen");
+            assert_eq!(rec.truncated_bytes, 0, "seed {seed}: nothing is torn");
+            assert!(log.failure().is_none(), "seed {seed}: {:?}", log.failure());
+            let got = read_back(&log, 0, log.next_offset()).await.expect("read");
+            (end, (log.next_offset(), got))
+        });
+        assert_eq!(reopened, (end, end), "seed {seed}");
+    }
+}
+
+/// Exact encoded length of a one-record batch with a `v`-byte value.
+fn one_record_len(v: usize) -> usize {
+    batch(0, 1, v).len()
+}
+
+#[test]
+fn a_header_straddling_a_scan_window_is_not_taken_for_a_torn_tail() {
+    // Puts a batch header across the 4 MiB window boundary at every 16-byte step of the
+    // header: the first batch ends 16..80 bytes before the boundary.
+    for before in [16u64, 32, 48, 64, 80] {
+        let (end, reopened) = on_shard(move |dir| async move {
+            let boundary = 4u64 << 20;
+            let target = (boundary - before) as usize;
+            let v = (0..target)
+                .rev()
+                .find(|v| one_record_len(*v) <= target)
+                .expect("a value size");
+            let (log, _) = PartitionLog::open(dir.clone(), config(64 << 20))
+                .await
+                .expect("open");
+            let log = RefCell::new(log);
+            let mut shapes = vec![(1u32, v)];
+            // Pad with small batches up to exactly `target`.
+            let mut size = one_record_len(v);
+            while size < target {
+                let fill = (0..=(target - size))
+                    .rev()
+                    .find(|w| one_record_len(*w) <= target - size)
+                    .expect("filler");
+                shapes.push((1, fill));
+                size += one_record_len(fill);
+            }
+            assert_eq!(size, target);
+            shapes.extend([(3, 100), (1, 5000), (2, 10)]);
+            let end = append_all(&log, &shapes).await;
+            drop(log);
+            let (log, rec) = PartitionLog::open(dir, config(64 << 20)).await.unwrap();
+            assert_eq!(rec.truncated_bytes, 0);
+            assert!(log.failure().is_none());
+            let got = read_back(&log, 0, log.next_offset()).await.unwrap();
+            (end, (log.next_offset(), got))
+        });
+        assert_eq!(
+            reopened,
+            (end, end),
+            "header {before} bytes before the window end"
+        );
+    }
+}
+
+#[test]
+fn a_torn_tail_past_the_acknowledged_offsets_is_cut_and_writes_resume_there() {
+    let (acked, end, after) = on_shard(|dir| async move {
+        let (log, _) = PartitionLog::open(dir.clone(), config(1 << 20))
+            .await
+            .unwrap();
+        let log = RefCell::new(log);
+        let acked = append_all(&log, &[(10, 100); 20]).await;
+        write_high_watermark(&dir, acked).unwrap();
+        // An unacknowledged last write, torn: its second half never reached the disk.
+        let end = append_all(&log, &[(5, 3000)]).await;
+        drop(log);
+        let seg = segment_files(&dir).pop().unwrap();
+        let torn_at = position_of(&seg, acked);
+        let torn_len = 7_000;
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new().write(true).open(&seg).unwrap();
+        f.write_all_at(&vec![0u8; 8192], torn_at + torn_len)
+            .unwrap();
+        drop(f);
+        let (log, rec) = PartitionLog::open(dir.clone(), config(1 << 20))
+            .await
+            .unwrap();
+        assert!(rec.truncated_bytes > 0, "the torn batch is cut");
+        assert!(log.failure().is_none());
+        assert_eq!(log.next_offset(), acked);
+        let log = RefCell::new(log);
+        let after = append_all(&log, &[(2, 10)]).await;
+        let log = log.into_inner();
+        read_back(&log, 0, after).await.unwrap();
+        (acked, end, after)
+    });
+    assert!(end > acked);
+    assert_eq!(after, acked + 2);
+}
+
+#[test]
+fn a_flipped_byte_below_the_acknowledged_offsets_fails_the_log_and_keeps_its_offsets() {
+    // Every byte of one batch header in the active segment, in turn.
+    for at in 0..crate::batch::HEADER_LEN as u64 {
+        let outcome = on_shard(move |dir| async move {
+            let (log, _) = PartitionLog::open(dir.clone(), config(1 << 20))
+                .await
+                .unwrap();
+            let log = RefCell::new(log);
+            append_all(&log, &[(10, 100); 10]).await;
+            let acked = append_all(&log, &[(10, 100); 10]).await;
+            write_high_watermark(&dir, acked).unwrap();
+            drop(log);
+            let seg = segment_files(&dir).pop().unwrap();
+            let damaged = position_of(&seg, 100);
+            flip(&seg, damaged + at, 0x10);
+            let (log, _) = PartitionLog::open(dir.clone(), config(1 << 20))
+                .await
+                .unwrap();
+            let file_len = std::fs::metadata(&seg).unwrap().len();
+            // Nothing was cut, nothing is reused, what is before the damage still reads.
+            let before = read_back(&log, 0, 100).await.unwrap();
+            let at_damage = log.reader_for_offset(100).err().map(|e| e.to_string());
+            let refused = log.failure().map(|f| f.contains("offsets 100..200"));
+            (
+                log.next_offset(),
+                acked,
+                before,
+                at_damage,
+                refused,
+                file_len,
+            )
+        });
+        let (next, acked, before, at_damage, refused, file_len) = outcome;
+        assert_eq!(
+            next, acked,
+            "byte {at}: the log end stays at the acknowledged offset"
+        );
+        assert_eq!(before, 100, "byte {at}");
+        let e = at_damage.unwrap_or_else(|| panic!("byte {at}: damage served"));
+        assert!(e.contains("100..200"), "byte {at}: {e}");
+        assert_eq!(refused, Some(true), "byte {at}");
+        assert_eq!(file_len, 1 << 20, "byte {at}: the file is left as it was");
+    }
+}
+
+#[test]
+fn a_missing_middle_segment_is_a_hole_not_a_shorter_log() {
+    let (start, before, hole, after, end, append) = on_shard(|dir| async move {
+        let (log, _) = PartitionLog::open(dir.clone(), config(64 << 10))
+            .await
+            .unwrap();
+        let log = RefCell::new(log);
+        for _ in 0..12 {
+            append_all(&log, &[(20, 200); 4]).await;
+        }
+        let end = log.borrow().next_offset();
+        assert!(log.borrow().segment_count() >= 4);
+        drop(log);
+        let files = segment_files(&dir);
+        let gone = &files[1];
+        let from = crate::log::segment::parse_segment_file_name(
+            gone.file_name().unwrap().to_str().unwrap(),
+        )
+        .unwrap();
+        let to = crate::log::segment::parse_segment_file_name(
+            files[2].file_name().unwrap().to_str().unwrap(),
+        )
+        .unwrap();
+        std::fs::remove_file(gone).unwrap();
+        let (log, _) = PartitionLog::open(dir.clone(), config(64 << 10))
+            .await
+            .unwrap();
+        let before = read_back(&log, 0, from).await.unwrap();
+        let hole = log.reader_for_offset(from).err().map(|e| e.to_string());
+        let after = read_back(&log, to, log.next_offset()).await.unwrap();
+        let mut bytes = batch(log.next_offset(), 1, 1);
+        stamp_batch(&mut bytes, log.next_offset(), 1);
+        let log = RefCell::new(log);
+        let append = log
+            .borrow_mut()
+            .append_stamped(Bytes::from(bytes), 1)
+            .is_err();
+        let end_now = log.borrow().next_offset();
+        ((from, to), before, hole, after, (end, end_now), append)
+    });
+    let (from, to) = start;
+    assert_eq!(before, from);
+    let hole = hole.expect("reads in the hole are refused");
+    assert!(hole.contains(&format!("{from}..{to}")), "{hole}");
+    assert_eq!(after, end.0);
+    assert_eq!(end.0, end.1, "the log end does not move back");
+    assert!(append, "a log with a hole takes no writes");
+}
+
+#[test]
+fn a_shortened_closed_segment_is_a_hole_every_time_it_opens() {
+    for with_index in [true, false] {
+        let (holes_first, holes_second, end) = on_shard(move |dir| async move {
+            let (log, _) = PartitionLog::open(dir.clone(), config(64 << 10))
+                .await
+                .unwrap();
+            let log = RefCell::new(log);
+            for _ in 0..8 {
+                append_all(&log, &[(20, 200); 4]).await;
+            }
+            let end = log.borrow().next_offset();
+            drop(log);
+            let files = segment_files(&dir);
+            let victim = &files[0];
+            let len = std::fs::metadata(victim).unwrap().len();
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(victim)
+                .unwrap();
+            f.set_len(len / 2).unwrap();
+            if !with_index {
+                let _ = std::fs::remove_file(victim.with_extension("index"));
+            }
+            let (log, _) = PartitionLog::open(dir.clone(), config(64 << 10))
+                .await
+                .unwrap();
+            let first = log.holes().to_vec();
+            let e1 = log.next_offset();
+            drop(log);
+            let (log, _) = PartitionLog::open(dir.clone(), config(64 << 10))
+                .await
+                .unwrap();
+            assert_eq!(log.next_offset(), e1);
+            (first, log.holes().to_vec(), (end, e1))
+        });
+        assert_eq!(holes_first.len(), 1, "index {with_index}: {holes_first:?}");
+        assert_eq!(
+            holes_first, holes_second,
+            "index {with_index}: a hole stays a hole"
+        );
+        assert_eq!(end.0, end.1, "index {with_index}");
+    }
+}
+
+#[test]
+fn a_flipped_header_byte_in_a_closed_segment_is_an_error_to_readers() {
+    for at in [0u64, 3, 8, 12, 16, 23, 76, 79] {
+        let (good, bad) = on_shard(move |dir| async move {
+            let (log, _) = PartitionLog::open(dir.clone(), config(64 << 10))
+                .await
+                .unwrap();
+            let log = RefCell::new(log);
+            for _ in 0..6 {
+                append_all(&log, &[(20, 200); 4]).await;
+            }
+            drop(log);
+            let files = segment_files(&dir);
+            // The second batch of the first (closed, indexed) segment.
+            let victim = position_of(&files[0], 20);
+            flip(&files[0], victim + at, 0x04);
+            let (log, _) = PartitionLog::open(dir.clone(), config(64 << 10))
+                .await
+                .unwrap();
+            let good = read_back(&log, 0, 20).await.unwrap();
+            let reader = log.reader_for_offset(20).unwrap();
+            let bad = reader.read(20, 1 << 20, log.next_offset()).await.err();
+            let reader = log.reader_for_offset(25).unwrap();
+            let walked = reader.file_range(25, 1 << 20, u64::MAX).err();
+            (
+                good,
+                bad.zip(walked).map(|(a, b)| (a.to_string(), b.to_string())),
+            )
+        });
+        assert_eq!(good, 20, "byte {at}");
+        let (copy, sendfile) = bad.unwrap_or_else(|| panic!("byte {at}: damage served"));
+        assert!(copy.contains("corrupt"), "byte {at}: {copy}");
+        assert!(sendfile.contains("corrupt"), "byte {at}: {sendfile}");
+    }
+}
+
+#[test]
+fn acknowledged_offsets_missing_after_recovery_fail_the_log() {
+    let (next, hole, appended) = on_shard(|dir| async move {
+        let (log, _) = PartitionLog::open(dir.clone(), config(1 << 20))
+            .await
+            .unwrap();
+        let log = RefCell::new(log);
+        let acked = append_all(&log, &[(10, 100); 10]).await;
+        write_high_watermark(&dir, acked).unwrap();
+        drop(log);
+        // The tail is cut off outside the broker (a bad copy, a crash of the disk cache).
+        let seg = segment_files(&dir).pop().unwrap();
+        let cut = position_of(&seg, 60);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&seg)
+            .unwrap()
+            .set_len(cut)
+            .unwrap();
+        let (log, _) = PartitionLog::open(dir.clone(), config(1 << 20))
+            .await
+            .unwrap();
+        let hole = log.holes().first().map(|h| (h.from, h.to));
+        let mut bytes = batch(acked, 1, 1);
+        stamp_batch(&mut bytes, acked, 1);
+        let next = log.next_offset();
+        let log = RefCell::new(log);
+        let appended = log
+            .borrow_mut()
+            .append_stamped(Bytes::from(bytes), 1)
+            .is_ok();
+        (next, hole, appended)
+    });
+    assert_eq!(
+        next, 100,
+        "the log end stays past every acknowledged offset"
+    );
+    assert_eq!(hole, Some((60, 100)));
+    assert!(!appended);
+}
+
+#[test]
+fn unstamped_view_is_checked_like_stored_one() {
+    // The header CRC makes a stored batch self-checking wherever it is read.
+    let mut bytes = rkyv::util::AlignedVec::<16>::new();
+    bytes.extend_from_slice(&batch(0, 3, 10));
+    stamp_batch(&mut bytes, 77, 1);
+    assert_eq!(
+        BatchView::validate(&bytes).unwrap().header().base_offset,
+        77
+    );
+    bytes[9] ^= 1;
+    assert!(BatchView::validate(&bytes).is_err());
+}
