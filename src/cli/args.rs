@@ -116,6 +116,10 @@ pub struct BrokerArgs {
     /// reopening them, or opening those that could not be opened.
     #[arg(long, env = "RILL_STORAGE_RETRY_INTERVAL_MS", default_value_t = 5_000)]
     pub storage_retry_interval_ms: u64,
+    /// How long a topic directory the controller metadata does not know is kept, set aside
+    /// under DATA_DIR/stray/, before it is removed (-1: keep forever). 7 days.
+    #[arg(long, env = "RILL_STRAY_LOG_RETENTION_MS", default_value_t = 7 * 24 * 3600 * 1000, allow_negative_numbers = true)]
+    pub stray_log_retention_ms: i64,
     /// Default `segment.bytes` of topics.
     #[arg(long, env = "RILL_SEGMENT_BYTES", default_value_t = 128 << 20)]
     pub segment_bytes: u64,

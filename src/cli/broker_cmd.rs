@@ -124,6 +124,15 @@ pub fn config_from_args(a: &BrokerArgs) -> Result<BrokerConfig, String> {
     c.hw_checkpoint_interval =
         Duration::from_millis(a.replica_high_watermark_checkpoint_interval_ms);
     c.storage_retry_interval = Duration::from_millis(a.storage_retry_interval_ms);
+    c.stray_log_retention = match a.stray_log_retention_ms {
+        -1 => None,
+        ms if ms >= 0 => Some(Duration::from_millis(ms as u64)),
+        ms => {
+            return Err(format!(
+                "--stray-log-retention-ms {ms}: takes -1 (keep forever) or a value of at least 0"
+            ))
+        }
+    };
     c.index_interval_bytes = a.index_interval_bytes.max(1);
     c.preallocate = a.preallocate;
     c.max_frame_bytes = a.max_frame_bytes;

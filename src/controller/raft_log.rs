@@ -14,15 +14,23 @@
 //! steps leaves entries already covered by the snapshot in the log; replay skips them.
 //!
 //! Crash safety: records are fsynced (`sync_data`) before [`LogStore::persist`] returns when asked
-//! to sync, which is before raft is told the entries are persisted. A torn tail (crash mid-write:
-//! short header, short payload, CRC mismatch) is truncated on open, and everything from the first
-//! bad record on is dropped (records after it were written after it and never acknowledged).
-//! A record whose CRC matches but does not decode, a gap in entry indexes, a bad header or a bad
-//! snapshot file is corruption: open fails with an error naming the file. After a failed write
-//! the store refuses further writes (a hole in the file would hide later records).
+//! to sync, which is before raft is told the entries are persisted. A crash mid-write can only
+//! damage the last write, so on open a bad record is a **torn tail**, cut off, only when it is
+//! the last thing in the file: a short frame header, a payload running past the end of the file,
+//! a CRC mismatch on a record ending exactly at the end of the file, or a bad record followed by
+//! nothing but zeros (the file size reached the disk, the data did not). A bad record followed by
+//! anything else is **corruption** (a flipped byte in the middle, say), and so is any bad record
+//! after which a CRC-valid record starts at some later byte: open fails with an error naming the
+//! file and the byte offset, and the file is left as it is. Cutting there would drop every
+//! record after it, topics included, and the broker would then treat their data as unknown.
+//! A record whose CRC matches but does not decode, a gap in entry indexes, a bad header, a bad
+//! snapshot file (written atomically, so never torn), a snapshot without `raft.log`, and a
+//! commit index past the last entry with no snapshot (a lost snapshot file) are corruption too.
+//! After a failed write the store refuses further writes (a hole in the file would hide later
+//! records).
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use protobuf::Message as PbMessage;
@@ -96,7 +104,8 @@ fn frame(kind: u8, body: &[u8], out: &mut Vec<u8>) {
     out.extend_from_slice(body);
 }
 
-/// Parses the frame at the start of `buf`: `Some((payload, frame length))`, `None` if torn.
+/// Parses the frame at the start of `buf`: `Some((payload, frame length))`, `None` if it is
+/// short or its CRC does not match.
 fn parse_frame(buf: &[u8]) -> Option<(&[u8], usize)> {
     if buf.len() < FRAME_LEN {
         return None;
@@ -108,6 +117,72 @@ fn parse_frame(buf: &[u8]) -> Option<(&[u8], usize)> {
     }
     let payload = &buf[FRAME_LEN..FRAME_LEN + len];
     (crc32c::crc32c(payload) == crc).then_some((payload, FRAME_LEN + len))
+}
+
+/// Whether a CRC-valid log record (entry, hard state or conf state) starts at `buf[0]`.
+fn valid_record_at(buf: &[u8]) -> bool {
+    // The kind byte is checked before the CRC: most offsets fail it for free.
+    buf.get(FRAME_LEN)
+        .is_some_and(|k| matches!(*k, KIND_ENTRY | KIND_HARD_STATE | KIND_CONF_STATE))
+        && parse_frame(buf).is_some()
+}
+
+/// Decides what the bad frame at the start of `rest` (at byte `pos` of the log) is: `Ok` for a
+/// torn tail that may be cut, `Err(why)` for corruption. A torn write only damages the last
+/// record written, so the bad frame must be the last thing in the file.
+fn classify_bad_frame(rest: &[u8], pos: usize) -> Result<&'static str, String> {
+    if rest.len() < FRAME_LEN {
+        return Ok("short record header");
+    }
+    // One flipped byte (in a length, a CRC or a payload) leaves every later record intact: any
+    // of them, found at whatever byte it starts, proves the bad frame was not the last write.
+    if let Some(q) = (1..rest.len()).find(|&q| valid_record_at(&rest[q..])) {
+        return Err(format!(
+            "corrupt record at byte {pos}: bad length or CRC, yet a valid record follows at \
+             byte {}",
+            pos + q
+        ));
+    }
+    let len = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
+    if rest.iter().all(|&b| b == 0) {
+        return Ok("zero-filled tail");
+    }
+    if len == 0 {
+        return Err(format!(
+            "corrupt record at byte {pos}: zero length, followed by non-zero bytes"
+        ));
+    }
+    let end = FRAME_LEN.saturating_add(len);
+    if len > MAX_RECORD || end > rest.len() {
+        return Ok("record running past the end of the file");
+    }
+    if end == rest.len() {
+        return Ok("bad CRC on the last record");
+    }
+    if rest[end..].iter().all(|&b| b == 0) {
+        return Ok("bad CRC on the last record, zeros after it");
+    }
+    Err(format!(
+        "corrupt record at byte {pos}: bad CRC, followed by {} more bytes",
+        rest.len() - end
+    ))
+}
+
+/// Whether `dir` holds controller state: a snapshot, or a `raft.log` longer than its header.
+/// A missing or empty log is what a brand-new broker starts from.
+pub fn has_state(dir: &Path) -> Result<bool, StoreError> {
+    let snap_path = dir.join(SNAPSHOT_FILE);
+    match fs::metadata(&snap_path) {
+        Ok(_) => return Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(StoreError::new(&snap_path, format!("stat: {e}"))),
+    }
+    let log_path = dir.join(LOG_FILE);
+    match fs::metadata(&log_path) {
+        Ok(m) => Ok(m.len() > HEADER_LEN as u64),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(StoreError::new(&log_path, format!("stat: {e}"))),
+    }
 }
 
 fn sync_dir(dir: &Path) -> Result<(), StoreError> {
@@ -141,30 +216,63 @@ impl LogStore {
         let log_path = dir.join(LOG_FILE);
         let snap_path = dir.join(SNAPSHOT_FILE);
 
-        let snapshot = match fs::read(&snap_path) {
+        // The snapshot is written whole and renamed into place, so any damage is corruption.
+        let (snapshot, has_snapshot) = match fs::read(&snap_path) {
             Ok(bytes) => {
-                let corrupt = || StoreError::new(&snap_path, "corrupt snapshot file (bad CRC)");
-                let (payload, used) = parse_frame(&bytes).ok_or_else(corrupt)?;
-                if used != bytes.len() || payload[0] != KIND_SNAPSHOT {
-                    return Err(corrupt());
+                let corrupt = |why: String| {
+                    StoreError::new(&snap_path, format!("corrupt snapshot file: {why}"))
+                };
+                let (payload, used) = parse_frame(&bytes).ok_or_else(|| {
+                    corrupt(format!(
+                        "bad length or CRC in the record at byte 0 ({} bytes in the file)",
+                        bytes.len()
+                    ))
+                })?;
+                if used != bytes.len() {
+                    return Err(corrupt(format!(
+                        "{} unexpected bytes at byte {used}",
+                        bytes.len() - used
+                    )));
                 }
-                Snapshot::parse_from_bytes(&payload[1..]).map_err(|e| {
-                    StoreError::new(&snap_path, format!("corrupt snapshot file: {e}"))
-                })?
+                if payload[0] != KIND_SNAPSHOT {
+                    return Err(corrupt(format!(
+                        "record kind {} at byte 0 is not a snapshot",
+                        payload[0]
+                    )));
+                }
+                let snap = Snapshot::parse_from_bytes(&payload[1..])
+                    .map_err(|e| corrupt(format!("record at byte 0 does not decode: {e}")))?;
+                (snap, true)
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Snapshot::default(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => (Snapshot::default(), false),
             Err(e) => return Err(StoreError::new(&snap_path, format!("read: {e}"))),
         };
 
-        let mut file = OpenOptions::new()
+        // Read before creating anything: a missing log must not be mistaken for a new one.
+        let bytes = match fs::read(&log_path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(StoreError::new(&log_path, format!("read: {e}"))),
+        };
+        if bytes.len() < HEADER_LEN && has_snapshot {
+            // Compaction rewrites the log after the snapshot, and a new store has no snapshot:
+            // a snapshot beside a missing or empty log means the log was lost.
+            return Err(StoreError::new(
+                &log_path,
+                format!(
+                    "missing or empty ({} bytes) while the snapshot {} exists: the entries \
+                     after the snapshot are lost",
+                    bytes.len(),
+                    snap_path.display()
+                ),
+            ));
+        }
+        let file = OpenOptions::new()
             .read(true)
             .append(true)
             .create(true)
             .open(&log_path)
             .map_err(|e| StoreError::new(&log_path, format!("open: {e}")))?;
-        let mut bytes = Vec::new();
-        file.read_to_end(&mut bytes)
-            .map_err(|e| StoreError::new(&log_path, format!("read: {e}")))?;
 
         let mut store = LogStore {
             dir: dir.to_path_buf(),
@@ -182,26 +290,35 @@ impl LogStore {
         let hdr = header();
         if bytes.len() < HEADER_LEN {
             if !hdr.starts_with(&bytes) {
-                return Err(StoreError::new(&log_path, "not a rill controller log"));
+                return Err(StoreError::new(
+                    &log_path,
+                    "not a rill controller log (bad header at byte 0)",
+                ));
             }
             // New file, or a crash while writing the header.
             store.rewrite_log()?;
             return store.finish_open();
         }
         if bytes[..8] != hdr[..8] {
-            return Err(StoreError::new(&log_path, "not a rill controller log"));
+            return Err(StoreError::new(
+                &log_path,
+                "not a rill controller log (bad header at byte 0)",
+            ));
         }
         if bytes[8..HEADER_LEN] != hdr[8..] {
             return Err(StoreError::new(
                 &log_path,
-                "unsupported controller log format version",
+                "unsupported controller log format version (at byte 8)",
             ));
         }
 
         let mut pos = HEADER_LEN;
         let mut conf_state = None;
+        let mut torn = "";
         while pos < bytes.len() {
             let Some((payload, used)) = parse_frame(&bytes[pos..]) else {
+                torn = classify_bad_frame(&bytes[pos..], pos)
+                    .map_err(|why| StoreError::new(&log_path, why))?;
                 break;
             };
             let body = &payload[1..];
@@ -231,7 +348,7 @@ impl LogStore {
         if pos < bytes.len() {
             let dropped = (bytes.len() - pos) as u64;
             log::warn!(
-                "{}: truncating {dropped} bytes of torn tail at byte {pos}",
+                "{}: truncating {dropped} bytes of torn tail at byte {pos} ({torn})",
                 log_path.display()
             );
             store
@@ -259,6 +376,19 @@ impl LogStore {
         hs.term = hs.term.max(snap_term);
         hs.commit = hs.commit.max(snap_index);
         let last = self.last();
+        if self.hard_state.commit > last && snap_index == 0 {
+            // Entries are fsynced before they commit, so only a lost snapshot file (the log
+            // after compaction starts past it) leaves a commit index with nothing under it.
+            return Err(StoreError::new(
+                &self.log_path,
+                format!(
+                    "the hard state commits entry {} but the log ends at entry {last} and there \
+                     is no snapshot ({} is missing)",
+                    self.hard_state.commit,
+                    self.snap_path.display()
+                ),
+            ));
+        }
         if self.hard_state.commit > last {
             log::warn!(
                 "{}: commit index {} beyond the last entry {last}; clamped",
@@ -280,9 +410,14 @@ impl LogStore {
             return Err(StoreError::new(
                 &self.log_path,
                 format!(
-                    "entry {} at byte {pos} leaves a gap after entry {}",
+                    "entry {} at byte {pos} leaves a gap after entry {}{}",
                     e.index,
-                    next - 1
+                    next - 1,
+                    if snap_index == 0 {
+                        " (no snapshot file: it may be missing)"
+                    } else {
+                        ""
+                    }
                 ),
             ));
         }
@@ -713,5 +848,182 @@ mod tests {
         fs::write(&snap, &bytes).unwrap();
         let err = LogStore::open(dir.path()).err().unwrap();
         assert!(err.to_string().contains(SNAPSHOT_FILE), "{err}");
+    }
+    /// Start offsets of the records of a well-formed log file.
+    fn record_offsets(bytes: &[u8]) -> Vec<usize> {
+        let mut out = Vec::new();
+        let mut pos = HEADER_LEN;
+        while pos < bytes.len() {
+            out.push(pos);
+            let (_, used) = parse_frame(&bytes[pos..]).expect("well-formed log");
+            pos += used;
+        }
+        out
+    }
+
+    /// A log whose last record is entry 5 (entries 1-4 and a hard state come before it).
+    fn five_entry_log(dir: &Path) -> Vec<u8> {
+        let mut s = LogStore::open(dir).unwrap();
+        s.initialize(vec![1]).unwrap();
+        let ents: Vec<Entry> = (1..=4).map(|i| entry(i, 1, b"create topic")).collect();
+        s.persist(&ents, Some(&hs(1, 1, 0)), true).unwrap();
+        s.persist(&[entry(5, 1, b"create another topic")], None, true)
+            .unwrap();
+        drop(s);
+        fs::read(dir.join(LOG_FILE)).unwrap()
+    }
+
+    #[test]
+    fn a_flipped_byte_before_the_last_record_is_corruption_naming_file_and_offset() {
+        let dir = tempfile::tempdir().unwrap();
+        let good = five_entry_log(dir.path());
+        let offs = record_offsets(&good);
+        let last = *offs.last().unwrap();
+        let path = dir.path().join(LOG_FILE);
+        // Every record but the last, each at its length, CRC, kind and payload bytes.
+        for &off in &offs[..offs.len() - 1] {
+            let len = u32::from_le_bytes(good[off..off + 4].try_into().unwrap()) as usize;
+            for (what, at) in [
+                ("length low byte", off),
+                ("length high byte", off + 3),
+                ("crc", off + 5),
+                ("kind", off + FRAME_LEN),
+                ("last payload byte", off + FRAME_LEN + len - 1),
+            ] {
+                let mut bytes = good.clone();
+                bytes[at] ^= 0x40;
+                fs::write(&path, &bytes).unwrap();
+                let err = LogStore::open(dir.path())
+                    .err()
+                    .unwrap_or_else(|| panic!("flip of {what} of record at {off} opened"));
+                let msg = err.to_string();
+                assert!(msg.contains("raft.log"), "{msg}");
+                assert!(
+                    msg.contains(&format!("at byte {off}")),
+                    "{what} of record at {off}: {msg}"
+                );
+                assert_eq!(msg.lines().count(), 1, "{msg}");
+                // Nothing was cut: the file is kept for the operator.
+                assert_eq!(fs::read(&path).unwrap(), bytes, "{what} at {off}");
+            }
+        }
+        // The intact file still opens whole.
+        fs::write(&path, &good).unwrap();
+        let s = LogStore::open(dir.path()).unwrap();
+        assert_eq!(s.last_index().unwrap(), 5);
+        assert_eq!(s.truncated_bytes(), 0);
+        assert!(last > offs[0]);
+    }
+
+    #[test]
+    fn a_torn_last_record_is_cut_and_earlier_records_stay() {
+        let dir = tempfile::tempdir().unwrap();
+        let good = five_entry_log(dir.path());
+        let last = *record_offsets(&good).last().unwrap();
+        let path = dir.path().join(LOG_FILE);
+        let mut cases: Vec<(&str, Vec<u8>)> = Vec::new();
+        // A bad CRC on the last record (its payload half written).
+        let mut b = good.clone();
+        let n = b.len();
+        b[n - 2] ^= 0x01;
+        cases.push(("payload byte", b));
+        let mut b = good.clone();
+        b[last + 4] ^= 0x01;
+        cases.push(("crc byte", b));
+        // Short payload, short header.
+        cases.push(("short payload", good[..good.len() - 3].to_vec()));
+        cases.push(("short header", good[..last + 5].to_vec()));
+        // The file size reached the disk, the data did not.
+        let mut b = good.clone();
+        b[last..].fill(0);
+        cases.push(("zeroed record", b));
+        let mut b = good.clone();
+        b[last + FRAME_LEN + 2..].fill(0);
+        b.extend_from_slice(&[0; 100]);
+        cases.push(("zeroed half and zeros after", b));
+        for (what, bytes) in cases {
+            fs::write(&path, &bytes).unwrap();
+            let s = LogStore::open(dir.path()).unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert_eq!(s.truncated_bytes(), (bytes.len() - last) as u64, "{what}");
+            assert_eq!(s.last_index().unwrap(), 4, "{what}");
+            let ents = s
+                .entries(1, 5, None, GetEntriesContext::empty(false))
+                .unwrap();
+            assert_eq!(
+                ents,
+                (1..=4)
+                    .map(|i| entry(i, 1, b"create topic"))
+                    .collect::<Vec<_>>(),
+                "{what}"
+            );
+            assert_eq!(s.hard_state().term, 1, "{what}");
+            drop(s);
+            assert_eq!(fs::read(&path).unwrap(), good[..last], "{what}");
+        }
+    }
+
+    #[test]
+    fn bad_crc_on_the_last_record_with_more_bytes_after_it_is_corruption() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut bytes = five_entry_log(dir.path());
+        let last = *record_offsets(&bytes).last().unwrap();
+        bytes[last + 5] ^= 0x01;
+        bytes.extend_from_slice(b"more bytes that are not a record");
+        let path = dir.path().join(LOG_FILE);
+        fs::write(&path, &bytes).unwrap();
+        let err = LogStore::open(dir.path()).err().unwrap().to_string();
+        assert!(
+            err.contains("raft.log") && err.contains(&format!("at byte {last}")),
+            "{err}"
+        );
+        assert_eq!(fs::read(&path).unwrap(), bytes);
+    }
+
+    #[test]
+    fn a_lost_log_or_snapshot_is_an_error_not_an_empty_store() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(!has_state(dir.path()).unwrap());
+        {
+            let mut s = LogStore::open(dir.path()).unwrap();
+            // A new store: a log of just its header, hard state and conf state.
+            assert!(!s.is_initialized());
+            s.initialize(vec![1]).unwrap();
+            let ents: Vec<Entry> = (1..=5).map(|i| entry(i, 1, b"x")).collect();
+            s.persist(&ents, Some(&hs(1, 1, 5)), true).unwrap();
+            s.compact(5, b"state".to_vec()).unwrap();
+        }
+        assert!(has_state(dir.path()).unwrap());
+        let log = dir.path().join(LOG_FILE);
+        let snap = dir.path().join(SNAPSHOT_FILE);
+        let (log_bytes, snap_bytes) = (fs::read(&log).unwrap(), fs::read(&snap).unwrap());
+
+        // The log gone (or emptied) beside a snapshot.
+        fs::remove_file(&log).unwrap();
+        let err = LogStore::open(dir.path()).err().unwrap().to_string();
+        assert!(err.contains("raft.log") && err.contains("missing"), "{err}");
+        assert!(!log.exists(), "open must not create the missing log");
+        fs::write(&log, b"").unwrap();
+        assert!(LogStore::open(dir.path()).is_err());
+
+        // The snapshot gone beside a compacted log that commits entry 5.
+        fs::write(&log, &log_bytes).unwrap();
+        fs::remove_file(&snap).unwrap();
+        let err = LogStore::open(dir.path()).err().unwrap().to_string();
+        assert!(err.contains("snapshot"), "{err}");
+
+        // A flipped byte anywhere in the snapshot names the file and the offset.
+        for at in [0, 4, FRAME_LEN, snap_bytes.len() / 2, snap_bytes.len() - 1] {
+            let mut b = snap_bytes.clone();
+            b[at] ^= 0x10;
+            fs::write(&snap, &b).unwrap();
+            let err = LogStore::open(dir.path()).err().unwrap().to_string();
+            assert!(
+                err.contains(SNAPSHOT_FILE) && err.contains("at byte"),
+                "{at}: {err}"
+            );
+        }
+        fs::write(&snap, &snap_bytes).unwrap();
+        let s = LogStore::open(dir.path()).unwrap();
+        assert_eq!(s.snapshot_ref().get_metadata().index, 5);
     }
 }

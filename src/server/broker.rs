@@ -12,7 +12,8 @@ use super::config::BrokerConfig;
 use super::connection;
 use super::groups::OFFSETS_TOPIC;
 use super::sendfile::SendfileWorker;
-use super::shard::{remove_orphan_topic_dirs, AppliedIndexes, Shard};
+use super::shard::{AppliedIndexes, Shard};
+use super::stray;
 use crate::controller::metadata::{BrokerInfo, Command, MetadataLimits};
 use crate::controller::{self, ControllerConfig, ControllerError};
 use crate::log::{FileReads, FsyncPolicy};
@@ -35,6 +36,20 @@ pub enum BrokerError {
     Listen { addr: String, why: String },
     #[error("{0}")]
     Config(String),
+    /// The controller's files hold no metadata, yet topic directories exist: starting would
+    /// lose track of their data.
+    #[error(
+        "data dir {data_dir}: the controller metadata is missing ({what}) while {topic_dirs} \
+         topic directories exist under {data_dir}/topics; refusing to start (restore \
+         {data_dir}/controller, or move topics/ away to start empty)"
+    )]
+    MetadataMissing {
+        data_dir: String,
+        what: &'static str,
+        topic_dirs: usize,
+    },
+    #[error("{0}")]
+    Stray(#[from] stray::StrayError),
 }
 
 /// Metadata updates a shard may lag behind before older ones are dropped (it needs only the
@@ -96,9 +111,28 @@ pub fn run_broker(cfg: BrokerConfig) -> Result<(), BrokerError> {
     ccfg.limits = MetadataLimits {
         max_partitions_per_topic: cfg.max_partitions_per_topic,
     };
+    // Topic directories without any controller state mean the metadata was lost, not that
+    // this is a new broker: refuse before the controller creates a fresh log.
+    let topic_dirs = stray::topic_dirs(&cfg.data_dir).map_err(dir_err)?.len();
+    let missing = |what| BrokerError::MetadataMissing {
+        data_dir: cfg.data_dir.display().to_string(),
+        what,
+        topic_dirs,
+    };
+    let has_state = controller::raft_log::has_state(&ccfg.controller_dir())
+        .map_err(|e| ControllerError::Storage(e.to_string()))?;
+    if topic_dirs > 0 && !has_state {
+        return Err(missing("no controller/raft.log or snapshot"));
+    }
     let controller = controller::start(ccfg)?;
     let handle = controller.handle();
-    handle.wait_ready(Duration::from_secs(60))?;
+    let md = handle.wait_ready(Duration::from_secs(60))?;
+    // Every broker registers before it creates any topic: a metadata without brokers is a
+    // fresh one (a log recreated from nothing), whatever the files look like.
+    if topic_dirs > 0 && md.brokers.is_empty() {
+        controller.shutdown();
+        return Err(missing("controller/raft.log holds a new, empty cluster"));
+    }
     let registration = Command::RegisterBroker(BrokerInfo {
         node_id: cfg.node_id,
         host: cfg.advertised_host.clone(),
@@ -130,7 +164,13 @@ pub fn run_broker(cfg: BrokerConfig) -> Result<(), BrokerError> {
             .map_err(|_| ControllerError::Timeout)??;
     }
     let md = handle.metadata();
-    remove_orphan_topic_dirs(&cfg.data_dir, &md);
+    stray::set_aside_unknown_topic_dirs(&cfg.data_dir, &md, crate::clock::now_ms())?;
+    stray::remove_expired_strays(
+        &cfg.data_dir,
+        cfg.stray_log_retention,
+        crate::clock::now_ms(),
+    );
+    let stray_sweeper = start_stray_sweeper(&cfg).map_err(dir_err)?;
 
     let cfg = Arc::new(cfg);
     let applied = AppliedIndexes::new(shards);
@@ -189,6 +229,7 @@ pub fn run_broker(cfg: BrokerConfig) -> Result<(), BrokerError> {
             log::error!("shard {i} stopped: {e}");
         }
     }
+    stray_sweeper.stop();
     controller.shutdown();
     eprintln!("rill: broker {} stopped cleanly", cfg.node_id);
     Ok(())
@@ -323,6 +364,48 @@ async fn storage_retry_loop(shard: Rc<Shard>) {
         rill_shards::rt::sleep(shard.cfg.storage_retry_interval).await;
         shard.retry_storage().await;
     }
+}
+
+/// The thread removing set-aside topic directories once past `--stray-log-retention-ms`, off
+/// the shards (a large directory's removal would stall a shard's data path).
+struct StraySweeper {
+    stop: Option<flume::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl StraySweeper {
+    fn stop(mut self) {
+        drop(self.stop.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Sweeps `<data>/stray/` every `--retention-check-interval-ms` until stopped; no thread when
+/// strays are kept forever.
+fn start_stray_sweeper(cfg: &BrokerConfig) -> std::io::Result<StraySweeper> {
+    let Some(retention) = cfg.stray_log_retention else {
+        return Ok(StraySweeper {
+            stop: None,
+            thread: None,
+        });
+    };
+    let (tx, rx) = flume::bounded::<()>(1);
+    let dir = cfg.data_dir.clone();
+    let every = cfg.retention_check_interval;
+    let thread = std::thread::Builder::new()
+        .name("rill-stray-sweep".into())
+        .spawn(move || {
+            // Ends when the sender is dropped (broker stopping).
+            while let Err(flume::RecvTimeoutError::Timeout) = rx.recv_timeout(every) {
+                stray::remove_expired_strays(&dir, Some(retention), crate::clock::now_ms());
+            }
+        })?;
+    Ok(StraySweeper {
+        stop: Some(tx),
+        thread: Some(thread),
+    })
 }
 
 /// How often a shard expires group sessions and rebalance deadlines.

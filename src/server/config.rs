@@ -7,6 +7,9 @@ use std::time::Duration;
 use crate::controller::topic_config::TopicDefaults;
 use crate::log::{FileReads, FsyncPolicy};
 
+/// Default `--stray-log-retention-ms`: 7 days, time to notice the WARN and look.
+pub const DEFAULT_STRAY_LOG_RETENTION_MS: u64 = 7 * 24 * 3600 * 1000;
+
 #[derive(Debug, Clone)]
 pub struct BrokerConfig {
     pub data_dir: PathBuf,
@@ -28,6 +31,9 @@ pub struct BrokerConfig {
     pub hw_checkpoint_interval: Duration,
     /// How often failed partitions are reopened (`--storage-retry-interval-ms`).
     pub storage_retry_interval: Duration,
+    /// How long a topic directory unknown to the metadata stays set aside under `<data>/stray/`
+    /// before it is removed (`--stray-log-retention-ms`; `None`: kept forever).
+    pub stray_log_retention: Option<Duration>,
     /// How fetches read data not in the tail cache.
     pub file_reads: FileReads,
     pub index_interval_bytes: u32,
@@ -65,6 +71,7 @@ impl BrokerConfig {
             retention_check_interval: Duration::from_secs(300),
             hw_checkpoint_interval: Duration::from_secs(5),
             storage_retry_interval: Duration::from_secs(5),
+            stray_log_retention: Some(Duration::from_millis(DEFAULT_STRAY_LOG_RETENTION_MS)),
             file_reads: FileReads::Sendfile,
             index_interval_bytes: 4096,
             preallocate: true,

@@ -10,6 +10,7 @@ pub mod groups;
 pub mod handlers;
 pub mod sendfile;
 pub mod shard;
+pub mod stray;
 
 pub use broker::{run_broker, BrokerError};
 pub use config::BrokerConfig;

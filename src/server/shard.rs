@@ -313,23 +313,3 @@ impl Shard {
         *self.metadata.borrow_mut() = md;
     }
 }
-
-/// Removes topic directories whose topic no longer exists (deleted while this broker was
-/// down). Runs once at start, before the shards, so it never races a topic being created.
-pub fn remove_orphan_topic_dirs(data_dir: &std::path::Path, md: &ClusterMetadata) {
-    let Ok(entries) = std::fs::read_dir(data_dir.join("topics")) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(name) = name.to_str() else { continue };
-        let Some((topic, id)) = name.rsplit_once('~') else {
-            continue;
-        };
-        let live = md.topic(topic).is_some_and(|t| t.id.to_string() == id);
-        if !live {
-            log::info!("removing files of deleted topic {name}");
-            let _ = std::fs::remove_dir_all(entry.path());
-        }
-    }
-}
