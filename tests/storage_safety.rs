@@ -317,3 +317,58 @@ fn acknowledged_offsets_are_never_handed_out_again_after_the_tail_is_cut() {
         assert!(b.log_text().contains("acknowledged"), "{}", b.log_text());
     }
 }
+
+/// Bytes the files under `dir` occupy on disk (allocated blocks, as `du` counts them).
+fn allocated_bytes(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let mut total = 0;
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let m = e.metadata().unwrap();
+        total += if m.is_dir() {
+            allocated_bytes(&e.path())
+        } else {
+            m.blocks() * 512
+        };
+    }
+    total
+}
+
+#[test]
+fn two_hundred_empty_partitions_hold_one_preallocation_step_each() {
+    // Observed: every partition fallocated a whole 128 MiB segment at once, so a few hundred
+    // small topics filled a 90 GB disk.
+    let b = TestBroker::start(2, &[]);
+    b.client().create_topic("wide", 200, 1, vec![]).unwrap();
+    let used = allocated_bytes(&b.data_dir());
+    let step = 16u64 << 20;
+    // 200 partitions and the 8 of __consumer_offsets, one step each, plus metadata.
+    assert!(used < 4 << 30, "{used} bytes for empty partitions");
+    assert!(used <= (200 + 8) * step + (64 << 20), "{used} bytes");
+    // Writes go on past the first step (and a restart finds them all).
+    let p = producer(&b, 256 << 10);
+    let value = vec![b'w'; 4000];
+    let reports: Vec<_> = (0..10_000)
+        .map(|_| {
+            p.send(ProducerRecord::new("wide", &value[..]).partition(7))
+                .unwrap()
+        })
+        .collect();
+    p.flush().unwrap();
+    for r in reports {
+        r.wait().unwrap();
+    }
+    let dir = partition_dir(&b.data_dir(), "wide", 7);
+    let seg = segment_files(&dir).pop().unwrap();
+    let len = std::fs::metadata(&seg).unwrap().len();
+    assert!(len > step && len % step == 0, "grown in steps: {len}");
+    let mut c = Consumer::new(ClientConfig::new(b.bootstrap()), ConsumerConfig::default()).unwrap();
+    c.assign("wide", Some(vec![7]), StartFrom::Beginning)
+        .unwrap();
+    let mut n = 0;
+    let start = Instant::now();
+    while n < 10_000 {
+        n += c.poll(Duration::from_millis(200)).unwrap().iter().count();
+        assert!(start.elapsed() < DEADLINE, "read {n}");
+    }
+    assert_eq!(n, 10_000);
+}

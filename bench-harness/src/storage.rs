@@ -76,6 +76,7 @@ pub fn run(a: StorageArgs) -> Result<Report, String> {
         segment_age: None,
         index_interval_bytes: 4096,
         preallocate: true,
+        preallocate_step: 16 << 20,
         scan_bytes: rill::log::segment::SCAN_BYTES,
     };
     let window = a.window.max(1);

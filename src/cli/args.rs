@@ -129,6 +129,10 @@ pub struct BrokerArgs {
     /// Preallocate segment files (overwrites are cheaper to fdatasync than appends).
     #[arg(long, env = "RILL_PREALLOCATE", default_value_t = true, action = clap::ArgAction::Set)]
     pub preallocate: bool,
+    /// With --preallocate, how much segment space is fallocated at a time, ahead of the
+    /// writes (Redpanda's segment_fallocation_step): an empty partition holds one step.
+    #[arg(long, env = "RILL_PREALLOCATE_STEP_BYTES", default_value_t = 16 << 20)]
+    pub preallocate_step_bytes: u64,
     /// Largest request frame accepted.
     #[arg(long, env = "RILL_MAX_FRAME_BYTES", default_value_t = 64 << 20)]
     pub max_frame_bytes: usize,

@@ -135,6 +135,13 @@ pub fn config_from_args(a: &BrokerArgs) -> Result<BrokerConfig, String> {
     };
     c.index_interval_bytes = a.index_interval_bytes.max(1);
     c.preallocate = a.preallocate;
+    if a.preallocate_step_bytes < 4096 || a.preallocate_step_bytes % 4096 != 0 {
+        return Err(format!(
+            "--preallocate-step-bytes {}: must be a multiple of 4096 and at least 4096",
+            a.preallocate_step_bytes
+        ));
+    }
+    c.preallocate_step_bytes = a.preallocate_step_bytes;
     c.max_frame_bytes = a.max_frame_bytes;
     c.tail_cache_bytes = a.tail_cache_bytes;
     c.max_fetch_wait = Duration::from_millis(a.max_fetch_wait_ms);

@@ -3,8 +3,8 @@
 //! O_DIRECT writes whole pages, so the segment keeps a copy of its partial last page and each
 //! flush rewrites that page with the new bytes after it. Rewriting identical old bytes is safe
 //! under a torn write: whatever part of the page lands, the old bytes in it are unchanged.
-//! Active segments are preallocated (an overwrite plus fdatasync is cheaper than a growing
-//! append), so the file is longer than its data; the data ends at the first place that is not a
+//! Active segments are preallocated in steps ahead of the writes (an overwrite plus fdatasync
+//! is cheaper than a growing append), so the file is longer than its data; the data ends at the first place that is not a
 //! valid batch, which recovery finds by scanning.
 
 use std::path::{Path, PathBuf};
@@ -32,6 +32,9 @@ pub struct SegmentConfig {
     pub segment_age: Option<std::time::Duration>,
     pub index_interval_bytes: u32,
     pub preallocate: bool,
+    /// With `preallocate`, the space is fallocated this much at a time, ahead of the writes
+    /// (`--preallocate-step-bytes`): an empty partition holds one step, not a whole segment.
+    pub preallocate_step: u64,
     /// How much a scan reads at a time ([`SCAN_BYTES`]; smaller in tests, so that reads end
     /// inside batches and headers often).
     pub scan_bytes: usize,
@@ -64,11 +67,19 @@ pub struct WriteJob {
     position: u64,
     buf: rill_shards::rt::DmaBuffer,
     new_size: u64,
+    /// Extend the preallocated space to this length first.
+    allocate_to: Option<u64>,
 }
 
 impl WriteJob {
     /// Performs the write; returns the size the segment has once it completed.
     pub async fn run(self) -> Result<u64, LogError> {
+        if let Some(to) = self.allocate_to {
+            self.file
+                .pre_allocate(to, false)
+                .await
+                .map_err(|e| LogError::io(&*self.path, e))?;
+        }
         let len = self.buf.len();
         let written = self
             .file
@@ -126,6 +137,12 @@ pub struct Segment {
     /// Written bytes not yet covered by an fdatasync.
     unsynced: bool,
     scan_bytes: usize,
+    /// The file's length, fallocated ahead of the data (= the data for a closed segment).
+    allocated: u64,
+    /// The preallocation step (`None`: no preallocation).
+    step: Option<u64>,
+    /// Preallocation never goes past the segment's roll size.
+    max_allocation: u64,
 }
 
 impl Segment {
@@ -144,8 +161,9 @@ impl Segment {
             .dma_open(&path)
             .await
             .map_err(|e| LogError::io(&path, e))?;
-        if cfg.preallocate {
-            file.pre_allocate(cfg.segment_bytes, false)
+        let allocated = allocation_for(0, cfg);
+        if allocated > 0 {
+            file.pre_allocate(allocated, false)
                 .await
                 .map_err(|e| LogError::io(&path, e))?;
         }
@@ -167,6 +185,9 @@ impl Segment {
             closed: false,
             unsynced: false,
             scan_bytes: cfg.scan_bytes,
+            allocated,
+            step: (cfg.preallocate && cfg.preallocate_step > 0).then_some(cfg.preallocate_step),
+            max_allocation: cfg.segment_bytes,
         })
     }
 
@@ -271,12 +292,15 @@ impl Segment {
                 .truncate(end)
                 .await
                 .map_err(|e| LogError::io(&*self.path, e))?;
-            if cfg.preallocate {
-                self.file
-                    .pre_allocate(cfg.segment_bytes.max(end), false)
-                    .await
-                    .map_err(|e| LogError::io(&*self.path, e))?;
-            }
+        }
+        self.allocated = end;
+        let allocated = allocation_for(end, cfg);
+        if allocated > end {
+            self.file
+                .pre_allocate(allocated, false)
+                .await
+                .map_err(|e| LogError::io(&*self.path, e))?;
+            self.allocated = allocated;
         }
         // Also after a failed fdatasync: what was written before is made durable now.
         self.file
@@ -315,6 +339,9 @@ impl Segment {
             closed: false,
             unsynced: false,
             scan_bytes: cfg.scan_bytes,
+            allocated: size,
+            step: (cfg.preallocate && cfg.preallocate_step > 0).then_some(cfg.preallocate_step),
+            max_allocation: cfg.segment_bytes,
         })
     }
 
@@ -404,12 +431,25 @@ impl Segment {
         self.tail_page.clear();
         self.tail_page.extend_from_slice(&out[from..from + keep]);
         self.assigned = new_size;
+        let write_end = page_start + padded;
+        let allocate_to = match self.step {
+            Some(step) if write_end > self.allocated => {
+                let to = write_end
+                    .div_ceil(step)
+                    .saturating_mul(step)
+                    .min(self.max_allocation.max(write_end));
+                self.allocated = to;
+                Some(to)
+            }
+            _ => None,
+        };
         WriteJob {
             file: self.file.clone(),
             path: self.path.clone(),
             position: page_start,
             buf,
             new_size,
+            allocate_to,
         }
     }
 
@@ -660,6 +700,17 @@ pub async fn cut_and_sync(file: Rc<DmaFile>, path: Rc<Path>, len: u64) -> Result
         .await
         .map_err(|e| LogError::io(&*path, e))?;
     file.fdatasync().await.map_err(|e| LogError::io(&*path, e))
+}
+
+/// How far to preallocate an active segment whose data ends at `end`: to the next step past
+/// it (one step for an empty segment), never beyond the roll size; 0 without preallocation.
+fn allocation_for(end: u64, cfg: &SegmentConfig) -> u64 {
+    if !cfg.preallocate || cfg.preallocate_step == 0 {
+        return 0;
+    }
+    let step = cfg.preallocate_step;
+    let want = (end / step + 1).saturating_mul(step);
+    want.min(cfg.segment_bytes.max(end))
 }
 
 fn open_read_fd(path: &Path) -> Result<Arc<std::fs::File>, LogError> {

@@ -43,6 +43,7 @@ fn config(segment_bytes: u64) -> SegmentConfig {
         segment_age: None,
         index_interval_bytes: 4096,
         preallocate: true,
+        preallocate_step: 256 << 10,
         scan_bytes: super::segment::SCAN_BYTES,
     }
 }
@@ -299,10 +300,11 @@ fn a_flipped_byte_below_the_acknowledged_offsets_fails_the_log_and_keeps_its_off
             let seg = segment_files(&dir).pop().unwrap();
             let damaged = position_of(&seg, 100);
             flip(&seg, damaged + at, 0x10);
+            let len_before = std::fs::metadata(&seg).unwrap().len();
             let (log, _) = PartitionLog::open(dir.clone(), config(1 << 20))
                 .await
                 .unwrap();
-            let file_len = std::fs::metadata(&seg).unwrap().len();
+            let file_len = (std::fs::metadata(&seg).unwrap().len(), len_before);
             // Nothing was cut, nothing is reused, what is before the damage still reads.
             let before = read_back(&log, 0, 100).await.unwrap();
             let at_damage = log.reader_for_offset(100).err().map(|e| e.to_string());
@@ -325,7 +327,10 @@ fn a_flipped_byte_below_the_acknowledged_offsets_fails_the_log_and_keeps_its_off
         let e = at_damage.unwrap_or_else(|| panic!("byte {at}: damage served"));
         assert!(e.contains("100..200"), "byte {at}: {e}");
         assert_eq!(refused, Some(true), "byte {at}");
-        assert_eq!(file_len, 1 << 20, "byte {at}: the file is left as it was");
+        assert_eq!(
+            file_len.0, file_len.1,
+            "byte {at}: the file is left as it was"
+        );
     }
 }
 
@@ -512,4 +517,54 @@ fn unstamped_view_is_checked_like_stored_one() {
     );
     bytes[9] ^= 1;
     assert!(BatchView::validate(&bytes).is_err());
+}
+
+/// Where the whole batches at the start of a segment file end.
+fn batches_end(path: &Path) -> u64 {
+    let bytes = std::fs::read(path).unwrap();
+    let mut at = 0usize;
+    while let Ok(h) = BatchView::check_header(&bytes[at..]) {
+        at += h.length as usize;
+    }
+    at as u64
+}
+
+#[test]
+fn segments_are_preallocated_a_step_at_a_time_and_trimmed_when_they_close() {
+    let (empty, grown, closed, reopened) = on_shard(|dir| async move {
+        let cfg = config(1 << 20); // 256 KiB steps, 1 MiB segments
+        let (log, _) = PartitionLog::open(dir.clone(), cfg.clone()).await.unwrap();
+        let empty = std::fs::metadata(&segment_files(&dir)[0]).unwrap().len();
+        let log = RefCell::new(log);
+        // ~300 KiB: past the first step.
+        append_all(&log, &[(10, 3000); 10]).await;
+        let grown = std::fs::metadata(&segment_files(&dir)[0]).unwrap().len();
+        // Past the segment size: it rolls, and the closed one keeps only its data.
+        append_all(&log, &[(10, 3000); 30]).await;
+        let files = segment_files(&dir);
+        assert!(files.len() >= 2);
+        let closed = (
+            std::fs::metadata(&files[0]).unwrap().len(),
+            batches_end(&files[0]),
+        );
+        let end = log.borrow().next_offset();
+        drop(log);
+        let (log, _) = PartitionLog::open(dir.clone(), cfg).await.unwrap();
+        let last = segment_files(&dir).pop().unwrap();
+        let reopened = (std::fs::metadata(&last).unwrap().len(), batches_end(&last));
+        read_back(&log, 0, end).await.unwrap();
+        (empty, grown, closed, reopened)
+    });
+    assert_eq!(empty, 256 << 10, "an empty segment holds one step");
+    assert_eq!(
+        grown,
+        512 << 10,
+        "the next step is taken as the writes reach it"
+    );
+    assert_eq!(closed.0, closed.1, "a closed segment is cut to its data");
+    let (file, data) = reopened;
+    assert!(
+        file > data && file - data <= 256 << 10,
+        "reopened: {file} for {data}"
+    );
 }

@@ -38,6 +38,8 @@ pub struct BrokerConfig {
     pub file_reads: FileReads,
     pub index_interval_bytes: u32,
     pub preallocate: bool,
+    /// Preallocation step of active segments (`--preallocate-step-bytes`).
+    pub preallocate_step_bytes: u64,
     pub max_frame_bytes: usize,
     pub tail_cache_bytes: usize,
     /// Upper bound on how long a fetch may long-poll, whatever the client asks.
@@ -75,6 +77,7 @@ impl BrokerConfig {
             file_reads: FileReads::Sendfile,
             index_interval_bytes: 4096,
             preallocate: true,
+            preallocate_step_bytes: 16 << 20,
             max_frame_bytes: 64 << 20,
             tail_cache_bytes: 64 << 20,
             max_fetch_wait: Duration::from_secs(30),

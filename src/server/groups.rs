@@ -377,6 +377,16 @@ pub async fn replay_offsets(shard: &std::rc::Rc<super::shard::Shard>) {
             let chunks = match p.read(at, limits, &shard.cache).await {
                 Ok(c) if !c.is_empty() => c,
                 Ok(_) => break,
+                // Commits after a hole are newer than any lost in it: keep them.
+                Err(crate::log::LogError::Missing { from, to, why }) if to > at => {
+                    log::error!(
+                        "replaying {OFFSETS_TOPIC}-{}: commits at offsets {from}..{to} are \
+                         lost ({why}); replaying the rest",
+                        p.index
+                    );
+                    at = to;
+                    continue;
+                }
                 Err(e) => {
                     log::error!("replaying {OFFSETS_TOPIC}-{}: {e}", p.index);
                     break;

@@ -160,6 +160,7 @@ impl Shard {
             segment_age: None,
             index_interval_bytes: self.cfg.index_interval_bytes,
             preallocate: self.cfg.preallocate,
+            preallocate_step: self.cfg.preallocate_step_bytes,
             scan_bytes: crate::log::segment::SCAN_BYTES,
         }
     }
