@@ -360,7 +360,10 @@ fn two_hundred_empty_partitions_hold_one_preallocation_step_each() {
     let dir = partition_dir(&b.data_dir(), "wide", 7);
     let seg = segment_files(&dir).pop().unwrap();
     let len = std::fs::metadata(&seg).unwrap().len();
-    assert!(len > step && len % step == 0, "grown in steps: {len}");
+    assert!(
+        len > step && len.is_multiple_of(step),
+        "grown in steps: {len}"
+    );
     let mut c = Consumer::new(ClientConfig::new(b.bootstrap()), ConsumerConfig::default()).unwrap();
     c.assign("wide", Some(vec![7]), StartFrom::Beginning)
         .unwrap();

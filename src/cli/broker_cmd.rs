@@ -135,7 +135,7 @@ pub fn config_from_args(a: &BrokerArgs) -> Result<BrokerConfig, String> {
     };
     c.index_interval_bytes = a.index_interval_bytes.max(1);
     c.preallocate = a.preallocate;
-    if a.preallocate_step_bytes < 4096 || a.preallocate_step_bytes % 4096 != 0 {
+    if a.preallocate_step_bytes < 4096 || !a.preallocate_step_bytes.is_multiple_of(4096) {
         return Err(format!(
             "--preallocate-step-bytes {}: must be a multiple of 4096 and at least 4096",
             a.preallocate_step_bytes
