@@ -570,25 +570,41 @@ pub async fn retire_if_expired(
         (file, path, len, log.dir.clone(), cfg, active.next_offset())
     };
     cut_and_sync(file, path, len).await?;
-    cell.borrow_mut()
+    let index = cell
+        .borrow_mut()
         .segments
         .last_mut()
         .expect("active")
-        .finish_close()?;
+        .finish_close();
+    index.write().await?;
     let seg = Segment::create(&dir, base, &cfg).await?;
     cell.borrow_mut().segments.push(seg);
     Ok(())
 }
 
 /// Deletes detached segments' files and makes the deletions durable.
+/// On the executor's blocking pool: unlinking a large file can take milliseconds.
 pub async fn remove_segments(dir: &Path, segments: Vec<Segment>) -> Result<(), LogError> {
     if segments.is_empty() {
         return Ok(());
     }
-    for s in segments {
-        s.remove().await?;
-    }
-    super::segment::sync_dir(dir)
+    let paths: Vec<PathBuf> = segments.iter().flat_map(Segment::file_paths).collect();
+    drop(segments);
+    let dir = dir.to_path_buf();
+    rill_shards::rt::spawn_blocking(move || {
+        for p in &paths {
+            match std::fs::remove_file(p) {
+                Ok(()) => {}
+                // A closed segment may have no index files (they are rebuilt when missing).
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::NotFound
+                        && p.extension().is_some_and(|x| x != "log") => {}
+                Err(e) => return Err(LogError::io(p, e)),
+            }
+        }
+        super::segment::sync_dir(&dir)
+    })
+    .await
 }
 
 /// Writes every pending batch of the partition to its segments, rolling as they fill.
@@ -632,12 +648,13 @@ async fn write_batches(cell: &RefCell<PartitionLog>, batches: &[Bytes]) -> Resul
         if roll {
             let (file, path, len) = cell.borrow().segments.last().expect("active").begin_close();
             cut_and_sync(file, path, len).await?;
-            let (dir, cfg, base) = {
+            let (dir, cfg, base, index) = {
                 let mut log = cell.borrow_mut();
                 let base = log.segments.last().expect("active").next_offset();
-                log.segments.last_mut().expect("active").finish_close()?;
-                (log.dir.clone(), log.cfg.clone(), base)
+                let index = log.segments.last_mut().expect("active").finish_close();
+                (log.dir.clone(), log.cfg.clone(), base, index)
             };
+            index.write().await?;
             let seg = Segment::create(&dir, base, &cfg).await?;
             cell.borrow_mut().segments.push(seg);
         }

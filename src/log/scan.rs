@@ -107,6 +107,9 @@ pub struct SegmentScan<'f> {
     window_start: u64,
     position: u64,
     expected: Option<u64>,
+    /// Check headers only (their CRC, length, contiguous offsets) and step over bodies
+    /// without reading them: a walk to a position, not a validation of the data.
+    headers_only: bool,
 }
 
 impl<'f> SegmentScan<'f> {
@@ -127,7 +130,14 @@ impl<'f> SegmentScan<'f> {
             window_start: start,
             position: start,
             expected,
+            headers_only: false,
         }
+    }
+
+    /// The same scan checking headers only (see `headers_only`).
+    pub fn headers_only(mut self) -> Self {
+        self.headers_only = true;
+        self
     }
 
     /// Where the next batch would start.
@@ -157,8 +167,22 @@ impl<'f> SegmentScan<'f> {
                 stop: None,
             });
         }
-        let view = match BatchView::parse_checked(self.available()) {
-            Ok(v) => v,
+        let parsed = if self.headers_only {
+            BatchView::check_header(self.available()).and_then(|h| {
+                if position + u64::from(h.length) > self.end {
+                    Err(BatchError::Truncated {
+                        need: h.length as usize,
+                        have: 0,
+                    })
+                } else {
+                    Ok(h)
+                }
+            })
+        } else {
+            BatchView::parse_checked(self.available()).map(|v| *v.header())
+        };
+        let h = match parsed {
+            Ok(h) => h,
             Err(BatchError::Truncated { need, .. }) => {
                 if need > MAX_BATCH_BYTES {
                     return Parse::Step(ScanStep::End {
@@ -184,7 +208,6 @@ impl<'f> SegmentScan<'f> {
                 })
             }
         };
-        let h = view.header();
         if h.record_count == 0 {
             return Parse::Step(ScanStep::End {
                 position,

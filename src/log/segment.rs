@@ -23,6 +23,9 @@ use crate::batch::BatchView;
 pub const PAGE: u64 = 4096;
 /// How much recovery, index rebuilds and time lookups read at a time, by default.
 pub const SCAN_BYTES: usize = 4 << 20;
+/// How much a sendfile read's header walk reads at a time: the walk runs from the index entry
+/// before the offset (`--index-interval-bytes` apart) to the batch holding it.
+const HEADER_WALK_BYTES: usize = 16 << 10;
 
 /// Settings a segment needs.
 #[derive(Debug, Clone)]
@@ -271,7 +274,7 @@ impl Segment {
         seg.closed = !active;
         if !active && damage.is_none() {
             // Best effort: a closed segment without index files is scanned again next time.
-            if let Err(e) = seg.write_index_files() {
+            if let Err(e) = seg.index_write().write().await {
                 log::warn!("{}: cannot rewrite its index: {e}", seg.path.display());
             }
         }
@@ -475,30 +478,25 @@ impl Segment {
         (self.file.clone(), self.path.clone(), self.written)
     }
 
-    /// Marks the segment closed (read-only) and persists its indexes.
-    pub fn finish_close(&mut self) -> Result<(), LogError> {
+    /// Marks the segment closed (read-only); returns the write of its index files, for the
+    /// caller to await outside any borrow. Until they are durable a restart scans the segment.
+    pub fn finish_close(&mut self) -> IndexWrite {
         self.closed = true;
         self.unsynced = false;
         self.tail_page = Vec::new();
-        self.write_index_files()
+        self.index_write()
     }
 
-    fn write_index_files(&self) -> Result<(), LogError> {
+    fn index_write(&self) -> IndexWrite {
         let extent = SegmentExtent {
             size: self.written,
             next_offset: self.next_offset,
         };
         let (idx, tidx) = self.index.encode(self.base_offset, extent);
         let (idx_path, tidx_path) = index_paths(&self.path);
-        write_synced(&tidx_path, &tidx)?;
-        write_synced(&idx_path, &idx)
-    }
-
-    /// Deletes the segment's index files.
-    pub fn remove_index_files(&self) {
-        let (a, b) = index_paths(&self.path);
-        let _ = std::fs::remove_file(a);
-        let _ = std::fs::remove_file(b);
+        IndexWrite {
+            files: [(tidx_path, tidx), (idx_path, idx)],
+        }
     }
 
     /// A reader positioned by the offset index for `offset`.
@@ -533,10 +531,28 @@ impl Segment {
         }
     }
 
-    /// Deletes the segment's files.
-    pub async fn remove(self) -> Result<(), LogError> {
-        self.remove_index_files();
-        std::fs::remove_file(&self.path).map_err(|e| LogError::io(&*self.path, e))
+    /// The segment's files (log last), for their removal.
+    pub fn file_paths(&self) -> [PathBuf; 3] {
+        let (a, b) = index_paths(&self.path);
+        [a, b, self.path.to_path_buf()]
+    }
+}
+
+/// The index files of a segment to write, each synced (the time index first: the offset
+/// index's trailer covers both). Written on the executor's blocking pool.
+pub struct IndexWrite {
+    files: [(PathBuf, Vec<u8>); 2],
+}
+
+impl IndexWrite {
+    pub async fn write(self) -> Result<(), LogError> {
+        rill_shards::rt::spawn_blocking(move || {
+            for (path, bytes) in &self.files {
+                write_synced(path, bytes)?;
+            }
+            Ok(())
+        })
+        .await
     }
 }
 
@@ -565,56 +581,44 @@ pub struct FileRange {
 impl SegmentReader {
     /// For sendfile: the byte range from the batch holding `offset`, `max_bytes` long (at least
     /// that whole batch), ending at or before `limit_position` (the high watermark's byte
-    /// position). Only headers are read (through the page cache), each checked (length, magic,
-    /// contiguous offsets); the range may end in the middle of a batch, which consumers drop,
-    /// as Kafka's do. The bytes inside the range are checked by the consumer (CRC).
-    pub fn file_range(
+    /// position). Only headers are read, with async DMA reads (a blocking read on the shard
+    /// thread would stall it on a cache miss), each checked (CRC, length, contiguous offsets);
+    /// the range may end in the middle of a batch, which consumers drop, as Kafka's do. The
+    /// bytes inside the range are checked by the consumer.
+    pub async fn file_range(
         &self,
         offset: u64,
         max_bytes: usize,
         limit_position: u64,
     ) -> Result<Option<FileRange>, LogError> {
-        use std::os::unix::fs::FileExt;
         let limit = limit_position.min(self.written);
-        let mut position = self.position;
-        let mut expected = self.expected;
-        let mut header = [0u8; crate::batch::HEADER_LEN];
+        let mut scan = SegmentScan::new(
+            &self.file,
+            &self.path,
+            self.position,
+            limit,
+            self.expected,
+            HEADER_WALK_BYTES,
+        )
+        .headers_only();
         loop {
-            if position + crate::batch::HEADER_LEN as u64 > limit {
-                return Ok(None);
-            }
-            self.read_fd
-                .read_exact_at(&mut header, position)
-                .map_err(|e| LogError::io(&*self.path, e))?;
-            let h = BatchView::check_header(&header).map_err(|e| LogError::Corrupt {
-                path: self.path.to_path_buf(),
-                position,
-                what: e.to_string(),
-            })?;
-            if let Some(want) = expected {
-                if h.base_offset != want {
-                    return Err(ScanStop::Discontiguous {
-                        position,
-                        expected: want,
-                        found: h.base_offset,
-                    }
-                    .corrupt(&self.path));
+            match scan.next().await? {
+                ScanStep::Batch(b) if b.next_offset <= offset => continue,
+                ScanStep::Batch(b) => {
+                    let end = (b.position + (max_bytes as u64).max(u64::from(b.len))).min(limit);
+                    return Ok(Some(FileRange {
+                        file: self.read_fd.clone(),
+                        position: b.position,
+                        len: (end - b.position) as usize,
+                    }));
                 }
+                // Nothing past the limit is visible yet.
+                ScanStep::End {
+                    stop: None | Some(ScanStop::Truncated { .. }),
+                    ..
+                } => return Ok(None),
+                ScanStep::End { stop: Some(s), .. } => return Err(s.corrupt(&self.path)),
             }
-            expected = Some(h.next_offset());
-            let len = u64::from(h.length);
-            if h.next_offset() > offset {
-                if position + len > limit {
-                    return Ok(None);
-                }
-                let end = (position + (max_bytes as u64).max(len)).min(limit);
-                return Ok(Some(FileRange {
-                    file: self.read_fd.clone(),
-                    position,
-                    len: (end - position) as usize,
-                }));
-            }
-            position += len;
         }
     }
 

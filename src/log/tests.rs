@@ -451,7 +451,7 @@ fn a_flipped_header_byte_in_a_closed_segment_is_an_error_to_readers() {
             let reader = log.reader_for_offset(20).unwrap();
             let bad = reader.read(20, 1 << 20, log.next_offset()).await.err();
             let reader = log.reader_for_offset(25).unwrap();
-            let walked = reader.file_range(25, 1 << 20, u64::MAX).err();
+            let walked = reader.file_range(25, 1 << 20, u64::MAX).await.err();
             (
                 good,
                 bad.zip(walked).map(|(a, b)| (a.to_string(), b.to_string())),

@@ -341,7 +341,8 @@ impl Partition {
                 hw_at.position
             };
             return Ok(reader
-                .file_range(offset, limits.max_bytes, limit)?
+                .file_range(offset, limits.max_bytes, limit)
+                .await?
                 .map(ReadChunk::Sendfile)
                 .into_iter()
                 .collect());

@@ -239,12 +239,16 @@ impl Shard {
             self.cache.forget(p.cache_key);
             self.partitions.borrow_mut().remove(&*p.topic);
             let dir = p.log.borrow().dir().to_path_buf();
-            if let Err(e) = std::fs::remove_dir_all(&dir) {
-                log::warn!("removing {}: {e}", dir.display());
-            }
-            if let Some(topic_dir) = dir.parent() {
-                let _ = std::fs::remove_dir(topic_dir);
-            }
+            // Off the shard thread: removing a large partition takes a while.
+            rill_shards::rt::spawn_blocking(move || {
+                if let Err(e) = std::fs::remove_dir_all(&dir) {
+                    log::warn!("removing {}: {e}", dir.display());
+                }
+                if let Some(topic_dir) = dir.parent() {
+                    let _ = std::fs::remove_dir(topic_dir);
+                }
+            })
+            .await;
         }
         for topic in md.topics.values() {
             for pi in &topic.partitions {
