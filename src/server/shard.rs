@@ -52,7 +52,10 @@ pub struct Shard {
     pub metadata: RefCell<Arc<ClusterMetadata>>,
     partitions: RefCell<PartitionMap>,
     next_cache_key: Cell<u64>,
-    pub connections: Cell<usize>,
+    /// Open connections of each listener, against `--max-connections-per-shard` and
+    /// `--max-connections-per-ip` (counted per listener).
+    pub native_conns: Rc<super::conn_limits::ListenerConns>,
+    pub kafka_conns: Rc<super::conn_limits::ListenerConns>,
     /// The consumer groups this shard coordinates.
     pub groups: super::groups::GroupHost,
     /// Present with `--file-reads sendfile`.
@@ -83,6 +86,16 @@ impl Shard {
         deadlines: Deadlines,
         sendfile: Option<super::sendfile::SendfileWorker>,
     ) -> Rc<Shard> {
+        let native_conns = super::conn_limits::ListenerConns::new(
+            "native",
+            cfg.max_connections_per_shard,
+            cfg.max_connections_per_ip,
+        );
+        let kafka_conns = super::conn_limits::ListenerConns::new(
+            "Kafka",
+            cfg.max_connections_per_shard,
+            cfg.max_connections_per_ip,
+        );
         Rc::new(Shard {
             id,
             count,
@@ -95,7 +108,8 @@ impl Shard {
             metadata: RefCell::new(Arc::new(ClusterMetadata::default())),
             partitions: RefCell::new(HashMap::new()),
             next_cache_key: Cell::new(1),
-            connections: Cell::new(0),
+            native_conns,
+            kafka_conns,
             groups: super::groups::GroupHost::new(crate::group::GroupConfig::default()),
             sendfile,
         })
