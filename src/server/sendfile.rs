@@ -319,7 +319,7 @@ mod tests {
     /// is sent in full, and the blocking flag of both sockets is restored.
     #[test]
     fn a_stalled_socket_does_not_hold_up_another() {
-        let len = 64 << 20;
+        let len = 16 << 20;
         let (_dir, file) = file_of(len);
         let (tx, rx) = flume::bounded(QUEUE);
         // SAFETY: plain eventfd creation.
