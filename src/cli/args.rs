@@ -145,8 +145,26 @@ pub struct BrokerArgs {
     /// Longest a produce waits for its acknowledgement.
     #[arg(long, env = "RILL_MAX_PRODUCE_TIMEOUT_MS", default_value_t = 30_000)]
     pub max_produce_timeout_ms: u64,
+    /// Connections each listener (native, Kafka) of each shard accepts; more are closed at once.
     #[arg(long, env = "RILL_MAX_CONNECTIONS_PER_SHARD", default_value_t = 10_000)]
     pub max_connections_per_shard: usize,
+    /// Connections one client IP may hold on each listener of each shard (Kafka's
+    /// max.connections.per.ip, which is unlimited by default; here bounded so that one host
+    /// cannot take a whole shard); more are closed at once.
+    #[arg(long, env = "RILL_MAX_CONNECTIONS_PER_IP", default_value_t = 1_000)]
+    pub max_connections_per_ip: usize,
+    /// A connection that sends no request for this long is closed (Kafka's
+    /// connections.max.idle.ms); a request being handled or a long-poll fetch is not idle.
+    #[arg(
+        long,
+        env = "RILL_CONNECTION_IDLE_TIMEOUT_MS",
+        default_value_t = 600_000
+    )]
+    pub connection_idle_timeout_ms: u64,
+    /// Longest a response (a fetch's file ranges included) may take to drain into a client's
+    /// socket; a client that reads slower is disconnected.
+    #[arg(long, env = "RILL_FETCH_SEND_TIMEOUT_MS", default_value_t = 30_000)]
+    pub fetch_send_timeout_ms: u64,
     /// At start, longest wait for the broker's ports to be released (by a killed broker).
     #[arg(long, env = "RILL_PORT_RELEASE_WAIT_MS", default_value_t = 30_000)]
     pub port_release_wait_ms: u64,

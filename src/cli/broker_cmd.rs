@@ -146,7 +146,21 @@ pub fn config_from_args(a: &BrokerArgs) -> Result<BrokerConfig, String> {
     c.tail_cache_bytes = a.tail_cache_bytes;
     c.max_fetch_wait = Duration::from_millis(a.max_fetch_wait_ms);
     c.max_produce_timeout = Duration::from_millis(a.max_produce_timeout_ms.max(1));
+    if a.max_connections_per_shard == 0 || a.max_connections_per_ip == 0 {
+        return Err(
+            "--max-connections-per-shard and --max-connections-per-ip must be at least 1".into(),
+        );
+    }
     c.max_connections_per_shard = a.max_connections_per_shard;
+    c.max_connections_per_ip = a.max_connections_per_ip;
+    if a.connection_idle_timeout_ms == 0 {
+        return Err("--connection-idle-timeout-ms must be at least 1".into());
+    }
+    c.connection_idle_timeout = Duration::from_millis(a.connection_idle_timeout_ms);
+    if a.fetch_send_timeout_ms == 0 {
+        return Err("--fetch-send-timeout-ms must be at least 1".into());
+    }
+    c.fetch_send_timeout = Duration::from_millis(a.fetch_send_timeout_ms);
     c.port_release_wait = Duration::from_millis(a.port_release_wait_ms);
     c.max_partitions_per_topic = a.max_partitions_per_topic;
     if a.offsets_topic_partitions == 0 {

@@ -77,6 +77,29 @@ impl Connection {
         self.addr
     }
 
+    /// Whether this idle connection can no longer be used: the broker closed it (as it does
+    /// after `--connection-idle-timeout-ms` without a request) or bytes nobody asked for are
+    /// waiting. Looked at without blocking, before a pooled connection is reused, so a call
+    /// does not fail only because the connection sat idle.
+    pub fn is_stale(&self) -> bool {
+        use std::os::fd::AsRawFd;
+        let mut b = [0u8; 1];
+        // SAFETY: a peek of at most one byte into a local buffer, on an open socket.
+        let n = unsafe {
+            libc::recv(
+                self.stream.as_raw_fd(),
+                b.as_mut_ptr().cast(),
+                1,
+                libc::MSG_PEEK | libc::MSG_DONTWAIT,
+            )
+        };
+        if n >= 0 {
+            return true; // EOF, or a stray byte
+        }
+        let e = std::io::Error::last_os_error().raw_os_error();
+        !matches!(e, Some(libc::EAGAIN) | Some(libc::EINTR))
+    }
+
     /// Bounds how long a response may take (long polls add their wait to it).
     pub fn set_read_timeout(&self, t: Option<Duration>) {
         let _ = self.stream.set_read_timeout(t);

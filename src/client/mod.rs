@@ -237,6 +237,13 @@ impl Client {
 
     /// The connection to `addr`, opened on first use.
     pub fn connection(&mut self, addr: SocketAddr) -> Result<&mut Connection, ClientError> {
+        if self
+            .connections
+            .get(&addr)
+            .is_some_and(Connection::is_stale)
+        {
+            self.connections.remove(&addr);
+        }
         if !self.connections.contains_key(&addr) {
             let c = Connection::connect(addr, self.cfg.connect_timeout, &self.cfg.client_id)?;
             c.set_read_timeout(Some(self.cfg.request_timeout));

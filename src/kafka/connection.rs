@@ -4,6 +4,9 @@
 //! What Kafka does with bad input, this does: an unknown API key, an unsupported version or an
 //! undecodable body closes the connection (after answering ApiVersions, which a client may
 //! send at any version to learn ours); a size outside 8..=`--max-frame-bytes` closes it too.
+//! As Kafka's `connections.max.idle.ms`, a connection without a request for
+//! `--connection-idle-timeout-ms` is closed; a response that does not drain into the socket
+//! within `--fetch-send-timeout-ms` closes it too.
 
 use std::rc::Rc;
 
@@ -16,6 +19,7 @@ use rill_shards::rt::TcpStream;
 use super::handlers;
 use super::versions;
 use crate::protocol::ErrorCode;
+use crate::server::conn_limits::{after, until};
 use crate::server::shard::Shard;
 
 /// Smallest request: api key, api version and correlation id.
@@ -28,20 +32,29 @@ pub async fn serve(shard: Rc<Shard>, mut stream: TcpStream) {
         .unwrap_or_default();
     let _ = stream.set_nodelay(true);
     loop {
-        let mut len = [0u8; 4];
-        if stream.read_exact(&mut len).await.is_err() {
-            return;
-        }
-        let size = i32::from_be_bytes(len);
-        if size < MIN_REQUEST as i32 || size as usize > shard.cfg.max_frame_bytes {
-            log::debug!("kafka {peer}: request size {size}; closing");
-            return;
-        }
-        let mut body = vec![0u8; size as usize];
-        if stream.read_exact(&mut body).await.is_err() {
-            return;
-        }
-        let body = Bytes::from(body);
+        let idle_until = after(shard.cfg.connection_idle_timeout);
+        let body = match until(
+            &shard.deadlines,
+            idle_until,
+            read_request(&shard, &mut stream),
+        )
+        .await
+        {
+            None => {
+                log::debug!(
+                    "kafka {peer}: no request for {} ms (--connection-idle-timeout-ms); closing",
+                    shard.cfg.connection_idle_timeout.as_millis()
+                );
+                return;
+            }
+            Some(Err(why)) => {
+                if let Some(why) = why {
+                    log::debug!("kafka {peer}: {why}; closing");
+                }
+                return;
+            }
+            Some(Ok(body)) => body,
+        };
         let response = match decode(body) {
             Ok(Decoded::Request(api, version, header, request)) => {
                 let correlation = header.correlation_id;
@@ -74,10 +87,35 @@ pub async fn serve(shard: Rc<Shard>, mut stream: TcpStream) {
                 return;
             }
         };
-        if stream.write_all(&bytes).await.is_err() || stream.flush().await.is_err() {
-            return;
+        let write = async {
+            stream.write_all(&bytes).await?;
+            stream.flush().await
+        };
+        match until(&shard.deadlines, after(shard.cfg.fetch_send_timeout), write).await {
+            Some(Ok(())) => {}
+            Some(Err(_)) => return,
+            None => {
+                log::info!(
+                    "kafka {peer}: the response did not drain within --fetch-send-timeout-ms; closing"
+                );
+                return;
+            }
         }
     }
+}
+
+/// One size-prefixed request body. `Err(None)`: the connection closed; `Err(Some(why))`: a
+/// size out of bounds.
+async fn read_request(shard: &Shard, stream: &mut TcpStream) -> Result<Bytes, Option<String>> {
+    let mut len = [0u8; 4];
+    stream.read_exact(&mut len).await.map_err(|_| None)?;
+    let size = i32::from_be_bytes(len);
+    if size < MIN_REQUEST as i32 || size as usize > shard.cfg.max_frame_bytes {
+        return Err(Some(format!("request size {size}")));
+    }
+    let mut body = vec![0u8; size as usize];
+    stream.read_exact(&mut body).await.map_err(|_| None)?;
+    Ok(Bytes::from(body))
 }
 
 enum Decoded {

@@ -409,6 +409,22 @@ pub fn fetch_offsets(shard: &Shard, version: i16, req: OffsetFetchRequest) -> Of
     let group = req.group_id.0.to_string();
     if let Some((code, _)) = not_here(shard, &group) {
         r.error_code = code.code();
+        if version < 2 {
+            // v1 has no top-level error code (the encoder drops it, which would read as "no
+            // offsets committed"): Kafka answers each asked partition with the error.
+            for t in req.topics.iter().flatten() {
+                let mut tr = OffsetFetchResponseTopic::default();
+                tr.name = t.name.clone();
+                for &p in &t.partition_indexes {
+                    let mut pr = OffsetFetchResponsePartition::default();
+                    pr.partition_index = p;
+                    pr.committed_offset = -1;
+                    pr.error_code = code.code();
+                    tr.partitions.push(pr);
+                }
+                r.topics.push(tr);
+            }
+        }
         return r;
     }
     let asked = req.topics.as_ref().map(|ts| {
@@ -432,7 +448,7 @@ pub fn fetch_offsets(shard: &Shard, version: i16, req: OffsetFetchRequest) -> Of
     r
 }
 
-pub fn describe(shard: &Shard, req: DescribeGroupsRequest) -> DescribeGroupsResponse {
+pub fn describe(shard: &Shard, version: i16, req: DescribeGroupsRequest) -> DescribeGroupsResponse {
     let mut r = DescribeGroupsResponse::default();
     for g in &req.groups {
         let group = g.0.to_string();
@@ -440,7 +456,11 @@ pub fn describe(shard: &Shard, req: DescribeGroupsRequest) -> DescribeGroupsResp
         dg.group_id = g.clone();
         if let Some((code, message)) = not_here(shard, &group) {
             dg.error_code = code.code();
-            dg.error_message = Some(text(&message));
+            // Only v6+ has the field; the encoder refuses a set field an older version lacks
+            // (which closed the connection instead of answering NOT_COORDINATOR).
+            if version >= 6 {
+                dg.error_message = Some(text(&message));
+            }
             r.groups.push(dg);
             continue;
         }

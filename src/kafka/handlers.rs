@@ -60,7 +60,9 @@ pub async fn handle(
         RequestKind::OffsetFetch(r) => {
             ResponseKind::OffsetFetch(groups::fetch_offsets(shard, version, r))
         }
-        RequestKind::DescribeGroups(r) => ResponseKind::DescribeGroups(groups::describe(shard, r)),
+        RequestKind::DescribeGroups(r) => {
+            ResponseKind::DescribeGroups(groups::describe(shard, version, r))
+        }
         RequestKind::ListGroups(r) => ResponseKind::ListGroups(groups::list(shard, r)),
         RequestKind::CreateTopics(r) => {
             ResponseKind::CreateTopics(super::admin::create_topics(shard, r).await)

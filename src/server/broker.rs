@@ -449,26 +449,30 @@ enum Protocol {
 }
 
 async fn accept_loop(shard: Rc<Shard>, listener: TcpListener, protocol: Protocol) {
+    let conns = match protocol {
+        Protocol::Native => shard.native_conns.clone(),
+        Protocol::Kafka => shard.kafka_conns.clone(),
+    };
     loop {
         match listener.accept().await {
             Ok(stream) => {
-                if shard.connections.get() >= shard.cfg.max_connections_per_shard {
-                    log::warn!(
-                        "shard {}: refusing a connection: --max-connections-per-shard {} reached",
-                        shard.id,
-                        shard.cfg.max_connections_per_shard
-                    );
-                    drop(stream);
-                    continue;
-                }
-                shard.connections.set(shard.connections.get() + 1);
+                let peer = stream.peer_addr().ok();
+                let guard = match conns.admit(peer.map(|p| p.ip())) {
+                    Ok(g) => g,
+                    Err(why) => {
+                        // Closed at once: the client sees EOF and may retry elsewhere.
+                        conns.log_refusal(shard.id, peer, why);
+                        drop(stream);
+                        continue;
+                    }
+                };
                 let s = shard.clone();
                 spawn_local(async move {
                     match protocol {
                         Protocol::Native => connection::serve(s.clone(), stream).await,
                         Protocol::Kafka => crate::kafka::connection::serve(s.clone(), stream).await,
                     }
-                    s.connections.set(s.connections.get() - 1);
+                    drop(guard);
                 })
                 .detach();
             }

@@ -46,7 +46,16 @@ pub struct BrokerConfig {
     pub max_fetch_wait: Duration,
     /// Upper bound on a produce's wait for its acknowledgement.
     pub max_produce_timeout: Duration,
+    /// Connections one listener of one shard holds at most (native and Kafka counted apart).
     pub max_connections_per_shard: usize,
+    /// Connections one client IP address may hold on one listener of one shard.
+    pub max_connections_per_ip: usize,
+    /// A connection that sends no request for this long is closed (a request being handled,
+    /// a long-poll fetch included, is not idle).
+    pub connection_idle_timeout: Duration,
+    /// How long one response (a fetch's file ranges included) may take to drain into the
+    /// client's socket before the connection is closed.
+    pub fetch_send_timeout: Duration,
     /// At start, the longest wait for the broker's ports to be released.
     pub port_release_wait: Duration,
     pub max_partitions_per_topic: u32,
@@ -83,6 +92,9 @@ impl BrokerConfig {
             max_fetch_wait: Duration::from_secs(30),
             max_produce_timeout: Duration::from_secs(30),
             max_connections_per_shard: 10_000,
+            max_connections_per_ip: 1_000,
+            connection_idle_timeout: Duration::from_secs(600),
+            fetch_send_timeout: Duration::from_secs(30),
             port_release_wait: Duration::from_secs(30),
             max_partitions_per_topic: 10_000,
             offsets_topic_partitions: 8,

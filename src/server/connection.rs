@@ -1,10 +1,17 @@
 //! One client connection: read a frame, dispatch it, write the response, in order.
+//!
+//! Two clocks close a connection: `--connection-idle-timeout-ms` while it waits for a request
+//! (the time a request takes to be handled, a long-poll fetch included, does not count), and
+//! `--fetch-send-timeout-ms` while a response drains into its socket (a client that stops
+//! reading costs only its own connection).
 
+use std::os::unix::io::AsRawFd;
 use std::rc::Rc;
 
 use futures_lite::AsyncWriteExt;
 use rill_shards::rt::TcpStream;
 
+use super::conn_limits::{after, shutdown, until};
 use super::handlers::{self, Reply};
 use super::shard::Shard;
 use crate::protocol::frame::{
@@ -20,7 +27,16 @@ pub async fn serve(shard: Rc<Shard>, mut stream: TcpStream) {
         .unwrap_or_default();
     let _ = stream.set_nodelay(true);
     loop {
-        let buf = match read_frame(&mut stream, shard.cfg.max_frame_bytes).await {
+        let idle_until = after(shard.cfg.connection_idle_timeout);
+        let read = read_frame(&mut stream, shard.cfg.max_frame_bytes);
+        let Some(read) = until(&shard.deadlines, idle_until, read).await else {
+            log::debug!(
+                "{peer}: no request for {} ms (--connection-idle-timeout-ms); closing",
+                shard.cfg.connection_idle_timeout.as_millis()
+            );
+            return;
+        };
+        let buf = match read {
             Ok(b) => b,
             Err(FrameError::Closed) => return,
             Err(e) => {
@@ -40,19 +56,38 @@ pub async fn serve(shard: Rc<Shard>, mut stream: TcpStream) {
         };
         let correlation = frame.header.correlation_id;
         let reply = handlers::dispatch(&shard, frame).await;
-        let result = match reply {
-            Reply::None => Ok(()),
-            Reply::Error(code, message) => {
-                write_error(&mut stream, correlation, code, &message).await
-            }
-            Reply::Meta(meta, chunks) => {
-                let payload_len = chunks.iter().map(|c| c.len()).sum();
-                let head = encode_response_head(correlation, ErrorCode::None, &meta, payload_len);
-                write_all(&shard, &mut stream, &head, &chunks).await
+        let send_until = after(shard.cfg.fetch_send_timeout);
+        let fd = stream.as_raw_fd();
+        let write = async {
+            match reply {
+                Reply::None => Ok(()),
+                Reply::Error(code, message) => {
+                    write_error(&mut stream, correlation, code, &message).await
+                }
+                Reply::Meta(meta, chunks) => {
+                    let payload_len = chunks.iter().map(|c| c.len()).sum();
+                    let head =
+                        encode_response_head(correlation, ErrorCode::None, &meta, payload_len);
+                    write_all(&shard, &mut stream, &head, &chunks, send_until).await
+                }
             }
         };
+        let result = until(&shard.deadlines, send_until, write)
+            .await
+            .unwrap_or_else(|| {
+                Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "the response did not drain within --fetch-send-timeout-ms",
+                ))
+            });
         if let Err(e) = result {
-            log::debug!("{peer}: write failed: {e}");
+            if e.kind() == std::io::ErrorKind::TimedOut {
+                log::info!("{peer}: {e}; closing");
+            } else {
+                log::debug!("{peer}: write failed: {e}; closing");
+            }
+            // A sendfile job may still hold a duplicate of the socket: end it now.
+            shutdown(fd);
             return;
         }
     }
@@ -63,14 +98,17 @@ async fn write_all(
     stream: &mut TcpStream,
     head: &[u8],
     chunks: &[crate::log::ReadChunk],
+    deadline: std::time::Instant,
 ) -> std::io::Result<()> {
-    use std::os::unix::io::AsRawFd;
     stream.write_all(head).await?;
     for c in chunks {
         match (c, &shard.sendfile) {
             (crate::log::ReadChunk::Sendfile(range), Some(worker)) => {
+                // Nothing of ours may be in flight on the socket while the worker owns it.
                 stream.flush().await?;
-                worker.send(stream.as_raw_fd(), range.clone()).await?;
+                worker
+                    .send(stream.as_raw_fd(), range.clone(), deadline)
+                    .await?;
             }
             (crate::log::ReadChunk::Sendfile(_), None) => {
                 return Err(std::io::Error::other(

@@ -5,6 +5,7 @@
 
 pub mod broker;
 pub mod config;
+pub mod conn_limits;
 pub mod connection;
 pub mod groups;
 pub mod handlers;

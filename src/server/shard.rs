@@ -85,7 +85,10 @@ pub struct Shard {
     pub metadata: RefCell<Arc<ClusterMetadata>>,
     partitions: RefCell<PartitionMap>,
     next_cache_key: Cell<u64>,
-    pub connections: Cell<usize>,
+    /// Open connections of each listener, against `--max-connections-per-shard` and
+    /// `--max-connections-per-ip` (counted per listener).
+    pub native_conns: Rc<super::conn_limits::ListenerConns>,
+    pub kafka_conns: Rc<super::conn_limits::ListenerConns>,
     /// A metadata apply is running, and the event its end fires.
     applying: Cell<bool>,
     apply_done: event_listener::Event,
@@ -119,6 +122,16 @@ impl Shard {
         deadlines: Deadlines,
         sendfile: Option<super::sendfile::SendfileWorker>,
     ) -> Rc<Shard> {
+        let native_conns = super::conn_limits::ListenerConns::new(
+            "native",
+            cfg.max_connections_per_shard,
+            cfg.max_connections_per_ip,
+        );
+        let kafka_conns = super::conn_limits::ListenerConns::new(
+            "Kafka",
+            cfg.max_connections_per_shard,
+            cfg.max_connections_per_ip,
+        );
         Rc::new(Shard {
             id,
             count,
@@ -131,7 +144,8 @@ impl Shard {
             metadata: RefCell::new(Arc::new(ClusterMetadata::default())),
             partitions: RefCell::new(HashMap::new()),
             next_cache_key: Cell::new(1),
-            connections: Cell::new(0),
+            native_conns,
+            kafka_conns,
             applying: Cell::new(false),
             apply_done: event_listener::Event::new(),
             groups: super::groups::GroupHost::new(crate::group::GroupConfig::default()),

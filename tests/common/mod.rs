@@ -85,11 +85,16 @@ impl TestBroker {
 
     /// Starts a broker with the Kafka listener on (its own free port range).
     pub fn start_kafka(shards: usize, extra: &[&str]) -> TestBroker {
+        Self::start_kafka_with_env(shards, extra, &[])
+    }
+
+    /// `start_kafka` with extra environment variables (for `RILL_*` flags).
+    pub fn start_kafka_with_env(shards: usize, extra: &[&str], env: &[(&str, &str)]) -> TestBroker {
         let kafka = free_ports(shards);
         let mut args = vec!["--kafka-listen".to_string(), format!("127.0.0.1:{kafka}")];
         args.extend(extra.iter().map(|s| s.to_string()));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let mut b = Self::start_with_env(shards, &args, &[]);
+        let mut b = Self::start_with_env(shards, &args, env);
         b.kafka_port = Some(kafka);
         b
     }
