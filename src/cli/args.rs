@@ -113,7 +113,8 @@ pub struct BrokerArgs {
     )]
     pub replica_high_watermark_checkpoint_interval_ms: u64,
     /// How often a shard retries partitions whose storage failed (a full or failing disk):
-    /// reopening them, or opening those that could not be opened.
+    /// reopening them, or opening those that could not be opened; and how often the
+    /// controller reopens its log after a failed write.
     #[arg(long, env = "RILL_STORAGE_RETRY_INTERVAL_MS", default_value_t = 5_000)]
     pub storage_retry_interval_ms: u64,
     /// How long a topic directory the controller metadata does not know is kept, set aside

@@ -59,6 +59,9 @@ pub struct ControllerConfig {
     pub compact_every: u64,
     /// Cluster id for a brand-new cluster; `None` draws a random 128-bit id (hex).
     pub cluster_id: Option<String>,
+    /// After a storage failure (a full disk, say), how often the controller reopens its files
+    /// to take writes again; proposals meanwhile fail with a storage error.
+    pub storage_retry: Duration,
 }
 
 impl ControllerConfig {
@@ -74,6 +77,7 @@ impl ControllerConfig {
             max_pending: DEFAULT_MAX_PENDING,
             compact_every: DEFAULT_COMPACT_EVERY,
             cluster_id: None,
+            storage_retry: Duration::from_secs(5),
         }
     }
 
@@ -212,7 +216,7 @@ pub fn start(cfg: ControllerConfig) -> Result<Controller, ControllerError> {
         compact_every: cfg.compact_every,
         cluster_id: cfg.cluster_id.clone().unwrap_or_else(random_cluster_id),
     };
-    let mut core = ControllerCore::new(core_cfg, store)?;
+    let mut core = ControllerCore::new(core_cfg.clone(), store)?;
     let first = core.ready()?;
 
     let capacity = cfg.queue_capacity.max(1);
@@ -232,6 +236,9 @@ pub fn start(cfg: ControllerConfig) -> Result<Controller, ControllerError> {
         shared: shared.clone(),
         tick: cfg.tick,
         waiters: HashMap::new(),
+        dir: cfg.controller_dir(),
+        core_cfg,
+        storage_retry: cfg.storage_retry,
     };
     worker.handle_actions(first);
     let thread = std::thread::Builder::new()
@@ -353,14 +360,33 @@ struct Worker {
     shared: Arc<Shared>,
     tick: Duration,
     waiters: HashMap<ProposalId, Reply>,
+    /// To reopen the core from its files after a storage failure.
+    dir: PathBuf,
+    core_cfg: CoreConfig,
+    storage_retry: Duration,
 }
 
 impl Worker {
     fn run(mut self) {
-        let reason = self.run_loop();
-        if let ControllerError::Storage(msg) = &reason {
-            log::error!("controller stopped: {msg}");
-        }
+        let reason = loop {
+            let reason = self.run_loop();
+            let ControllerError::Storage(msg) = &reason else {
+                break reason;
+            };
+            // A failed write leaves the file and the in-memory raft state unknown to each
+            // other: answer what waits, then start over from the files (a restart without the
+            // restart), once the disk takes writes again.
+            log::error!(
+                "controller storage failed: {msg}; reopening it every {:?}",
+                self.storage_retry
+            );
+            for (_, reply) in self.waiters.drain() {
+                let _ = reply.send(Err(reason.clone()));
+            }
+            if !self.recover(&reason) {
+                break ControllerError::Stopped;
+            }
+        };
         for (_, reply) in self.waiters.drain() {
             let _ = reply.send(Err(reason.clone()));
         }
@@ -409,6 +435,46 @@ impl Worker {
                 Err(e) => return e,
             }
         }
+    }
+
+    /// After a storage failure: refuses proposals with `reason` and reopens the store every
+    /// `storage_retry` until a new core is up (true) or the controller is shut down (false).
+    fn recover(&mut self, reason: &ControllerError) -> bool {
+        self.shared.lock().ready = false;
+        self.shared.changed.notify_all();
+        loop {
+            let retry_at = Instant::now() + self.storage_retry;
+            loop {
+                match self.rx.recv_deadline(retry_at) {
+                    Ok(Request::Propose { reply, .. }) => {
+                        let _ = reply.send(Err(reason.clone()));
+                    }
+                    Ok(Request::Shutdown) | Err(flume::RecvTimeoutError::Disconnected) => {
+                        return false;
+                    }
+                    Err(flume::RecvTimeoutError::Timeout) => break,
+                }
+            }
+            match self.reopen() {
+                Ok(first) => {
+                    log::info!("controller storage recovered: {}", self.dir.display());
+                    self.handle_actions(first);
+                    return true;
+                }
+                Err(e) => log::debug!("controller storage still failing: {e}"),
+            }
+        }
+    }
+
+    /// A new core from the files (recovery cuts what a failed write left torn); replaces the
+    /// old one only when it is up, so a failed attempt leaves nothing half done.
+    fn reopen(&mut self) -> Result<Vec<Action>, ControllerError> {
+        let store =
+            LogStore::open(&self.dir).map_err(|e| ControllerError::Storage(e.to_string()))?;
+        let mut core = ControllerCore::new(self.core_cfg.clone(), store)?;
+        let first = core.ready()?;
+        self.core = core;
+        Ok(first)
     }
 
     /// Returns true on shutdown.

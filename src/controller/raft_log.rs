@@ -27,7 +27,7 @@
 //! snapshot file (written atomically, so never torn), a snapshot without `raft.log`, and a
 //! commit index past the last entry with no snapshot (a lost snapshot file) are corruption too.
 //! After a failed write the store refuses further writes (a hole in the file would hide later
-//! records).
+//! records); the controller thread opens it again, which cuts the torn tail (`mod.rs`).
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;

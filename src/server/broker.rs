@@ -111,6 +111,7 @@ pub fn run_broker(cfg: BrokerConfig) -> Result<(), BrokerError> {
     ccfg.limits = MetadataLimits {
         max_partitions_per_topic: cfg.max_partitions_per_topic,
     };
+    ccfg.storage_retry = cfg.storage_retry_interval;
     // Topic directories without any controller state mean the metadata was lost, not that
     // this is a new broker: refuse before the controller creates a fresh log.
     let topic_dirs = stray::topic_dirs(&cfg.data_dir).map_err(dir_err)?.len();

@@ -27,6 +27,8 @@ pub struct TestBroker {
     spawns: usize,
     child: Option<Child>,
     log: PathBuf,
+    /// Where the data dir is when it is not `dir/data` (e.g. on a mounted filesystem).
+    data: Option<PathBuf>,
 }
 
 /// A port P such that P..P+n are free right now and were never handed out before in this
@@ -62,6 +64,21 @@ impl TestBroker {
 
     /// Starts a broker with extra environment variables (for `RILL_*` flags).
     pub fn start_with_env(shards: usize, extra: &[&str], env: &[(&str, &str)]) -> TestBroker {
+        Self::start_at(None, shards, extra, env)
+    }
+
+    /// Starts a broker whose data dir is `data` (say, on a small mounted filesystem); its log
+    /// stays in a temp dir elsewhere, so that the broker's own output never fills `data`.
+    pub fn start_on(data: PathBuf, shards: usize, extra: &[&str]) -> TestBroker {
+        Self::start_at(Some(data), shards, extra, &[])
+    }
+
+    fn start_at(
+        data: Option<PathBuf>,
+        shards: usize,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> TestBroker {
         let dir = tempfile::tempdir().expect("tempdir");
         let port = free_ports(shards);
         let log = dir.path().join("broker.log");
@@ -78,6 +95,7 @@ impl TestBroker {
             spawns: 0,
             child: None,
             log,
+            data,
         };
         b.spawn();
         b
@@ -99,6 +117,17 @@ impl TestBroker {
         b
     }
 
+    /// Like [`start_on`](Self::start_on), with the Kafka listener on.
+    pub fn start_kafka_on(data: PathBuf, shards: usize, extra: &[&str]) -> TestBroker {
+        let kafka = free_ports(shards);
+        let mut args = vec!["--kafka-listen".to_string(), format!("127.0.0.1:{kafka}")];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let mut b = Self::start_at(Some(data), shards, &args, &[]);
+        b.kafka_port = Some(kafka);
+        b
+    }
+
     /// The Kafka bootstrap address (`host:port` of shard 0's Kafka listener).
     pub fn kafka_bootstrap(&self) -> String {
         format!(
@@ -108,7 +137,9 @@ impl TestBroker {
     }
 
     pub fn data_dir(&self) -> PathBuf {
-        self.dir.path().join("data")
+        self.data
+            .clone()
+            .unwrap_or_else(|| self.dir.path().join("data"))
     }
 
     pub fn bootstrap(&self) -> String {

@@ -11,6 +11,11 @@
                                               at the end, synchronously);
                                               prints {"assigned"|"revoked": [[topic, p], ...]}
                                               events and one JSON object per message
+  produce-until-error BOOTSTRAP TOPIC TIMEOUT_MS
+                                              produces 1 KiB values to partition 0 (delivery
+                                              timeout TIMEOUT_MS, no retries) until one
+                                              fails; prints "delivered <n>" and "error <name>"
+                                              (exits non-zero if none failed within 20000 sends)
   topics BOOTSTRAP                            lists topic names (AdminClient.list_topics: librdkafka
                                               sends Metadata v12 with trailing bytes)
 Exits non-zero on any delivery or consume error.
@@ -59,6 +64,39 @@ def produce(bootstrap, topic, count, compression):
         sys.exit(f"delivery failed: {left} undelivered, errors {errors[:5]}")
     for partition, key in delivered:
         print(f"{partition}\t{key}")
+
+
+def produce_until_error(bootstrap, topic, timeout_ms):
+    p = ck.Producer({
+        "bootstrap.servers": bootstrap,
+        "message.timeout.ms": timeout_ms,
+        # No retries: a broker error is reported as itself, not as a later local timeout.
+        "retries": 0,
+        "max.in.flight.requests.per.connection": 1,
+        "linger.ms": 5,
+    })
+    errors = []
+    delivered = [0]
+
+    def report(err, msg):
+        if err is not None:
+            errors.append(err)
+        else:
+            delivered[0] += 1
+
+    for i in range(20000):
+        p.produce(topic, value=f"ck{i:06}-" + "k" * 1000, partition=0, on_delivery=report)
+        p.poll(0)
+        if i % 100 == 99:
+            p.flush(timeout_ms / 1000 + 60)
+        if errors:
+            break
+    p.flush(timeout_ms / 1000 + 60)
+    print(f"delivered {delivered[0]}")
+    if not errors:
+        sys.exit("no delivery failed")
+    # The broker's own error when it answered one, else librdkafka's (a timeout, say).
+    print(f"error {errors[0].name()} {errors[0].str()}")
 
 
 def consume(bootstrap, topic, partitions, count):
@@ -118,6 +156,8 @@ if __name__ == "__main__":
     cmd = sys.argv[1]
     if cmd == "produce":
         produce(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5])
+    elif cmd == "produce-until-error":
+        produce_until_error(sys.argv[2], sys.argv[3], int(sys.argv[4]))
     elif cmd == "topics":
         from confluent_kafka.admin import AdminClient
         md = AdminClient({"bootstrap.servers": sys.argv[2]}).list_topics(timeout=30)
