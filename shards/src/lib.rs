@@ -15,6 +15,7 @@
 //! - RLIMIT_MEMLOCK is raised before executors start ([`memlock::raise_memlock`]).
 
 pub mod deadline;
+pub mod file;
 pub mod memlock;
 pub mod mesh;
 pub mod rt;

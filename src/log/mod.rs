@@ -1,8 +1,11 @@
 //! Log storage: per partition a directory of segments with sparse offset and time indexes.
+mod appender;
 pub mod error;
 pub mod fsync;
 pub mod index;
 pub mod partition_log;
+mod reader;
+mod recovery;
 pub mod scan;
 pub mod segment;
 #[cfg(test)]

@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 use bytes::Bytes;
-use rill_shards::rt::{DmaFile, ReadResult};
+use rill_shards::file::DirectFile;
+use rill_shards::rt::ReadResult;
 
 use super::error::LogError;
 use super::segment::{
@@ -453,7 +454,7 @@ impl PartitionLog {
     }
 
     /// Files with writes not yet covered by an fdatasync.
-    pub fn take_unsynced(&mut self) -> Vec<(Rc<DmaFile>, Rc<Path>)> {
+    pub fn take_unsynced(&mut self) -> Vec<(Rc<DirectFile>, Rc<Path>)> {
         self.segments
             .iter_mut()
             .filter_map(Segment::take_unsynced)

@@ -7,7 +7,8 @@
 
 use std::path::Path;
 
-use rill_shards::rt::{DmaFile, ReadResult};
+use rill_shards::file::DirectFile;
+use rill_shards::rt::ReadResult;
 
 use super::error::LogError;
 use crate::batch::{BatchError, BatchView, HEADER_LEN};
@@ -98,7 +99,7 @@ enum Parse {
 /// A forward scan over `[start, end)` of a segment file, batch by batch, header + CRC checked,
 /// offsets checked for contiguity once the first batch (or `expected`) is known.
 pub struct SegmentScan<'f> {
-    file: &'f DmaFile,
+    file: &'f DirectFile,
     path: &'f Path,
     end: u64,
     /// How much to read at a time (more when one batch is larger).
@@ -114,7 +115,7 @@ pub struct SegmentScan<'f> {
 
 impl<'f> SegmentScan<'f> {
     pub fn new(
-        file: &'f DmaFile,
+        file: &'f DirectFile,
         path: &'f Path,
         start: u64,
         end: u64,

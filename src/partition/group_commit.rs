@@ -88,43 +88,19 @@ impl GroupCommit {
             }
         }
         if self.policy == FsyncPolicy::Always {
-            let files: Vec<_> = written
-                .iter()
-                .flat_map(|(p, _)| p.log.borrow_mut().take_unsynced())
-                .collect();
-            let synced = join_all(files.iter().map(|(f, _)| f.fdatasync())).await;
-            for ((_, path), r) in files.iter().zip(synced) {
-                if let Err(e) = r {
-                    log::error!("fdatasync {}: {e}", path.display());
-                    for (p, _) in &written {
-                        if p.log.borrow().dir() == path.parent().unwrap_or(path) {
-                            p.log.borrow_mut().fail(format!("fdatasync: {e}"));
-                            p.fail_waiters(ErrorCode::KafkaStorageError);
-                        }
-                    }
-                }
-            }
+            // Each partition syncs its own files (all at once) and fails itself on an error.
+            join_all(written.iter().map(|(p, _)| p.sync())).await;
         }
         for (p, flushed) in written {
-            if p.log.borrow().failure().is_none() {
+            if p.failure().is_none() {
                 p.advance(flushed);
             }
         }
     }
 
-    /// For `--fsync interval:MS`: fdatasync every partition's unsynced files.
+    /// For `--fsync interval:MS` and a clean stop: fdatasync every partition's unsynced
+    /// files; a partition whose sync fails marks itself failed.
     pub async fn sync_all(partitions: &[Rc<Partition>]) {
-        let files: Vec<_> = partitions
-            .iter()
-            .flat_map(|p| p.log.borrow_mut().take_unsynced())
-            .collect();
-        for ((_, path), r) in files
-            .iter()
-            .zip(join_all(files.iter().map(|(f, _)| f.fdatasync())).await)
-        {
-            if let Err(e) = r {
-                log::error!("fdatasync {}: {e}", path.display());
-            }
-        }
+        join_all(partitions.iter().map(|p| p.sync())).await;
     }
 }

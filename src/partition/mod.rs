@@ -7,12 +7,15 @@
 
 pub mod group_commit;
 pub mod tail_cache;
+#[cfg(test)]
+mod tests;
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::rc::Rc;
 
 use event_listener::Event;
+use futures_util::future::join_all;
 
 use crate::batch::BatchView;
 use crate::controller::topic_config::TopicSettings;
@@ -33,7 +36,9 @@ pub struct Partition {
     pub index: u32,
     /// Shard-unique key of this partition in the tail cache.
     pub cache_key: u64,
-    pub log: RefCell<PartitionLog>,
+    /// Owned: the group commit and the shard ask the partition (flush, sync, reopen), and it
+    /// marks itself failed.
+    log: RefCell<PartitionLog>,
     high_watermark: Cell<u64>,
     /// Where the data below the high watermark ends on disk (for sendfile ranges).
     hw_position: Cell<Flushed>,
@@ -425,6 +430,37 @@ impl Partition {
             end.offset
         );
         Ok(true)
+    }
+
+    /// fdatasyncs the files this partition wrote since its last sync. A failure marks the log
+    /// failed (retriably: the shard reopens it) and fails the producers waiting.
+    pub async fn sync(&self) -> Result<(), LogError> {
+        let files = self.log.borrow_mut().take_unsynced();
+        let results = join_all(files.iter().map(|(f, _)| f.fdatasync())).await;
+        for ((_, path), r) in files.iter().zip(results) {
+            if let Err(e) = r {
+                let e = LogError::io(&**path, e);
+                self.log.borrow_mut().fail(format!("fdatasync: {e}"));
+                self.fail_waiters(ErrorCode::KafkaStorageError);
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Why the log refuses writes, if it does.
+    pub fn failure(&self) -> Option<String> {
+        self.log.borrow().failure().map(str::to_string)
+    }
+
+    /// Failed for a reason reopening may cure (see [`try_reopen`](Self::try_reopen)).
+    pub fn can_retry(&self) -> bool {
+        self.log.borrow().can_retry()
+    }
+
+    /// The partition's directory.
+    pub fn dir(&self) -> std::path::PathBuf {
+        self.log.borrow().dir().to_path_buf()
     }
 
     /// Writes pending batches; see [`partition_log::flush`].

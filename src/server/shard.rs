@@ -183,7 +183,7 @@ impl Shard {
     /// again once it is back) and opens again those that could not be opened.
     pub async fn retry_storage(self: &Rc<Self>) {
         for p in self.all_partitions() {
-            if !p.log.borrow().can_retry() {
+            if !p.can_retry() {
                 continue;
             }
             if let Err(e) = p.try_reopen(&self.cache).await {
@@ -252,7 +252,7 @@ impl Shard {
             p.mark_deleted();
             self.cache.forget(p.cache_key);
             self.partitions.borrow_mut().remove(&*p.topic);
-            let dir = p.log.borrow().dir().to_path_buf();
+            let dir = p.dir();
             // Off the shard thread: removing a large partition takes a while.
             rill_shards::rt::spawn_blocking(move || {
                 if let Err(e) = std::fs::remove_dir_all(&dir) {

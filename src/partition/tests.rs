@@ -1,0 +1,252 @@
+//! Every storage error path of a partition and the group commit, through injected faults
+//! (`rill_shards::file::faults`): a failed write, allocation, short write or fdatasync makes
+//! the partition refuse writes with KAFKA_STORAGE_ERROR, nothing below the high watermark
+//! changes, readers keep reading, and a reopen (or a restart) recovers once the fault is gone.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::PathBuf;
+use std::rc::Rc;
+
+use rill_shards::file::faults::{self, FileOp};
+use rill_shards::rt::spawn_local;
+
+use super::group_commit::GroupCommit;
+use super::tail_cache::TailCache;
+use super::{Partition, ReadLimits};
+use crate::batch::{BatchBuilder, BatchIter, BatchView};
+use crate::controller::topic_config::{TopicDefaults, TopicSettings};
+use crate::log::{FileReads, FsyncPolicy, PartitionLog, SegmentConfig};
+use crate::protocol::ErrorCode;
+
+fn on_shard<F, Fut, T>(f: F) -> T
+where
+    F: Fn(PathBuf) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = T> + 'static,
+    T: Send + 'static,
+{
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().to_path_buf();
+    let cfg = rill_shards::ShardConfig {
+        cpus: vec![rill_shards::ShardConfig::all_cores()[0]],
+        prime_dir: path.clone(),
+        name: "rill-partition-test".into(),
+        io_memory_bytes: 1 << 20,
+        ..rill_shards::ShardConfig::default()
+    };
+    let set = rill_shards::start_shards(cfg, move |_| f(path.join("p")))
+        .expect("start a shard for the test");
+    let out = set
+        .join()
+        .into_iter()
+        .next()
+        .expect("one shard")
+        .expect("the shard ran");
+    faults::clear(&dir.path().to_string_lossy());
+    out
+}
+
+const SEGMENT: u64 = 256 << 10;
+
+fn seg_config() -> SegmentConfig {
+    SegmentConfig {
+        segment_bytes: SEGMENT,
+        segment_age: None,
+        index_interval_bytes: 4096,
+        preallocate: true,
+        preallocate_step: 64 << 10,
+        scan_bytes: crate::log::segment::SCAN_BYTES,
+    }
+}
+
+struct Fixture {
+    p: Rc<Partition>,
+    gc: Rc<GroupCommit>,
+    cache: TailCache,
+}
+
+async fn open(dir: &std::path::Path, fsync: FsyncPolicy) -> Fixture {
+    let (log, _) = PartitionLog::open(dir.to_path_buf(), seg_config())
+        .await
+        .expect("open");
+    let mut settings = TopicSettings::resolve(&BTreeMap::new(), &TopicDefaults::default());
+    settings.segment_bytes = SEGMENT;
+    let p = Rc::new(Partition::new(Rc::from("t"), 1, 0, 1, log, fsync, settings));
+    let gc = GroupCommit::new(fsync);
+    spawn_local(gc.clone().run()).detach();
+    Fixture {
+        p,
+        gc,
+        cache: TailCache::new(0),
+    }
+}
+
+/// Appends `n` records (one batch of ~2 KiB values) and waits for the acknowledgement.
+async fn produce(f: &Fixture, n: u32) -> Result<u64, ErrorCode> {
+    let mut b = BatchBuilder::new();
+    let first = f.p.log_end_offset();
+    for i in 0..u64::from(n) {
+        let mut v = format!("v{}-", first + i).into_bytes();
+        v.resize(2000, b'.');
+        b.push(1_000, None, &v, &[], &[]);
+    }
+    let bytes = b.build().expect("batch");
+    let view = BatchView::validate(&bytes).expect("valid");
+    let (_, next) = f.p.append(&[view], 1, &f.cache).map_err(|e| e.code())?;
+    f.gc.mark_dirty(&f.p);
+    f.p.wait_for_ack(next - 1)
+        .recv_async()
+        .await
+        .map_err(|_| ErrorCode::UnknownServerError)??;
+    Ok(next)
+}
+
+/// Reads `[0, end)` back (copy path), checking each value names its offset.
+async fn read_all(f: &Fixture, end: u64) -> u64 {
+    let mut at = 0;
+    while at < end {
+        let limits = ReadLimits {
+            max_bytes: 1 << 20,
+            file_reads: FileReads::Copy,
+        };
+        let chunks = f.p.read(at, limits, &f.cache).await.expect("read");
+        assert!(!chunks.is_empty(), "no data at {at} below {end}");
+        for c in &chunks {
+            let buf = crate::batch::aligned16(c.as_slice().expect("in memory"));
+            for b in BatchIter::new(&buf) {
+                for r in b.expect("valid").records().expect("records") {
+                    if r.offset < at {
+                        continue;
+                    }
+                    assert_eq!(r.offset, at);
+                    assert!(r.value().starts_with(format!("v{at}-").as_bytes()));
+                    at += 1;
+                }
+            }
+        }
+    }
+    at
+}
+
+/// The scenario every fault runs through: acknowledged data, the fault, refused writes with
+/// the high watermark unchanged and the data readable, then recovery once it is gone.
+async fn fault_then_recover(dir: PathBuf, op: FileOp, errno: i32, fsync: FsyncPolicy) -> String {
+    let f = open(&dir, fsync).await;
+    let acked = produce(&f, 20).await.expect("before the fault");
+    let key = dir.to_string_lossy().to_string();
+    faults::inject(&key, op, errno, 1_000);
+    // Enough to roll a segment (a new file, its allocation) whatever the op is.
+    let mut refused = None;
+    for _ in 0..200 {
+        match produce(&f, 20).await {
+            Ok(_) if fsync == FsyncPolicy::Never || matches!(fsync, FsyncPolicy::Interval(_)) => {
+                // Syncs happen out of band: run one and see it fail the partition.
+                GroupCommit::sync_all(std::slice::from_ref(&f.p)).await;
+                if f.p.failure().is_some() {
+                    refused = Some(ErrorCode::KafkaStorageError);
+                    break;
+                }
+            }
+            Ok(_) => {}
+            Err(code) => {
+                refused = Some(code);
+                break;
+            }
+        }
+    }
+    let hw = f.p.high_watermark();
+    assert_eq!(
+        refused,
+        Some(ErrorCode::KafkaStorageError),
+        "{op:?}: the fault was never reported"
+    );
+    assert!(hw >= acked, "{op:?}: high watermark went back");
+    assert!(f.p.failure().is_some(), "{op:?}: not failed");
+    // Still failed while the fault lasts: writes refused at once, reads work.
+    assert_eq!(
+        produce(&f, 1).await,
+        Err(ErrorCode::KafkaStorageError),
+        "{op:?}"
+    );
+    assert_eq!(read_all(&f, hw).await, hw, "{op:?}: reads during the fault");
+    faults::clear(&key);
+    // Recovery without a restart.
+    let mut reopened = f.p.failure().is_none();
+    if !reopened {
+        reopened = f.p.try_reopen(&f.cache).await.expect("reopen");
+    }
+    assert!(reopened, "{op:?}: did not recover");
+    let hw2 = f.p.high_watermark();
+    assert!(hw2 >= hw, "{op:?}: high watermark went back on reopen");
+    let end = produce(&f, 5).await.expect("writes resume");
+    assert_eq!(read_all(&f, end).await, end, "{op:?}");
+    drop(f);
+    // And a restart finds all of it.
+    let f = open(&dir, fsync).await;
+    assert_eq!(f.p.log_end_offset(), end, "{op:?}: after a restart");
+    assert_eq!(read_all(&f, end).await, end);
+    f.p.failure().unwrap_or_default()
+}
+
+#[test]
+fn a_failing_write_fails_the_partition_until_the_disk_is_back() {
+    let left =
+        on_shard(|dir| fault_then_recover(dir, FileOp::Write, libc::EIO, FsyncPolicy::Always));
+    assert_eq!(left, "");
+}
+
+#[test]
+fn a_short_write_fails_the_partition_until_the_disk_is_back() {
+    let left = on_shard(|dir| fault_then_recover(dir, FileOp::ShortWrite, 0, FsyncPolicy::Always));
+    assert_eq!(left, "");
+}
+
+#[test]
+fn no_space_to_allocate_fails_the_partition_until_space_is_back() {
+    let left = on_shard(|dir| {
+        fault_then_recover(dir, FileOp::Fallocate, libc::ENOSPC, FsyncPolicy::Always)
+    });
+    assert_eq!(left, "");
+}
+
+#[test]
+fn a_failing_fdatasync_in_the_group_commit_fails_the_partition() {
+    let left =
+        on_shard(|dir| fault_then_recover(dir, FileOp::Fdatasync, libc::EIO, FsyncPolicy::Always));
+    assert_eq!(left, "");
+}
+
+#[test]
+fn a_failing_interval_fdatasync_fails_the_partition() {
+    let left = on_shard(|dir| {
+        fault_then_recover(
+            dir,
+            FileOp::Fdatasync,
+            libc::EIO,
+            FsyncPolicy::Interval(std::time::Duration::from_secs(3600)),
+        )
+    });
+    assert_eq!(left, "");
+}
+
+#[test]
+fn a_restart_on_a_full_disk_serves_the_data_read_only_then_recovers() {
+    let (failed, read, refused, recovered) = on_shard(|dir| async move {
+        let f = open(&dir, FsyncPolicy::Always).await;
+        let end = produce(&f, 30).await.unwrap();
+        drop(f);
+        let key = dir.to_string_lossy().to_string();
+        faults::inject(&key, FileOp::Fallocate, libc::ENOSPC, 1_000);
+        let f = open(&dir, FsyncPolicy::Always).await;
+        let failed = f.p.failure();
+        let read = read_all(&f, end).await;
+        let refused = produce(&f, 1).await;
+        faults::clear(&key);
+        let recovered = f.p.try_reopen(&f.cache).await.unwrap() && produce(&f, 1).await.is_ok();
+        (failed, read == end, refused, recovered)
+    });
+    assert!(failed.is_some_and(|f| f.contains("cannot prepare the log for writes")));
+    assert!(read);
+    assert_eq!(refused, Err(ErrorCode::KafkaStorageError));
+    assert!(recovered);
+}
