@@ -10,6 +10,7 @@ use super::error::LogError;
 use super::index::SparseIndex;
 use super::scan::{ScanStep, ScanStop, SegmentScan};
 use super::segment::{allocation_for, index_paths, Segment, SegmentConfig};
+use crate::batch::{BatchError, MAGIC, VERSION};
 
 /// What [`Segment::open`] found.
 #[derive(Debug, Default)]
@@ -84,6 +85,23 @@ impl Segment {
                 ScanStep::End { position, stop } => break (position, stop),
             }
         };
+        if let Some(ScanStop::Invalid {
+            error: BatchError::BadMagic(magic, version),
+            ..
+        }) = &stop
+        {
+            // Another build's batch format is not damage: cutting it would delete data.
+            if *magic == MAGIC && *version != VERSION {
+                return Err(LogError::Corrupt {
+                    path,
+                    position: end,
+                    what: format!(
+                        "batch format version {version} is not supported by this build \
+                         (version {VERSION}); the file is left untouched"
+                    ),
+                });
+            }
+        }
         let garbage = scan.garbage_after(end);
         let damage = match (stop, recorded) {
             (_, Some(extent)) if extent.size != end || extent.next_offset != next => Some(Damage {

@@ -568,3 +568,28 @@ fn segments_are_preallocated_a_step_at_a_time_and_trimmed_when_they_close() {
         "reopened: {file} for {data}"
     );
 }
+
+#[test]
+fn a_segment_of_another_batch_format_version_is_refused_not_cut() {
+    let (err, len_before, len_after) = on_shard(|dir| async move {
+        let (log, _) = PartitionLog::open(dir.clone(), config(1 << 20))
+            .await
+            .unwrap();
+        let log = RefCell::new(log);
+        append_all(&log, &[(10, 100); 5]).await;
+        drop(log);
+        let seg = segment_files(&dir).pop().unwrap();
+        let at = position_of(&seg, 20);
+        // The version field (bytes 26..28) of a batch in the middle: as an older build wrote it.
+        flip(&seg, at + 26, 0x03);
+        let before = std::fs::metadata(&seg).unwrap().len();
+        let err = PartitionLog::open(dir.clone(), config(1 << 20))
+            .await
+            .err()
+            .map(|e| e.to_string());
+        (err, before, std::fs::metadata(&seg).unwrap().len())
+    });
+    let err = err.expect("refused");
+    assert!(err.contains("batch format version 1"), "{err}");
+    assert_eq!(len_before, len_after, "the file is untouched");
+}
