@@ -177,6 +177,18 @@ pub struct BrokerArgs {
     /// snapshot of the latest commits, then the older history is truncated).
     #[arg(long, env = "RILL_OFFSETS_COMPACT_EVERY", default_value_t = 10_000)]
     pub offsets_compact_every: usize,
+    /// Members one consumer group may have (Kafka's group.max.size); a join past it gets
+    /// GROUP_MAX_SIZE_REACHED.
+    #[arg(long, env = "RILL_GROUP_MAX_SIZE", default_value_t = 1_000)]
+    pub group_max_size: usize,
+    /// Groups (with members or committed offsets) one shard coordinates at once; a join that
+    /// would create one more gets GROUP_MAX_SIZE_REACHED, a commit INVALID_COMMIT_OFFSET_SIZE.
+    #[arg(long, env = "RILL_MAX_GROUPS_PER_SHARD", default_value_t = 10_000)]
+    pub max_groups_per_shard: usize,
+    /// Partitions one group may hold committed offsets for; a commit past it is refused whole
+    /// with INVALID_COMMIT_OFFSET_SIZE.
+    #[arg(long, env = "RILL_MAX_OFFSETS_PER_GROUP", default_value_t = 100_000)]
+    pub max_offsets_per_group: usize,
     /// glommio registered I/O memory per shard.
     #[arg(long, env = "RILL_IO_MEMORY_BYTES", default_value_t = 10 << 20)]
     pub io_memory_bytes: usize,

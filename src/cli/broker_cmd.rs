@@ -168,6 +168,16 @@ pub fn config_from_args(a: &BrokerArgs) -> Result<BrokerConfig, String> {
     }
     c.offsets_topic_partitions = a.offsets_topic_partitions;
     c.offsets_compact_every = a.offsets_compact_every.max(1);
+    if a.group_max_size == 0 || a.max_groups_per_shard == 0 || a.max_offsets_per_group == 0 {
+        return Err(
+            "--group-max-size, --max-groups-per-shard and --max-offsets-per-group \
+                    must be at least 1"
+                .into(),
+        );
+    }
+    c.group_max_size = a.group_max_size;
+    c.max_groups_per_shard = a.max_groups_per_shard;
+    c.max_offsets_per_group = a.max_offsets_per_group;
     c.io_memory_bytes = a.io_memory_bytes;
     c.spin_before_park =
         (a.spin_before_park_us > 0).then(|| Duration::from_micros(a.spin_before_park_us));

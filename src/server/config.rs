@@ -63,6 +63,12 @@ pub struct BrokerConfig {
     pub offsets_topic_partitions: u32,
     /// Commit records an offsets partition takes between two compactions.
     pub offsets_compact_every: usize,
+    /// Members one group may have (`--group-max-size`, Kafka's `group.max.size`).
+    pub group_max_size: usize,
+    /// Groups one shard coordinates at once (`--max-groups-per-shard`).
+    pub max_groups_per_shard: usize,
+    /// Partitions one group may hold committed offsets for (`--max-offsets-per-group`).
+    pub max_offsets_per_group: usize,
     pub io_memory_bytes: usize,
     pub spin_before_park: Option<Duration>,
 }
@@ -99,6 +105,9 @@ impl BrokerConfig {
             max_partitions_per_topic: 10_000,
             offsets_topic_partitions: 8,
             offsets_compact_every: 10_000,
+            group_max_size: 1_000,
+            max_groups_per_shard: 10_000,
+            max_offsets_per_group: 100_000,
             io_memory_bytes: 10 << 20,
             spin_before_park: None,
         }

@@ -9,6 +9,7 @@ pub mod conn_limits;
 pub mod connection;
 pub mod groups;
 pub mod handlers;
+pub mod offsets_log;
 pub mod sendfile;
 pub mod shard;
 pub mod stray;

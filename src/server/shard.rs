@@ -132,6 +132,14 @@ impl Shard {
             cfg.max_connections_per_shard,
             cfg.max_connections_per_ip,
         );
+        let groups = super::groups::GroupHost::new(
+            crate::group::GroupConfig {
+                max_members: cfg.group_max_size,
+                max_offsets: cfg.max_offsets_per_group,
+                ..crate::group::GroupConfig::default()
+            },
+            cfg.max_groups_per_shard,
+        );
         Rc::new(Shard {
             id,
             count,
@@ -148,7 +156,7 @@ impl Shard {
             kafka_conns,
             applying: Cell::new(false),
             apply_done: event_listener::Event::new(),
-            groups: super::groups::GroupHost::new(crate::group::GroupConfig::default()),
+            groups,
             sendfile,
         })
     }
