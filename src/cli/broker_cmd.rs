@@ -143,6 +143,21 @@ pub fn config_from_args(a: &BrokerArgs) -> Result<BrokerConfig, String> {
     }
     c.preallocate_step_bytes = a.preallocate_step_bytes;
     c.max_frame_bytes = a.max_frame_bytes;
+    if a.max_request_memory_bytes < crate::server::request_memory::FIRST_STEP {
+        return Err(format!(
+            "--max-request-memory-bytes must be at least {}",
+            crate::server::request_memory::FIRST_STEP
+        ));
+    }
+    if a.max_request_memory_bytes < a.max_frame_bytes {
+        log::warn!(
+            "--max-request-memory-bytes {} is below --max-frame-bytes {}: larger requests \
+             are refused",
+            a.max_request_memory_bytes,
+            a.max_frame_bytes
+        );
+    }
+    c.max_request_memory_bytes = a.max_request_memory_bytes;
     c.tail_cache_bytes = a.tail_cache_bytes;
     c.max_fetch_wait = Duration::from_millis(a.max_fetch_wait_ms);
     c.max_produce_timeout = Duration::from_millis(a.max_produce_timeout_ms.max(1));

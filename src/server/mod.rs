@@ -10,6 +10,7 @@ pub mod connection;
 pub mod groups;
 pub mod handlers;
 pub mod offsets_log;
+pub mod request_memory;
 pub mod sendfile;
 pub mod shard;
 pub mod stray;

@@ -94,6 +94,8 @@ pub struct Shard {
     apply_done: event_listener::Event,
     /// The consumer groups this shard coordinates.
     pub groups: super::groups::GroupHost,
+    /// `--max-request-memory-bytes`: request bytes this shard's connections hold.
+    pub request_memory: Rc<super::request_memory::RequestMemory>,
     /// Present with `--file-reads sendfile`.
     pub sendfile: Option<super::sendfile::SendfileWorker>,
 }
@@ -144,6 +146,7 @@ impl Shard {
             id,
             count,
             cache: TailCache::new(cfg.tail_cache_bytes / count.max(1)),
+            request_memory: super::request_memory::RequestMemory::new(cfg.max_request_memory_bytes),
             group_commit: GroupCommit::new(cfg.fsync),
             cfg,
             controller,
