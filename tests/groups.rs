@@ -299,3 +299,68 @@ fn the_offsets_log_is_compacted_and_keeps_the_latest_commit_of_each_key() {
         "the compacted log replays to the latest commits"
     );
 }
+
+/// `--max-groups-per-shard` and `--max-offsets-per-group` bound what commits from outside any
+/// group (which need no member) and joins make the coordinator hold.
+#[test]
+fn groups_and_committed_offsets_are_bounded() {
+    let b = TestBroker::start(
+        1,
+        &[
+            "--max-groups-per-shard",
+            "2",
+            "--max-offsets-per-group",
+            "3",
+        ],
+    );
+    let bootstrap: SocketAddr = b.bootstrap().parse().unwrap();
+    let mut c = client(&b);
+    let commit = |c: &mut Client, group: &str, parts: std::ops::Range<u32>| {
+        let req = OffsetCommitRequest {
+            group: group.into(),
+            member_id: String::new(),
+            generation: -1,
+            offsets: parts
+                .map(|p| ("no-such-topic".into(), p, 1, String::new()))
+                .collect(),
+        };
+        let (r, _): (GroupStatusResponse, _) =
+            c.call(bootstrap, ApiKey::OffsetCommit, &req, &[]).unwrap();
+        (ErrorCode::from_code(r.error_code), r.message)
+    };
+    assert_eq!(commit(&mut c, "g1", 0..2).0, ErrorCode::None);
+    assert_eq!(
+        commit(&mut c, "g1", 1..3).0,
+        ErrorCode::None,
+        "one new offset: 3 held"
+    );
+    let (code, why) = commit(&mut c, "g1", 3..4);
+    assert_eq!(code, ErrorCode::InvalidCommitOffsetSize, "{why}");
+    assert!(why.contains("--max-offsets-per-group"), "{why}");
+    assert_eq!(commit(&mut c, "g2", 0..1).0, ErrorCode::None);
+    let (code, why) = commit(&mut c, "g3", 0..1);
+    assert_eq!(code, ErrorCode::InvalidCommitOffsetSize, "{why}");
+    assert!(why.contains("--max-groups-per-shard"), "{why}");
+    let req = JoinGroupRequest {
+        group: "g3".into(),
+        member_id: String::new(),
+        group_instance_id: None,
+        session_timeout_ms: 10_000,
+        rebalance_timeout_ms: 20_000,
+        protocol_type: "consumer".into(),
+        protocols: vec![("range".into(), b"t".to_vec())],
+    };
+    let (r, _): (JoinGroupResponse, _) = c.call(bootstrap, ApiKey::JoinGroup, &req, &[]).unwrap();
+    assert_eq!(
+        ErrorCode::from_code(r.error_code),
+        ErrorCode::GroupMaxSizeReached,
+        "{}",
+        r.message
+    );
+    let listed = b.cli(&["group", "list"], None);
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    assert!(
+        listed.contains("g1") && listed.contains("g2") && !listed.contains("g3"),
+        "{listed}"
+    );
+}

@@ -137,6 +137,11 @@ pub struct BrokerArgs {
     /// Largest request frame accepted.
     #[arg(long, env = "RILL_MAX_FRAME_BYTES", default_value_t = 64 << 20)]
     pub max_frame_bytes: usize,
+    /// Request bytes the connections of one shard may hold at once (both listeners, per
+    /// shard, not split): a reader that would exceed it waits before allocating; a request
+    /// larger than all of it is refused. Bytes are released when the request's handler returns.
+    #[arg(long, env = "RILL_MAX_REQUEST_MEMORY_BYTES", default_value_t = crate::server::config::DEFAULT_MAX_REQUEST_MEMORY_BYTES)]
+    pub max_request_memory_bytes: usize,
     /// Memory for recent batches, split across shards.
     #[arg(long, env = "RILL_TAIL_CACHE_BYTES", default_value_t = 64 << 20)]
     pub tail_cache_bytes: usize,
@@ -178,6 +183,18 @@ pub struct BrokerArgs {
     /// snapshot of the latest commits, then the older history is truncated).
     #[arg(long, env = "RILL_OFFSETS_COMPACT_EVERY", default_value_t = 10_000)]
     pub offsets_compact_every: usize,
+    /// Members one consumer group may have (Kafka's group.max.size); a join past it gets
+    /// GROUP_MAX_SIZE_REACHED.
+    #[arg(long, env = "RILL_GROUP_MAX_SIZE", default_value_t = 1_000)]
+    pub group_max_size: usize,
+    /// Groups (with members or committed offsets) one shard coordinates at once; a join that
+    /// would create one more gets GROUP_MAX_SIZE_REACHED, a commit INVALID_COMMIT_OFFSET_SIZE.
+    #[arg(long, env = "RILL_MAX_GROUPS_PER_SHARD", default_value_t = 10_000)]
+    pub max_groups_per_shard: usize,
+    /// Partitions one group may hold committed offsets for; a commit past it is refused whole
+    /// with INVALID_COMMIT_OFFSET_SIZE.
+    #[arg(long, env = "RILL_MAX_OFFSETS_PER_GROUP", default_value_t = 100_000)]
+    pub max_offsets_per_group: usize,
     /// glommio registered I/O memory per shard.
     #[arg(long, env = "RILL_IO_MEMORY_BYTES", default_value_t = 10 << 20)]
     pub io_memory_bytes: usize,

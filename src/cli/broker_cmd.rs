@@ -143,6 +143,21 @@ pub fn config_from_args(a: &BrokerArgs) -> Result<BrokerConfig, String> {
     }
     c.preallocate_step_bytes = a.preallocate_step_bytes;
     c.max_frame_bytes = a.max_frame_bytes;
+    if a.max_request_memory_bytes < crate::server::request_memory::FIRST_STEP {
+        return Err(format!(
+            "--max-request-memory-bytes must be at least {}",
+            crate::server::request_memory::FIRST_STEP
+        ));
+    }
+    if a.max_request_memory_bytes < a.max_frame_bytes {
+        log::warn!(
+            "--max-request-memory-bytes {} is below --max-frame-bytes {}: larger requests \
+             are refused",
+            a.max_request_memory_bytes,
+            a.max_frame_bytes
+        );
+    }
+    c.max_request_memory_bytes = a.max_request_memory_bytes;
     c.tail_cache_bytes = a.tail_cache_bytes;
     c.max_fetch_wait = Duration::from_millis(a.max_fetch_wait_ms);
     c.max_produce_timeout = Duration::from_millis(a.max_produce_timeout_ms.max(1));
@@ -168,6 +183,16 @@ pub fn config_from_args(a: &BrokerArgs) -> Result<BrokerConfig, String> {
     }
     c.offsets_topic_partitions = a.offsets_topic_partitions;
     c.offsets_compact_every = a.offsets_compact_every.max(1);
+    if a.group_max_size == 0 || a.max_groups_per_shard == 0 || a.max_offsets_per_group == 0 {
+        return Err(
+            "--group-max-size, --max-groups-per-shard and --max-offsets-per-group \
+                    must be at least 1"
+                .into(),
+        );
+    }
+    c.group_max_size = a.group_max_size;
+    c.max_groups_per_shard = a.max_groups_per_shard;
+    c.max_offsets_per_group = a.max_offsets_per_group;
     c.io_memory_bytes = a.io_memory_bytes;
     c.spin_before_park =
         (a.spin_before_park_us > 0).then(|| Duration::from_micros(a.spin_before_park_us));

@@ -8,6 +8,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use super::offsets_log::PartitionOffset;
 use crate::protocol::ErrorCode;
 
 /// An opaque id the shell gives each request that waits for a reply.
@@ -24,6 +25,9 @@ pub struct GroupConfig {
     pub max_members: usize,
     /// Largest metadata string stored with a committed offset.
     pub max_offset_metadata: usize,
+    /// Partitions a group may hold committed offsets for (`--max-offsets-per-group`; Kafka
+    /// has no such bound): a commit that would pass it is refused whole.
+    pub max_offsets: usize,
     /// Part of every member id this coordinator hands out. Generations start over when a
     /// coordinator restarts (its groups are in memory), so member ids must differ between
     /// runs: else a member from before the restart would pass for the new member with its
@@ -38,6 +42,7 @@ impl Default for GroupConfig {
             max_session_timeout_ms: 300_000,
             max_members: 1_000,
             max_offset_metadata: 4096,
+            max_offsets: 100_000,
             incarnation: 0,
         }
     }
@@ -674,13 +679,15 @@ impl Group {
         (out, expired)
     }
 
-    /// Whether `commit` would accept these offsets, without storing them: the shell makes a
-    /// commit durable first and stores it after.
+    /// Whether the group accepts this commit: from a member of the current generation, or
+    /// (generation -1 and no member id) from a consumer outside any group while the group has
+    /// no members. Nothing is stored: the shell makes a commit durable first, then calls
+    /// [`Group::store_commit`].
     pub fn check_commit(
         &self,
         member_id: &str,
         generation: i32,
-        offsets: &[((String, u32), u64, String)],
+        offsets: &[PartitionOffset],
     ) -> Result<(), GroupError> {
         if generation < 0 && member_id.is_empty() {
             if !self.members.is_empty() {
@@ -701,67 +708,105 @@ impl Group {
                 ));
             }
         }
-        if let Some((tp, _, _)) = offsets
+        if let Some(o) = offsets
             .iter()
-            .find(|(_, _, md)| md.len() > self.cfg.max_offset_metadata)
+            .find(|o| o.metadata.len() > self.cfg.max_offset_metadata)
         {
             return Err(err(
                 ErrorCode::OffsetMetadataTooLarge,
                 format!(
                     "metadata of {}-{} exceeds {} bytes",
-                    tp.0, tp.1, self.cfg.max_offset_metadata
+                    o.topic, o.partition, self.cfg.max_offset_metadata
+                ),
+            ));
+        }
+        let new: std::collections::HashSet<_> = offsets
+            .iter()
+            .map(|o| (o.topic.as_str(), o.partition))
+            .filter(|(t, p)| self.committed(t, *p).is_none())
+            .collect();
+        // Commits in flight are checked against what is stored, so concurrent ones may pass
+        // the bound together by what they add (bounded by the connections committing).
+        if self.offsets.len() + new.len() > self.cfg.max_offsets {
+            // Kafka's answer to a commit it cannot store for its size: not retriable, the
+            // client fails this commit only.
+            return Err(err(
+                ErrorCode::InvalidCommitOffsetSize,
+                format!(
+                    "group {:?} would hold {} committed offsets, more than the maximum of {} \
+                     (--max-offsets-per-group)",
+                    self.id,
+                    self.offsets.len() + new.len(),
+                    self.cfg.max_offsets
                 ),
             ));
         }
         Ok(())
     }
 
-    /// OffsetCommit from a member of the current generation, or (generation -1 and no member
-    /// id) from a consumer outside any group while the group has no members.
-    pub fn commit(
+    /// Stores a commit that [`Group::check_commit`] accepted and the shell made durable, or
+    /// one replayed from the log (`member_id` empty). A commit is a sign of life: the
+    /// committing member's session is refreshed, as Kafka does.
+    pub fn store_commit(
         &mut self,
         now_ms: u64,
         member_id: &str,
-        generation: i32,
-        offsets: &[((String, u32), u64, String)],
-    ) -> Result<(), GroupError> {
-        self.check_commit(member_id, generation, offsets)?;
+        offsets: impl IntoIterator<Item = PartitionOffset>,
+    ) {
         if let Some(m) = self.members.get_mut(member_id) {
             m.last_heard_ms = now_ms;
         }
-        for (tp, offset, metadata) in offsets {
+        for o in offsets {
             self.offsets.insert(
-                tp.clone(),
+                (o.topic, o.partition),
                 CommittedOffset {
-                    offset: *offset,
-                    metadata: metadata.clone(),
+                    offset: o.offset,
+                    metadata: o.metadata,
                     commit_time_ms: now_ms,
                 },
             );
         }
-        Ok(())
     }
 
-    /// Every committed offset of the group.
-    pub fn all_committed(&self) -> impl Iterator<Item = (&(String, u32), &CommittedOffset)> {
-        self.offsets.iter()
+    /// Every committed offset of the group, sorted by topic and partition.
+    pub fn all_committed(&self) -> impl Iterator<Item = PartitionOffset> + '_ {
+        self.offsets
+            .iter()
+            .map(|((topic, partition), c)| PartitionOffset {
+                topic: topic.clone(),
+                partition: *partition,
+                offset: c.offset,
+                metadata: c.metadata.clone(),
+            })
+    }
+
+    /// Whether the group stores any committed offset.
+    pub fn has_offsets(&self) -> bool {
+        !self.offsets.is_empty()
     }
 
     /// The committed offset of a partition, if any.
     pub fn committed(&self, topic: &str, partition: u32) -> Option<&CommittedOffset> {
         self.offsets.get(&(topic.to_string(), partition))
     }
-
-    /// Loads an offset replayed from `__consumer_offsets` at start (no checks: it was accepted
-    /// once).
-    pub fn load_offset(&mut self, topic: String, partition: u32, committed: CommittedOffset) {
-        self.offsets.insert((topic, partition), committed);
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A commit as the shell runs it: checked, (made durable,) stored.
+    fn commit(
+        g: &mut Group,
+        now_ms: u64,
+        member_id: &str,
+        generation: i32,
+        offsets: &[PartitionOffset],
+    ) -> Result<(), GroupError> {
+        g.check_commit(member_id, generation, offsets)?;
+        g.store_commit(now_ms, member_id, offsets.to_vec());
+        Ok(())
+    }
 
     fn join_req(member: &str, instance: Option<&str>, topics: &str) -> JoinRequest {
         JoinRequest {
@@ -921,20 +966,25 @@ mod tests {
             g.heartbeat(6, "ghost", 2).unwrap_err().code,
             ErrorCode::UnknownMemberId
         );
-        let e = g
-            .commit(6, "ghost", 2, &[(("t".into(), 0), 5, String::new())])
-            .unwrap_err();
+        let e = commit(&mut g, 6, "ghost", 2, &[PartitionOffset::new("t", 0, 5)]).unwrap_err();
         assert_eq!(e.code, ErrorCode::UnknownMemberId);
-        let e = g
-            .commit(6, &follower, 1, &[(("t".into(), 0), 5, String::new())])
-            .unwrap_err();
+        let e = commit(&mut g, 6, &follower, 1, &[PartitionOffset::new("t", 0, 5)]).unwrap_err();
         assert_eq!(e.code, ErrorCode::IllegalGeneration);
         assert!(
             g.committed("t", 0).is_none(),
             "a refused commit stored nothing"
         );
-        g.commit(6, &follower, 2, &[(("t".into(), 0), 5, "m".into())])
-            .unwrap();
+        commit(
+            &mut g,
+            6,
+            &follower,
+            2,
+            &[PartitionOffset {
+                metadata: "m".into(),
+                ..PartitionOffset::new("t", 0, 5)
+            }],
+        )
+        .unwrap();
         assert_eq!(g.committed("t", 0).unwrap().offset, 5);
         let e = g.join(7, join_req("ghost", None, "t"), 9);
         assert!(
@@ -1192,30 +1242,35 @@ mod tests {
         assert_eq!(g.member_ids(), vec![r.member_id]);
     }
 
+    /// One member joined and synced at `now`: the group is Stable.
+    fn one_stable_member(g: &mut Group, now: u64) -> JoinResult {
+        let r = joined(&g.join(now, join_req("", None, "t"), 1), 1);
+        let sync = SyncRequest {
+            member_id: r.member_id.clone(),
+            generation: r.generation,
+            assignments: vec![],
+        };
+        synced(&g.sync(now, sync, 2), 2);
+        r
+    }
+
     #[test]
     fn leaving_empties_the_group_and_keeps_offsets() {
         let mut g = Group::new("g", GroupConfig::default());
-        let r = joined(&g.join(0, join_req("", None, "t"), 1), 1);
-        synced(
-            &g.sync(
-                1,
-                SyncRequest {
-                    member_id: r.member_id.clone(),
-                    generation: 1,
-                    assignments: vec![],
-                },
-                2,
-            ),
+        let r = one_stable_member(&mut g, 1);
+        commit(
+            &mut g,
             2,
-        );
-        g.commit(2, &r.member_id, 1, &[(("t".into(), 3), 42, String::new())])
-            .unwrap();
+            &r.member_id,
+            1,
+            &[PartitionOffset::new("t", 3, 42)],
+        )
+        .unwrap();
         g.leave(3, &r.member_id).unwrap();
         assert_eq!(g.state(), GroupState::Empty);
         assert_eq!(g.committed("t", 3).unwrap().offset, 42);
         // With no members, a consumer outside the group may commit (reset-offsets).
-        g.commit(4, "", -1, &[(("t".into(), 3), 7, String::new())])
-            .unwrap();
+        commit(&mut g, 4, "", -1, &[PartitionOffset::new("t", 3, 7)]).unwrap();
         assert_eq!(g.committed("t", 3).unwrap().offset, 7);
         assert_eq!(
             g.leave(5, &r.member_id).unwrap_err().code,
@@ -1255,5 +1310,51 @@ mod tests {
         assert_eq!(g.state(), GroupState::Empty);
         assert!(g.describe_members().is_empty());
         assert_eq!((g.protocol_type(), g.protocol()), (Some("consumer"), None));
+    }
+
+    #[test]
+    fn committed_offsets_per_group_are_bounded() {
+        let cfg = GroupConfig {
+            max_offsets: 3,
+            ..GroupConfig::default()
+        };
+        let mut g = Group::new("g", cfg);
+        let o = PartitionOffset::new;
+        commit(&mut g, 1, "", -1, &[o("t", 0, 1), o("t", 1, 1)]).unwrap();
+        // Replacing stored ones and adding one more is within the bound, twice the same too.
+        commit(
+            &mut g,
+            2,
+            "",
+            -1,
+            &[o("t", 0, 2), o("u", 0, 1), o("u", 0, 2)],
+        )
+        .unwrap();
+        let e = commit(&mut g, 3, "", -1, &[o("t", 0, 3), o("v", 0, 1)]).unwrap_err();
+        assert_eq!(e.code, ErrorCode::InvalidCommitOffsetSize, "{e}");
+        assert!(e.message.contains("--max-offsets-per-group"), "{e}");
+        assert_eq!(g.committed("t", 0).unwrap().offset, 2, "refused whole");
+        assert_eq!(g.all_committed().count(), 3);
+    }
+
+    #[test]
+    fn a_commit_refreshes_the_members_session() {
+        let mut g = Group::new("g", GroupConfig::default());
+        let r = one_stable_member(&mut g, 0);
+        // Session 10 s: commits every 6 s keep the member without a heartbeat.
+        for t in [6_000, 12_000, 18_000] {
+            commit(
+                &mut g,
+                t,
+                &r.member_id,
+                r.generation as i32,
+                &[PartitionOffset::new("t", 0, t)],
+            )
+            .unwrap();
+            let (_, expired) = g.tick(t + 5_000);
+            assert!(expired.is_empty(), "expired at {t}");
+        }
+        let (_, expired) = g.tick(18_000 + 10_001);
+        assert_eq!(expired, vec![r.member_id]);
     }
 }

@@ -18,8 +18,10 @@ use rill_shards::rt::TcpStream;
 
 use super::handlers;
 use super::versions;
+use crate::protocol::frame::FrameError;
 use crate::protocol::ErrorCode;
 use crate::server::conn_limits::{after, until};
+use crate::server::request_memory::{read_body, Grant};
 use crate::server::shard::Shard;
 
 /// Smallest request: api key, api version and correlation id.
@@ -33,7 +35,8 @@ pub async fn serve(shard: Rc<Shard>, mut stream: TcpStream) {
     let _ = stream.set_nodelay(true);
     loop {
         let idle_until = after(shard.cfg.connection_idle_timeout);
-        let body = match until(
+        // Waiting for request memory counts as idle: the request is not in yet.
+        let (body, grant) = match until(
             &shard.deadlines,
             idle_until,
             read_request(&shard, &mut stream),
@@ -53,7 +56,7 @@ pub async fn serve(shard: Rc<Shard>, mut stream: TcpStream) {
                 }
                 return;
             }
-            Some(Ok(body)) => body,
+            Some(Ok(read)) => read,
         };
         let response = match decode(body) {
             Ok(Decoded::Request(api, version, header, request)) => {
@@ -80,6 +83,8 @@ pub async fn serve(shard: Rc<Shard>, mut stream: TcpStream) {
                 return;
             }
         };
+        // The request is done (see `request_memory`: what a produce stores is a copy).
+        drop(grant);
         let bytes = match response {
             Ok(b) => b,
             Err(e) => {
@@ -104,18 +109,23 @@ pub async fn serve(shard: Rc<Shard>, mut stream: TcpStream) {
     }
 }
 
-/// One size-prefixed request body. `Err(None)`: the connection closed; `Err(Some(why))`: a
-/// size out of bounds.
-async fn read_request(shard: &Shard, stream: &mut TcpStream) -> Result<Bytes, Option<String>> {
+/// One size-prefixed request body, charged to the shard's request memory until the grant is
+/// dropped. `Err(None)`: the connection closed; `Err(Some(why))`: a size out of bounds.
+async fn read_request(
+    shard: &Shard,
+    stream: &mut TcpStream,
+) -> Result<(Bytes, Grant), Option<String>> {
     let mut len = [0u8; 4];
     stream.read_exact(&mut len).await.map_err(|_| None)?;
     let size = i32::from_be_bytes(len);
     if size < MIN_REQUEST as i32 || size as usize > shard.cfg.max_frame_bytes {
         return Err(Some(format!("request size {size}")));
     }
-    let mut body = vec![0u8; size as usize];
-    stream.read_exact(&mut body).await.map_err(|_| None)?;
-    Ok(Bytes::from(body))
+    match read_body(stream, size as usize, &shard.request_memory).await {
+        Ok((body, grant)) => Ok((Bytes::from_owner(body), grant)),
+        Err(e @ FrameError::OverBudget { .. }) => Err(Some(e.to_string())),
+        Err(_) => Err(None),
+    }
 }
 
 enum Decoded {

@@ -29,6 +29,7 @@ use kafka_protocol::protocol::StrBytes;
 use super::node_id;
 use crate::clock::now_ms;
 use crate::group::coordinator::{GroupError, JoinRequest, SyncRequest};
+use crate::group::offsets_log::PartitionOffset;
 use crate::protocol::ErrorCode;
 use crate::server::groups::coordinator_of;
 use crate::server::handlers::groups::{not_here, wait, REPLY_SLACK};
@@ -290,14 +291,16 @@ pub async fn commit(shard: &Rc<Shard>, req: OffsetCommitRequest) -> OffsetCommit
                 u32::try_from(p.partition_index),
                 u64::try_from(p.committed_offset),
             ) {
-                (Ok(partition), Ok(offset)) => offsets.push((
-                    (t.name.0.to_string(), partition),
+                (Ok(partition), Ok(offset)) => offsets.push(PartitionOffset {
+                    topic: t.name.0.to_string(),
+                    partition,
                     offset,
-                    p.committed_metadata
+                    metadata: p
+                        .committed_metadata
                         .as_ref()
                         .map(|m| m.to_string())
                         .unwrap_or_default(),
-                )),
+                }),
                 _ => bad.push((t.name.clone(), p.partition_index)),
             }
         }
@@ -360,11 +363,11 @@ fn committed(shard: &Shard, group: &str, asked: Option<Vec<(String, Vec<i32>)>>)
             .collect(),
         None => {
             let mut out: Committed = Vec::new();
-            for (t, p, o, m) in shard.groups.all_committed(group) {
-                let entry = (p as i32, Some((o, m)));
+            for o in shard.groups.all_committed(group) {
+                let entry = (o.partition as i32, Some((o.offset, o.metadata)));
                 match out.last_mut() {
-                    Some((last, parts)) if *last == t => parts.push(entry),
-                    _ => out.push((t, vec![entry])),
+                    Some((last, parts)) if *last == o.topic => parts.push(entry),
+                    _ => out.push((o.topic, vec![entry])),
                 }
             }
             out

@@ -20,7 +20,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
-use super::records::{to_kafka_batches, to_rill_batch};
+use super::records::{to_kafka_batches, to_stored_batch};
 use super::{groups, node_id, topic_uuid, versions};
 use crate::batch::BatchView;
 use crate::clock::now_ms;
@@ -264,8 +264,7 @@ fn append(
     };
     let records = records.ok_or((ErrorCode::CorruptMessage, "no records".to_string()))?;
     p.check_produce(records.len())?;
-    let (batch, _) =
-        to_rill_batch(records).map_err(|e| (ErrorCode::CorruptMessage, e.to_string()))?;
+    let batch = to_stored_batch(records, p.max_message_bytes())?;
     let view =
         BatchView::validate(&batch).map_err(|e| (ErrorCode::CorruptMessage, e.to_string()))?;
     let (base, next) = p

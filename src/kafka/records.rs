@@ -13,6 +13,7 @@ use kafka_protocol::records::{
 use rkyv::util::AlignedVec;
 
 use crate::batch::{aligned16, BatchBuilder, BatchError, BatchIter};
+use crate::protocol::ErrorCode;
 
 /// Why produced Kafka records were refused.
 #[derive(Debug, thiserror::Error)]
@@ -69,6 +70,20 @@ pub fn to_rill_batch(records: &Bytes) -> Result<(AlignedVec<16>, u32), ConvertEr
         return Err(ConvertError::Empty);
     }
     Ok((builder.build()?, n))
+}
+
+/// The rill batch stored for one partition's produced Kafka records, checked against the
+/// topic's `max.message.bytes` as stored: the compressed bytes received are checked before
+/// (cheap, nothing decompressed yet), but a small compressed batch may decompress far past
+/// the limit.
+pub fn to_stored_batch(
+    records: &Bytes,
+    max_message_bytes: usize,
+) -> Result<AlignedVec<16>, (ErrorCode, String)> {
+    let (batch, _) =
+        to_rill_batch(records).map_err(|e| (ErrorCode::CorruptMessage, e.to_string()))?;
+    crate::partition::check_message_bytes(batch.len(), max_message_bytes)?;
+    Ok(batch)
 }
 
 /// Appends rill batches (as read from a partition: whole batches, the last one possibly cut
@@ -190,6 +205,32 @@ mod tests {
                 assert_eq!(r.headers, sent[i].headers);
             }
         }
+    }
+
+    #[test]
+    fn max_message_bytes_applies_to_the_batch_as_stored() {
+        let max = 64 << 10;
+        let encode = |count: i64, value_len: usize| {
+            let value = "a".repeat(value_len);
+            let records: Vec<Record> = (0..count)
+                .map(|i| kafka_record(i, "k", &value, ("h", "x")))
+                .collect();
+            let mut wire = BytesMut::new();
+            let options = RecordEncodeOptions {
+                version: 2,
+                compression: Compression::Gzip,
+            };
+            RecordBatchEncoder::encode(&mut wire, &records, &options).unwrap();
+            wire.freeze()
+        };
+        let wire = encode(16, 16 << 10); // 256 KiB of values
+        assert!(wire.len() < max / 8, "compressed to {} bytes", wire.len());
+        crate::partition::check_message_bytes(wire.len(), max).unwrap();
+        let (code, why) = to_stored_batch(&wire, max).unwrap_err();
+        assert_eq!(code, ErrorCode::MessageTooLarge, "{why}");
+        assert!(why.contains("max.message.bytes"), "{why}");
+        // Within the limit once decompressed: stored.
+        assert!(to_stored_batch(&encode(2, 1 << 10), max).unwrap().len() < max);
     }
 
     #[test]

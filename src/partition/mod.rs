@@ -127,14 +127,12 @@ impl Partition {
                 ),
             ));
         }
-        let max = self.settings.borrow().max_message_bytes;
-        if len > max {
-            return Err((
-                ErrorCode::MessageTooLarge,
-                format!("a batch of {len} bytes exceeds max.message.bytes {max}"),
-            ));
-        }
-        Ok(())
+        check_message_bytes(len, self.max_message_bytes())
+    }
+
+    /// The topic's `max.message.bytes`.
+    pub fn max_message_bytes(&self) -> usize {
+        self.settings.borrow().max_message_bytes
     }
 
     /// Takes new topic settings (an altered config); segment limits apply from the next roll.
@@ -467,4 +465,15 @@ impl Partition {
     pub async fn flush(&self) -> Result<Option<Flushed>, LogError> {
         partition_log::flush(&self.log).await
     }
+}
+
+/// A batch of `len` bytes against a topic's `max.message.bytes` (MESSAGE_TOO_LARGE past it).
+pub fn check_message_bytes(len: usize, max: usize) -> Result<(), (ErrorCode, String)> {
+    if len > max {
+        return Err((
+            ErrorCode::MessageTooLarge,
+            format!("a batch of {len} bytes exceeds max.message.bytes {max}"),
+        ));
+    }
+    Ok(())
 }

@@ -32,6 +32,7 @@ pub enum ErrorCode {
     UnknownMemberId = 25,
     InvalidSessionTimeout = 26,
     RebalanceInProgress = 27,
+    InvalidCommitOffsetSize = 28,
     UnsupportedVersion = 35,
     TopicAlreadyExists = 36,
     InvalidPartitions = 37,
@@ -76,6 +77,7 @@ impl ErrorCode {
         ErrorCode::UnknownMemberId,
         ErrorCode::InvalidSessionTimeout,
         ErrorCode::RebalanceInProgress,
+        ErrorCode::InvalidCommitOffsetSize,
         ErrorCode::UnsupportedVersion,
         ErrorCode::TopicAlreadyExists,
         ErrorCode::InvalidPartitions,
@@ -167,6 +169,7 @@ impl ErrorCode {
             ErrorCode::NonEmptyGroup => "NON_EMPTY_GROUP",
             ErrorCode::GroupIdNotFound => "GROUP_ID_NOT_FOUND",
             ErrorCode::GroupMaxSizeReached => "GROUP_MAX_SIZE_REACHED",
+            ErrorCode::InvalidCommitOffsetSize => "INVALID_COMMIT_OFFSET_SIZE",
             ErrorCode::FencedInstanceId => "FENCED_INSTANCE_ID",
             ErrorCode::UnknownTopicId => "UNKNOWN_TOPIC_ID",
         }

@@ -25,6 +25,11 @@ pub const MAX_CLIENT_ID: usize = 256;
 pub enum FrameError {
     #[error("frame of {len} bytes exceeds the limit of {max} bytes (--max-frame-bytes)")]
     TooLarge { len: usize, max: usize },
+    #[error(
+        "request of {len} bytes exceeds the request memory budget of {budget} bytes per shard \
+         (--max-request-memory-bytes)"
+    )]
+    OverBudget { len: usize, budget: usize },
     #[error("frame of {0} bytes is shorter than its header")]
     Short(usize),
     #[error("malformed frame header: {0}")]
@@ -344,25 +349,6 @@ pub fn read_frame_blocking<R: std::io::Read>(
     let mut buf = FrameBuf::with_capacity(len);
     buf.resize(len, 0);
     r.read_exact(&mut buf)?;
-    Ok(buf)
-}
-
-/// Reads one length-prefixed frame into aligned memory from an async reader.
-pub async fn read_frame<R: futures_lite::AsyncRead + Unpin>(
-    r: &mut R,
-    max: usize,
-) -> Result<FrameBuf, FrameError> {
-    use futures_lite::AsyncReadExt;
-    let mut len = [0u8; 4];
-    match r.read_exact(&mut len).await {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Err(FrameError::Closed),
-        Err(e) => return Err(e.into()),
-    }
-    let len = check_frame_len(u32::from_le_bytes(len), max)?;
-    let mut buf = FrameBuf::with_capacity(len);
-    buf.resize(len, 0);
-    r.read_exact(&mut buf).await?;
     Ok(buf)
 }
 

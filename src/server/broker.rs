@@ -288,7 +288,7 @@ async fn run_shard(
         sendfile,
     );
     shard.apply_metadata(handle.metadata()).await;
-    super::groups::replay_offsets(&shard).await;
+    super::offsets_log::replay(&shard).await;
     spawn_local(shard.group_commit.clone().run()).detach();
     if let FsyncPolicy::Interval(every) = cfg.fsync {
         let s = shard.clone();

@@ -10,6 +10,10 @@ use crate::log::{FileReads, FsyncPolicy};
 /// Default `--stray-log-retention-ms`: 7 days, time to notice the WARN and look.
 pub const DEFAULT_STRAY_LOG_RETENTION_MS: u64 = 7 * 24 * 3600 * 1000;
 
+/// Default `--max-request-memory-bytes`, per shard: two requests of the default
+/// `--max-frame-bytes` at once.
+pub const DEFAULT_MAX_REQUEST_MEMORY_BYTES: usize = 128 << 20;
+
 #[derive(Debug, Clone)]
 pub struct BrokerConfig {
     pub data_dir: PathBuf,
@@ -41,6 +45,9 @@ pub struct BrokerConfig {
     /// Preallocation step of active segments (`--preallocate-step-bytes`).
     pub preallocate_step_bytes: u64,
     pub max_frame_bytes: usize,
+    /// Request bytes the connections of one shard may hold at once, both listeners together
+    /// (`--max-request-memory-bytes`, per shard); see `server::request_memory`.
+    pub max_request_memory_bytes: usize,
     pub tail_cache_bytes: usize,
     /// Upper bound on how long a fetch may long-poll, whatever the client asks.
     pub max_fetch_wait: Duration,
@@ -63,6 +70,12 @@ pub struct BrokerConfig {
     pub offsets_topic_partitions: u32,
     /// Commit records an offsets partition takes between two compactions.
     pub offsets_compact_every: usize,
+    /// Members one group may have (`--group-max-size`, Kafka's `group.max.size`).
+    pub group_max_size: usize,
+    /// Groups one shard coordinates at once (`--max-groups-per-shard`).
+    pub max_groups_per_shard: usize,
+    /// Partitions one group may hold committed offsets for (`--max-offsets-per-group`).
+    pub max_offsets_per_group: usize,
     pub io_memory_bytes: usize,
     pub spin_before_park: Option<Duration>,
 }
@@ -88,6 +101,7 @@ impl BrokerConfig {
             preallocate: true,
             preallocate_step_bytes: 16 << 20,
             max_frame_bytes: 64 << 20,
+            max_request_memory_bytes: DEFAULT_MAX_REQUEST_MEMORY_BYTES,
             tail_cache_bytes: 64 << 20,
             max_fetch_wait: Duration::from_secs(30),
             max_produce_timeout: Duration::from_secs(30),
@@ -99,6 +113,9 @@ impl BrokerConfig {
             max_partitions_per_topic: 10_000,
             offsets_topic_partitions: 8,
             offsets_compact_every: 10_000,
+            group_max_size: 1_000,
+            max_groups_per_shard: 10_000,
+            max_offsets_per_group: 100_000,
             io_memory_bytes: 10 << 20,
             spin_before_park: None,
         }

@@ -13,10 +13,9 @@ use rill_shards::rt::TcpStream;
 
 use super::conn_limits::{after, shutdown, until};
 use super::handlers::{self, Reply};
+use super::request_memory::read_frame;
 use super::shard::Shard;
-use crate::protocol::frame::{
-    encode_meta, encode_response_head, read_frame, FrameError, RequestFrame,
-};
+use crate::protocol::frame::{encode_meta, encode_response_head, FrameError, RequestFrame};
 use crate::protocol::messages::ErrorBody;
 use crate::protocol::ErrorCode;
 
@@ -28,7 +27,12 @@ pub async fn serve(shard: Rc<Shard>, mut stream: TcpStream) {
     let _ = stream.set_nodelay(true);
     loop {
         let idle_until = after(shard.cfg.connection_idle_timeout);
-        let read = read_frame(&mut stream, shard.cfg.max_frame_bytes);
+        // Waiting for request memory counts as idle: the request is not in yet.
+        let read = read_frame(
+            &mut stream,
+            shard.cfg.max_frame_bytes,
+            &shard.request_memory,
+        );
         let Some(read) = until(&shard.deadlines, idle_until, read).await else {
             log::debug!(
                 "{peer}: no request for {} ms (--connection-idle-timeout-ms); closing",
@@ -36,7 +40,7 @@ pub async fn serve(shard: Rc<Shard>, mut stream: TcpStream) {
             );
             return;
         };
-        let buf = match read {
+        let (buf, grant) = match read {
             Ok(b) => b,
             Err(FrameError::Closed) => return,
             Err(e) => {
@@ -56,6 +60,9 @@ pub async fn serve(shard: Rc<Shard>, mut stream: TcpStream) {
         };
         let correlation = frame.header.correlation_id;
         let reply = handlers::dispatch(&shard, frame).await;
+        // The request is done: what a produce keeps of its frame is the tail cache's and
+        // the pending writes' (see `request_memory`).
+        drop(grant);
         let send_until = after(shard.cfg.fetch_send_timeout);
         let fd = stream.as_raw_fd();
         let write = async {

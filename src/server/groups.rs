@@ -9,6 +9,7 @@ use crate::controller::metadata::ClusterMetadata;
 use crate::group::coordinator::{
     Action, Group, GroupConfig, GroupError, JoinRequest, JoinResult, SyncRequest, Token,
 };
+use crate::group::offsets_log::{snapshot, CommitRecord, PartitionOffset};
 use crate::protocol::messages::{GroupDescription, MemberInfo};
 
 /// The internal topic whose partitions place group coordinators.
@@ -36,6 +37,8 @@ enum Waiter {
 /// Groups coordinated by one shard.
 pub struct GroupHost {
     cfg: GroupConfig,
+    /// `--max-groups-per-shard`: groups (with members or committed offsets) held at once.
+    max_groups: usize,
     /// Per offsets partition: commit records appended since its last compaction.
     since_compaction: RefCell<HashMap<u32, usize>>,
     /// Per offsets partition: base offsets of commits appended but not yet durable. A
@@ -62,12 +65,13 @@ fn fresh_incarnation() -> u64 {
 impl GroupHost {
     /// The groups of one coordinator run: `cfg.incarnation` is replaced by a fresh value, so
     /// member ids never repeat those of an earlier run.
-    pub fn new(cfg: GroupConfig) -> GroupHost {
+    pub fn new(cfg: GroupConfig, max_groups: usize) -> GroupHost {
         GroupHost {
             cfg: GroupConfig {
                 incarnation: fresh_incarnation(),
                 ..cfg
             },
+            max_groups,
             since_compaction: RefCell::new(HashMap::new()),
             in_flight: RefCell::new(HashMap::new()),
             compacting: RefCell::new(std::collections::HashSet::new()),
@@ -111,6 +115,15 @@ impl GroupHost {
         let (tx, rx) = flume::bounded(1);
         let token = self.token();
         self.waiters.borrow_mut().insert(token, Waiter::Join(tx));
+        if let Err(e) = self.check_room(group) {
+            // GROUP_MAX_SIZE_REACHED: the refusal JoinGroup clients report as such, not retry.
+            let e = GroupError {
+                code: crate::protocol::ErrorCode::GroupMaxSizeReached,
+                ..e
+            };
+            self.deliver(vec![Action::JoinReply(token, Err(e))]);
+            return rx;
+        }
         let actions = {
             let mut groups = self.groups.borrow_mut();
             let g = groups
@@ -118,7 +131,7 @@ impl GroupHost {
                 .or_insert_with(|| Group::new(group, self.cfg.clone()));
             let actions = g.join(now_ms, req, token);
             // A refused first join leaves nothing behind: made-up group ids cost no memory.
-            if g.member_ids().is_empty() && g.all_committed().next().is_none() {
+            if g.member_ids().is_empty() && !g.has_offsets() {
                 groups.remove(group);
             }
             actions
@@ -257,40 +270,6 @@ fn unknown_group(group: &str) -> GroupError {
     }
 }
 
-/// A committed offset as a record of `__consumer_offsets`: key `group \0 topic \0 partition`,
-/// value `offset (u64 LE) ++ metadata`. The latest record of a key is the committed offset.
-pub fn encode_commit(
-    group: &str,
-    topic: &str,
-    partition: u32,
-    offset: u64,
-    metadata: &str,
-) -> (Vec<u8>, Vec<u8>) {
-    let key = format!("{group}\0{topic}\0{partition}").into_bytes();
-    let mut value = offset.to_le_bytes().to_vec();
-    value.extend_from_slice(metadata.as_bytes());
-    (key, value)
-}
-
-/// The inverse of [`encode_commit`]; `None` for a record that is not a commit.
-pub fn decode_commit(key: &[u8], value: &[u8]) -> Option<(String, String, u32, u64, String)> {
-    let key = std::str::from_utf8(key).ok()?;
-    let mut parts = key.split('\0');
-    let (group, topic, partition) = (parts.next()?, parts.next()?, parts.next()?.parse().ok()?);
-    if parts.next().is_some() || value.len() < 8 {
-        return None;
-    }
-    let offset = u64::from_le_bytes(value[..8].try_into().ok()?);
-    let metadata = String::from_utf8_lossy(&value[8..]).into_owned();
-    Some((
-        group.to_string(),
-        topic.to_string(),
-        partition,
-        offset,
-        metadata,
-    ))
-}
-
 impl GroupHost {
     /// Validates a commit against the group; a group not known yet is checked as an empty
     /// one (commits from outside a group, as reset-offsets does) and created only when the
@@ -300,48 +279,58 @@ impl GroupHost {
         group: &str,
         member_id: &str,
         generation: i32,
-        offsets: &[((String, u32), u64, String)],
+        offsets: &[PartitionOffset],
     ) -> Result<(), GroupError> {
         match self.groups.borrow().get(group) {
             Some(g) => g.check_commit(member_id, generation, offsets),
             None => {
-                Group::new(group, self.cfg.clone()).check_commit(member_id, generation, offsets)
+                Group::new(group, self.cfg.clone()).check_commit(member_id, generation, offsets)?;
+                // Room for the group it creates (INVALID_COMMIT_OFFSET_SIZE, as a commit
+                // past the per-group bound: the commit cannot be stored, not retriable).
+                self.check_room(group)
             }
         }
     }
 
-    /// Stores offsets made durable (or replayed from the log at start).
-    pub fn store_offsets(
+    /// Whether a group not held yet may be created: `--max-groups-per-shard`. Refusals carry
+    /// INVALID_COMMIT_OFFSET_SIZE; a join turns it into GROUP_MAX_SIZE_REACHED.
+    fn check_room(&self, group: &str) -> Result<(), GroupError> {
+        let groups = self.groups.borrow();
+        if groups.contains_key(group) || groups.len() < self.max_groups {
+            return Ok(());
+        }
+        Err(GroupError {
+            code: crate::protocol::ErrorCode::InvalidCommitOffsetSize,
+            message: format!(
+                "this coordinator holds the maximum of {} groups (--max-groups-per-shard)",
+                self.max_groups
+            ),
+        })
+    }
+
+    /// Stores a checked commit once it is durable (or one replayed from the log at start,
+    /// `member_id` empty): the coordinator's [`Group::store_commit`].
+    pub fn store_commit(
         &self,
         group: &str,
         now_ms: u64,
-        offsets: Vec<((String, u32), u64, String)>,
+        member_id: &str,
+        offsets: Vec<PartitionOffset>,
     ) {
         let mut groups = self.groups.borrow_mut();
         let g = groups
             .entry(group.to_string())
             .or_insert_with(|| Group::new(group, self.cfg.clone()));
-        for ((topic, partition), offset, metadata) in offsets {
-            g.load_offset(
-                topic,
-                partition,
-                crate::group::coordinator::CommittedOffset {
-                    offset,
-                    metadata,
-                    commit_time_ms: now_ms,
-                },
-            );
-        }
+        g.store_commit(now_ms, member_id, offsets);
     }
 
-    /// Every committed offset of a group as (topic, partition, offset, metadata), sorted by
-    /// topic and partition (OffsetFetch with no partitions named).
-    pub fn all_committed(&self, group: &str) -> Vec<(String, u32, u64, String)> {
-        self.groups.borrow().get(group).map_or_else(Vec::new, |g| {
-            g.all_committed()
-                .map(|((t, p), c)| (t.clone(), *p, c.offset, c.metadata.clone()))
-                .collect()
-        })
+    /// Every committed offset of a group, sorted by topic and partition (OffsetFetch with
+    /// no partitions named).
+    pub fn all_committed(&self, group: &str) -> Vec<PartitionOffset> {
+        self.groups
+            .borrow()
+            .get(group)
+            .map_or_else(Vec::new, |g| g.all_committed().collect())
     }
 
     /// The committed offset of a partition for a group.
@@ -351,81 +340,6 @@ impl GroupHost {
             .get(group)
             .and_then(|g| g.committed(topic, partition))
             .map(|c| (c.offset, c.metadata.clone()))
-    }
-}
-
-/// Loads the committed offsets of every `__consumer_offsets` partition this shard owns, by
-/// reading them from the log start to the high watermark (run once, before serving).
-pub async fn replay_offsets(shard: &std::rc::Rc<super::shard::Shard>) {
-    use crate::batch::BatchIter;
-    use crate::log::FileReads;
-    use crate::partition::ReadLimits;
-    let mine: Vec<_> = shard
-        .all_partitions()
-        .into_iter()
-        .filter(|p| &*p.topic == OFFSETS_TOPIC)
-        .collect();
-    for p in mine {
-        let mut at = p.log_start_offset();
-        let end = p.high_watermark();
-        let mut loaded = 0usize;
-        while at < end {
-            let limits = ReadLimits {
-                max_bytes: 1 << 20,
-                file_reads: FileReads::Copy,
-            };
-            let chunks = match p.read(at, limits, &shard.cache).await {
-                Ok(c) if !c.is_empty() => c,
-                Ok(_) => break,
-                // Commits after a hole are newer than any lost in it: keep them.
-                Err(crate::log::LogError::Missing { from, to, why }) if to > at => {
-                    log::error!(
-                        "replaying {OFFSETS_TOPIC}-{}: commits at offsets {from}..{to} are \
-                         lost ({why}); replaying the rest",
-                        p.index
-                    );
-                    at = to;
-                    continue;
-                }
-                Err(e) => {
-                    log::error!("replaying {OFFSETS_TOPIC}-{}: {e}", p.index);
-                    break;
-                }
-            };
-            let before = at;
-            for chunk in &chunks {
-                let buf = crate::batch::aligned16(chunk.as_slice().unwrap_or_default());
-                for batch in BatchIter::new(&buf).map_while(Result::ok) {
-                    let Ok(records) = batch.records() else { break };
-                    for r in records {
-                        if r.offset < at {
-                            continue;
-                        }
-                        at = r.offset + 1;
-                        if let Some((group, topic, partition, offset, metadata)) =
-                            decode_commit(r.key().unwrap_or_default(), r.value())
-                        {
-                            shard.groups.store_offsets(
-                                &group,
-                                r.timestamp_ms.max(0) as u64,
-                                vec![((topic, partition), offset, metadata)],
-                            );
-                            loaded += 1;
-                        }
-                    }
-                }
-            }
-            if at == before {
-                break; // no progress: never spin
-            }
-        }
-        if loaded > 0 {
-            log::info!(
-                "shard {}: loaded {loaded} committed offsets from {OFFSETS_TOPIC}-{}",
-                shard.id,
-                p.index
-            );
-        }
     }
 }
 
@@ -455,29 +369,18 @@ impl GroupHost {
         p: u32,
         partitions: u32,
         every: usize,
-    ) -> Option<Vec<(Vec<u8>, Vec<u8>)>> {
+    ) -> Option<Vec<CommitRecord>> {
         let due = self.since_compaction.borrow().get(&p).copied().unwrap_or(0) >= every;
         if !due || !self.compacting.borrow_mut().insert(p) {
             return None;
         }
         self.since_compaction.borrow_mut().insert(p, 0);
         let groups = self.groups.borrow();
-        let mut records = Vec::new();
-        for g in groups
-            .values()
-            .filter(|g| offsets_partition(&g.id, partitions) == p)
-        {
-            for ((topic, partition), c) in g.all_committed() {
-                records.push(encode_commit(
-                    &g.id,
-                    topic,
-                    *partition,
-                    c.offset,
-                    &c.metadata,
-                ));
-            }
-        }
-        Some(records)
+        Some(snapshot(
+            groups
+                .values()
+                .filter(|g| offsets_partition(&g.id, partitions) == p),
+        ))
     }
 
     /// Where a compaction of `p` whose snapshot starts at `snapshot_base` may truncate: below
@@ -515,7 +418,7 @@ mod tests {
     #[test]
     fn a_restarted_host_hands_out_new_member_ids() {
         let first_id = || {
-            let host = GroupHost::new(GroupConfig::default());
+            let host = GroupHost::new(GroupConfig::default(), 10);
             let mut req = join_req("");
             req.group_instance_id = None;
             host.join(0, "g", req)
@@ -529,11 +432,11 @@ mod tests {
 
     #[test]
     fn refused_requests_for_unknown_groups_leave_nothing_behind() {
-        let host = GroupHost::new(GroupConfig::default());
+        let host = GroupHost::new(GroupConfig::default(), 10);
         let mut bad = join_req("");
         bad.session_timeout_ms = 1; // below the minimum
         assert!(host.join(0, "made-up", bad).try_recv().unwrap().is_err());
-        let commit = [(("t".to_string(), 0), 5, String::new())];
+        let commit = [PartitionOffset::new("t", 0, 5)];
         assert!(host.check_commit("other", "nobody", 3, &commit).is_err());
         // A commit from outside a group passes the check and creates nothing yet.
         assert!(host.check_commit("third", "", -1, &commit).is_ok());
@@ -543,7 +446,7 @@ mod tests {
 
     #[test]
     fn describing_groups_known_and_unknown() {
-        let host = GroupHost::new(GroupConfig::default());
+        let host = GroupHost::new(GroupConfig::default(), 10);
         let dead = host.describe("nobody");
         assert_eq!((dead.state.as_str(), dead.error_code), ("Dead", 0));
         assert!(dead.members.is_empty() && dead.protocol_type.is_empty());
@@ -592,28 +495,44 @@ mod tests {
 
     #[test]
     fn all_committed_offsets_of_a_group_sorted() {
-        let host = GroupHost::new(GroupConfig::default());
+        let host = GroupHost::new(GroupConfig::default(), 10);
         assert!(host.all_committed("g").is_empty());
-        host.store_offsets(
-            "g",
-            0,
-            vec![
-                (("u".into(), 0), 9, "m".into()),
-                (("t".into(), 1), 5, String::new()),
-                (("t".into(), 0), 3, String::new()),
-            ],
-        );
-        host.store_offsets("other", 0, vec![(("t".into(), 0), 1, String::new())]);
-        host.store_offsets("g", 1, vec![(("t".into(), 1), 6, String::new())]);
-        assert_eq!(
-            host.all_committed("g"),
-            vec![
-                ("t".to_string(), 0, 3, String::new()),
-                ("t".to_string(), 1, 6, String::new()),
-                ("u".to_string(), 0, 9, "m".to_string()),
-            ]
-        );
+        let o = PartitionOffset::new;
+        host.store_commit("g", 0, "", vec![o("u", 0, 9), o("t", 1, 5), o("t", 0, 3)]);
+        host.store_commit("other", 0, "", vec![o("t", 0, 1)]);
+        host.store_commit("g", 1, "", vec![o("t", 1, 6)]);
+        let mut u = o("u", 0, 9);
+        u.metadata = "m".into();
+        host.store_commit("g", 2, "", vec![u.clone()]);
+        assert_eq!(host.all_committed("g"), vec![o("t", 0, 3), o("t", 1, 6), u]);
         // A group with offsets only (nobody joined) is Empty, not Dead.
         assert_eq!(host.describe("other").state, "Empty");
+    }
+
+    #[test]
+    fn groups_per_shard_are_bounded() {
+        let host = GroupHost::new(GroupConfig::default(), 2);
+        let o = [PartitionOffset::new("t", 0, 1)];
+        host.store_commit("a", 0, "", o.to_vec());
+        let mut req = join_req("");
+        req.group_instance_id = None;
+        host.join(0, "b", req.clone()).try_recv().unwrap().unwrap();
+        let e = host
+            .join(0, "c", req.clone())
+            .try_recv()
+            .unwrap()
+            .unwrap_err();
+        assert_eq!(
+            e.code,
+            crate::protocol::ErrorCode::GroupMaxSizeReached,
+            "{e}"
+        );
+        assert!(e.message.contains("--max-groups-per-shard"), "{e}");
+        let e = host.check_commit("c", "", -1, &o).unwrap_err();
+        assert_eq!(e.code, crate::protocol::ErrorCode::InvalidCommitOffsetSize);
+        // Groups already held keep working.
+        host.check_commit("a", "", -1, &o).unwrap();
+        assert_eq!(host.describe("b").members.len(), 1);
+        assert_eq!(host.list().len(), 2);
     }
 }

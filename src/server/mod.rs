@@ -9,6 +9,8 @@ pub mod conn_limits;
 pub mod connection;
 pub mod groups;
 pub mod handlers;
+pub mod offsets_log;
+pub mod request_memory;
 pub mod sendfile;
 pub mod shard;
 pub mod stray;

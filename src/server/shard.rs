@@ -94,6 +94,8 @@ pub struct Shard {
     apply_done: event_listener::Event,
     /// The consumer groups this shard coordinates.
     pub groups: super::groups::GroupHost,
+    /// `--max-request-memory-bytes`: request bytes this shard's connections hold.
+    pub request_memory: Rc<super::request_memory::RequestMemory>,
     /// Present with `--file-reads sendfile`.
     pub sendfile: Option<super::sendfile::SendfileWorker>,
 }
@@ -132,10 +134,19 @@ impl Shard {
             cfg.max_connections_per_shard,
             cfg.max_connections_per_ip,
         );
+        let groups = super::groups::GroupHost::new(
+            crate::group::GroupConfig {
+                max_members: cfg.group_max_size,
+                max_offsets: cfg.max_offsets_per_group,
+                ..crate::group::GroupConfig::default()
+            },
+            cfg.max_groups_per_shard,
+        );
         Rc::new(Shard {
             id,
             count,
             cache: TailCache::new(cfg.tail_cache_bytes / count.max(1)),
+            request_memory: super::request_memory::RequestMemory::new(cfg.max_request_memory_bytes),
             group_commit: GroupCommit::new(cfg.fsync),
             cfg,
             controller,
@@ -148,7 +159,7 @@ impl Shard {
             kafka_conns,
             applying: Cell::new(false),
             apply_done: event_listener::Event::new(),
-            groups: super::groups::GroupHost::new(crate::group::GroupConfig::default()),
+            groups,
             sendfile,
         })
     }

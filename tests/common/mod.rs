@@ -247,6 +247,17 @@ impl TestBroker {
         self.spawn();
     }
 
+    /// A field of the broker process's /proc status in KiB ("VmRSS", "VmHWM").
+    pub fn status_kib(&self, field: &str) -> u64 {
+        let pid = self.child.as_ref().expect("broker running").id();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
+    }
+
     pub fn client(&self) -> Client {
         Client::connect(ClientConfig::new(self.bootstrap())).expect("client")
     }

@@ -7,14 +7,15 @@ use std::rc::Rc;
 use super::groups::not_here;
 use super::produce::await_acks;
 use super::Reply;
-use crate::batch::{BatchBuilder, BatchView};
 use crate::clock::now_ms;
+use crate::group::offsets_log::{CommitRecord, PartitionOffset};
 use crate::protocol::frame::RequestFrame;
 use crate::protocol::messages::{
     GroupStatusResponse, OffsetCommitRequest, OffsetFetchRequest, OffsetFetchResponse,
 };
 use crate::protocol::ErrorCode;
-use crate::server::groups::{encode_commit, offsets_partition, OFFSETS_TOPIC};
+use crate::server::groups::{offsets_partition, OFFSETS_TOPIC};
+use crate::server::offsets_log;
 use crate::server::shard::Shard;
 
 fn status(code: ErrorCode, message: String) -> Reply {
@@ -29,10 +30,15 @@ pub async fn commit(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
         Ok(r) => r,
         Err(e) => return e.into(),
     };
-    let offsets: Vec<((String, u32), u64, String)> = req
+    let offsets = req
         .offsets
         .into_iter()
-        .map(|(t, p, o, m)| ((t, p), o, m))
+        .map(|(topic, partition, offset, metadata)| PartitionOffset {
+            topic,
+            partition,
+            offset,
+            metadata,
+        })
         .collect();
     match commit_offsets(shard, &req.group, &req.member_id, req.generation, offsets).await {
         Ok(()) => status(ErrorCode::None, String::new()),
@@ -47,7 +53,7 @@ pub(crate) async fn commit_offsets(
     group: &str,
     member_id: &str,
     generation: i32,
-    offsets: Vec<((String, u32), u64, String)>,
+    offsets: Vec<PartitionOffset>,
 ) -> Result<(), (ErrorCode, String)> {
     if let Some(refused) = not_here(shard, group) {
         return Err(refused);
@@ -77,19 +83,16 @@ pub(crate) async fn commit_offsets(
         ));
     };
     let now = now_ms();
-    let mut builder = BatchBuilder::new();
-    for ((topic, partition), offset, metadata) in &offsets {
-        let (key, value) = encode_commit(group, topic, *partition, *offset, metadata);
-        builder.push(now, Some(&key), &value, &[], &[]);
-    }
-    let bytes = builder
-        .build()
-        .map_err(|e| (ErrorCode::UnknownServerError, e.to_string()))?;
-    let view =
-        BatchView::validate(&bytes).map_err(|e| (ErrorCode::UnknownServerError, e.to_string()))?;
-    let (base, next) = p
-        .append(&[view], now, &shard.cache)
-        .map_err(|e| (e.code(), e.to_string()))?;
+    let records: Vec<CommitRecord> = offsets
+        .iter()
+        .map(|o| CommitRecord {
+            group: group.to_string(),
+            committed: o.clone(),
+        })
+        .collect();
+    let Some((base, next)) = offsets_log::append(shard, &p, &records, now)? else {
+        return Ok(());
+    };
     shard.groups.commit_appended(p.index, base, offsets.len());
     shard.group_commit.mark_dirty(&p);
     // Timeout 0: the `--max-produce-timeout-ms` cap, as a produce would wait.
@@ -100,75 +103,16 @@ pub(crate) async fn commit_offsets(
     }
     shard
         .groups
-        .store_offsets(group, now.max(0) as u64, offsets);
+        .store_commit(group, now.max(0) as u64, member_id, offsets);
     if let Some(records) =
         shard
             .groups
             .begin_compaction(p.index, n, shard.cfg.offsets_compact_every)
     {
-        compact(shard, &p, records).await;
+        offsets_log::compact(shard, &p, records).await;
         shard.groups.end_compaction(p.index);
     }
     Ok(())
-}
-
-/// Compacts an offsets partition: appends a snapshot of the latest commit of every group it
-/// hosts, waits until that is durable, then truncates the log below it (Kafka compacts by key;
-/// snapshot-and-truncate keeps the same latest-per-key content with the log's own tools).
-async fn compact(
-    shard: &Rc<Shard>,
-    p: &Rc<crate::partition::Partition>,
-    records: Vec<(Vec<u8>, Vec<u8>)>,
-) {
-    let now = now_ms();
-    let mut snapshot_base = None;
-    let mut last_next = None;
-    for chunk in records.chunks(1024) {
-        let mut builder = BatchBuilder::new();
-        for (k, v) in chunk {
-            builder.push(now, Some(k), v, &[], &[]);
-        }
-        let Ok(bytes) = builder.build() else { return };
-        let Ok(view) = BatchView::validate(&bytes) else {
-            return;
-        };
-        match p.append(&[view], now, &shard.cache) {
-            Ok((base, next)) => {
-                snapshot_base.get_or_insert(base);
-                last_next = Some(next);
-            }
-            Err(e) => {
-                log::warn!("{OFFSETS_TOPIC}-{}: compaction append failed: {e}", p.index);
-                return;
-            }
-        }
-    }
-    // No commit recorded at all: the whole history is obsolete.
-    let (base, next) = match (snapshot_base, last_next) {
-        (Some(b), Some(n)) => (b, n),
-        _ => (p.log_end_offset(), p.log_end_offset()),
-    };
-    if next > base {
-        shard.group_commit.mark_dirty(p);
-        let rx = p.wait_for_ack(next - 1);
-        if !matches!(rx.recv_async().await, Ok(Ok(()))) {
-            return;
-        }
-    }
-    let point = shard
-        .groups
-        .compaction_point(p.index, base)
-        .min(p.high_watermark());
-    match p.truncate_before(point).await {
-        Ok(start) => log::info!(
-            "{OFFSETS_TOPIC}-{}: compacted, log starts at {start}",
-            p.index
-        ),
-        Err(e) => log::warn!(
-            "{OFFSETS_TOPIC}-{}: compaction truncate failed: {e}",
-            p.index
-        ),
-    }
 }
 
 pub fn fetch(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
@@ -192,7 +136,7 @@ pub fn fetch(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
             .groups
             .all_committed(&req.group)
             .into_iter()
-            .map(|(t, p, o, m)| (t, p, o as i64, m))
+            .map(|o| (o.topic, o.partition, o.offset as i64, o.metadata))
             .collect();
         return Reply::meta(&resp);
     }

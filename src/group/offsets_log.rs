@@ -1,0 +1,102 @@
+//! Committed offsets as records of `__consumer_offsets` (sans-IO: the codec and the snapshot
+//! a compaction writes; the shell that appends, replays and truncates is
+//! `server::offsets_log`).
+//!
+//! A record's key is `group \0 topic \0 partition` (decimal), its value `offset (u64 LE) ++
+//! metadata (UTF-8)`. The latest record of a key is the committed offset.
+
+use super::coordinator::Group;
+
+/// One partition's committed position, as a commit carries it and a group stores it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionOffset {
+    pub topic: String,
+    pub partition: u32,
+    pub offset: u64,
+    pub metadata: String,
+}
+
+impl PartitionOffset {
+    pub fn new(topic: impl Into<String>, partition: u32, offset: u64) -> PartitionOffset {
+        PartitionOffset {
+            topic: topic.into(),
+            partition,
+            offset,
+            metadata: String::new(),
+        }
+    }
+}
+
+/// One record of `__consumer_offsets`: a group's committed offset for one partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommitRecord {
+    pub group: String,
+    pub committed: PartitionOffset,
+}
+
+impl CommitRecord {
+    /// (key, value) of the record.
+    pub fn encode(&self) -> (Vec<u8>, Vec<u8>) {
+        let c = &self.committed;
+        let key = format!("{}\0{}\0{}", self.group, c.topic, c.partition).into_bytes();
+        let mut value = c.offset.to_le_bytes().to_vec();
+        value.extend_from_slice(c.metadata.as_bytes());
+        (key, value)
+    }
+
+    /// The inverse of [`CommitRecord::encode`]; `None` for a record that is not a commit.
+    pub fn decode(key: &[u8], value: &[u8]) -> Option<CommitRecord> {
+        let key = std::str::from_utf8(key).ok()?;
+        let mut parts = key.split('\0');
+        let (group, topic, partition) = (parts.next()?, parts.next()?, parts.next()?);
+        if parts.next().is_some() {
+            return None;
+        }
+        let offset = u64::from_le_bytes(value.get(..8)?.try_into().ok()?);
+        Some(CommitRecord {
+            group: group.to_string(),
+            committed: PartitionOffset {
+                topic: topic.to_string(),
+                partition: partition.parse().ok()?,
+                offset,
+                metadata: String::from_utf8_lossy(&value[8..]).into_owned(),
+            },
+        })
+    }
+}
+
+/// What a compaction writes: the latest commit of every partition of every group given.
+pub fn snapshot<'a>(groups: impl IntoIterator<Item = &'a Group>) -> Vec<CommitRecord> {
+    groups
+        .into_iter()
+        .flat_map(|g| {
+            g.all_committed().map(|committed| CommitRecord {
+                group: g.id.clone(),
+                committed,
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip_and_junk_is_not_a_commit() {
+        let r = CommitRecord {
+            group: "g".into(),
+            committed: PartitionOffset {
+                metadata: "m\u{e9}".into(),
+                ..PartitionOffset::new("t", 3, 42)
+            },
+        };
+        let (k, v) = r.encode();
+        assert_eq!(k, b"g\0t\x003");
+        assert_eq!(CommitRecord::decode(&k, &v), Some(r));
+        assert_eq!(CommitRecord::decode(b"g\0t\x003", &[1, 2, 3]), None);
+        assert_eq!(CommitRecord::decode(b"g\0t\0x", &[0; 8]), None);
+        assert_eq!(CommitRecord::decode(b"g\0t\x003\0more", &[0; 8]), None);
+        assert_eq!(CommitRecord::decode(&[0xff, 0], &[0; 8]), None);
+    }
+}

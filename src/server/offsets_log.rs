@@ -1,0 +1,151 @@
+//! The shell around `group::offsets_log`: committed offsets appended to, replayed from and
+//! compacted in the shard's `__consumer_offsets` partitions. A group's partition lives on its
+//! coordinator's shard, so every call here is local.
+
+use std::rc::Rc;
+
+use super::groups::OFFSETS_TOPIC;
+use super::shard::Shard;
+use crate::batch::{BatchBuilder, BatchIter, BatchView};
+use crate::clock::now_ms;
+use crate::group::offsets_log::CommitRecord;
+use crate::log::{FileReads, LogError};
+use crate::partition::{Partition, ReadLimits};
+use crate::protocol::ErrorCode;
+
+/// Records per appended batch (a compaction snapshot may hold many).
+const RECORDS_PER_BATCH: usize = 1024;
+
+/// Appends commit records to an offsets partition, in batches of at most
+/// [`RECORDS_PER_BATCH`]: (base offset of the first, next offset after the last). Not durable
+/// yet: the caller marks the partition dirty and waits for the ack.
+pub fn append(
+    shard: &Shard,
+    p: &Partition,
+    records: &[CommitRecord],
+    now: i64,
+) -> Result<Option<(u64, u64)>, (ErrorCode, String)> {
+    let mut range: Option<(u64, u64)> = None;
+    for chunk in records.chunks(RECORDS_PER_BATCH) {
+        let mut builder = BatchBuilder::new();
+        for r in chunk {
+            let (key, value) = r.encode();
+            builder.push(now, Some(&key), &value, &[], &[]);
+        }
+        let internal = |e: &dyn std::fmt::Display| (ErrorCode::UnknownServerError, e.to_string());
+        let bytes = builder.build().map_err(|e| internal(&e))?;
+        let view = BatchView::validate(&bytes).map_err(|e| internal(&e))?;
+        let (base, next) = p
+            .append(&[view], now, &shard.cache)
+            .map_err(|e| (e.code(), e.to_string()))?;
+        range = Some((range.map_or(base, |r| r.0), next));
+    }
+    Ok(range)
+}
+
+/// Loads the committed offsets of every `__consumer_offsets` partition this shard owns, by
+/// reading them from the log start to the high watermark (run once, before serving).
+pub async fn replay(shard: &Rc<Shard>) {
+    let mine: Vec<_> = shard
+        .all_partitions()
+        .into_iter()
+        .filter(|p| &*p.topic == OFFSETS_TOPIC)
+        .collect();
+    for p in mine {
+        let mut at = p.log_start_offset();
+        let end = p.high_watermark();
+        let mut loaded = 0usize;
+        while at < end {
+            let limits = ReadLimits {
+                max_bytes: 1 << 20,
+                file_reads: FileReads::Copy,
+            };
+            let chunks = match p.read(at, limits, &shard.cache).await {
+                Ok(c) if !c.is_empty() => c,
+                Ok(_) => break,
+                // Commits after a hole are newer than any lost in it: keep them.
+                Err(LogError::Missing { from, to, why }) if to > at => {
+                    log::error!(
+                        "replaying {OFFSETS_TOPIC}-{}: commits at offsets {from}..{to} are \
+                         lost ({why}); replaying the rest",
+                        p.index
+                    );
+                    at = to;
+                    continue;
+                }
+                Err(e) => {
+                    log::error!("replaying {OFFSETS_TOPIC}-{}: {e}", p.index);
+                    break;
+                }
+            };
+            let before = at;
+            for chunk in &chunks {
+                let buf = crate::batch::aligned16(chunk.as_slice().unwrap_or_default());
+                for batch in BatchIter::new(&buf).map_while(Result::ok) {
+                    let Ok(records) = batch.records() else { break };
+                    for r in records {
+                        if r.offset < at {
+                            continue;
+                        }
+                        at = r.offset + 1;
+                        if let Some(c) =
+                            CommitRecord::decode(r.key().unwrap_or_default(), r.value())
+                        {
+                            let time = r.timestamp_ms.max(0) as u64;
+                            shard
+                                .groups
+                                .store_commit(&c.group, time, "", vec![c.committed]);
+                            loaded += 1;
+                        }
+                    }
+                }
+            }
+            if at == before {
+                break; // no progress: never spin
+            }
+        }
+        if loaded > 0 {
+            log::info!(
+                "shard {}: loaded {loaded} committed offsets from {OFFSETS_TOPIC}-{}",
+                shard.id,
+                p.index
+            );
+        }
+    }
+}
+
+/// Compacts an offsets partition: appends a snapshot of the latest commit of every group it
+/// hosts, waits until that is durable, then truncates the log below it (Kafka compacts by key;
+/// snapshot-and-truncate keeps the same latest-per-key content with the log's own tools).
+pub async fn compact(shard: &Rc<Shard>, p: &Rc<Partition>, records: Vec<CommitRecord>) {
+    let (base, next) = match append(shard, p, &records, now_ms()) {
+        Ok(Some(range)) => range,
+        // No commit recorded at all: the whole history is obsolete.
+        Ok(None) => (p.log_end_offset(), p.log_end_offset()),
+        Err((_, e)) => {
+            log::warn!("{OFFSETS_TOPIC}-{}: compaction append failed: {e}", p.index);
+            return;
+        }
+    };
+    if next > base {
+        shard.group_commit.mark_dirty(p);
+        let rx = p.wait_for_ack(next - 1);
+        if !matches!(rx.recv_async().await, Ok(Ok(()))) {
+            return;
+        }
+    }
+    let point = shard
+        .groups
+        .compaction_point(p.index, base)
+        .min(p.high_watermark());
+    match p.truncate_before(point).await {
+        Ok(start) => log::info!(
+            "{OFFSETS_TOPIC}-{}: compacted, log starts at {start}",
+            p.index
+        ),
+        Err(e) => log::warn!(
+            "{OFFSETS_TOPIC}-{}: compaction truncate failed: {e}",
+            p.index
+        ),
+    }
+}
