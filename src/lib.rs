@@ -11,3 +11,4 @@ pub mod partition;
 pub mod partitioner;
 pub mod protocol;
 pub mod server;
+pub mod topic_config;

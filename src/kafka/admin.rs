@@ -4,7 +4,7 @@
 //! Topic creation and deletion are the native handlers' controller proposals
 //! ([`crate::server::handlers::topics::propose`]): answered once every shard of this broker
 //! applied them, so a Kafka client can use a topic as soon as CreateTopics returns. Topic configs
-//! pass the controller's validation (`controller::topic_config`), the same as
+//! pass the controller's validation (`topic_config`), the same as
 //! `rill topic create --config`.
 //!
 //! InitProducerId hands out a producer id so that idempotent-by-default clients (the Java
@@ -44,11 +44,11 @@ use uuid::Uuid;
 
 use super::{node_id, topic_uuid};
 use crate::controller::metadata::{validate_topic_name, ClusterMetadata, Command, MetadataLimits};
-use crate::controller::topic_config::{self, TopicDefaults, TopicSettings};
 use crate::protocol::ErrorCode;
 use crate::server::config::BrokerConfig;
 use crate::server::handlers::topics::{propose, timeout_of};
 use crate::server::shard::Shard;
+use crate::topic_config::{self, TopicDefaults, TopicSettings};
 
 /// Partitions of a topic created with `num_partitions = -1` (Kafka's `num.partitions`).
 pub const DEFAULT_PARTITIONS: u32 = 1;
