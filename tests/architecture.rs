@@ -27,6 +27,19 @@ const SANS_IO: &[&str] = &[
     "std::fs",
 ];
 
+/// Every module above plain data (formats, settings): what those must not name.
+const ABOVE_THE_DATA: &[&str] = &[
+    "server",
+    "kafka",
+    "client",
+    "log",
+    "partition",
+    "controller",
+    "group",
+    "clock",
+    "cli",
+];
+
 const RULES: &[Rule] = &[
     Rule {
         name: "storage knows no network, no client, no broker process",
@@ -69,17 +82,7 @@ const RULES: &[Rule] = &[
         name: "topic settings are plain data: no controller, no broker, no I/O",
         dir: "src/topic_config.rs",
         except: &[],
-        forbidden_modules: &[
-            "server",
-            "kafka",
-            "client",
-            "log",
-            "partition",
-            "controller",
-            "group",
-            "clock",
-            "cli",
-        ],
+        forbidden_modules: ABOVE_THE_DATA,
         forbidden_tokens: SANS_IO,
     },
     Rule {
@@ -93,16 +96,7 @@ const RULES: &[Rule] = &[
         name: "the batch format and the wire protocol know nothing above them",
         dir: "src/batch",
         except: &[],
-        forbidden_modules: &[
-            "server",
-            "kafka",
-            "client",
-            "log",
-            "partition",
-            "controller",
-            "group",
-            "cli",
-        ],
+        forbidden_modules: ABOVE_THE_DATA,
         forbidden_tokens: &["rill_shards", "glommio"],
     },
     Rule {
