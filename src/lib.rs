@@ -8,5 +8,7 @@ pub mod group;
 pub mod kafka;
 pub mod log;
 pub mod partition;
+pub mod partitioner;
 pub mod protocol;
 pub mod server;
+pub mod topic_config;

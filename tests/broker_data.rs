@@ -66,10 +66,7 @@ fn hundred_thousand_keyed_messages_come_back_complete_in_per_key_order() {
         // One key, one partition (murmur2), as Kafka's partitioner.
         let part = *key_partition.entry(key.clone()).or_insert(r.partition);
         assert_eq!(part, r.partition);
-        assert_eq!(
-            rill::client::murmur2::partition_for_key(&key, 4),
-            r.partition
-        );
+        assert_eq!(rill::partitioner::partition_for_key(&key, 4), r.partition);
         let value = String::from_utf8(r.value.clone()).unwrap();
         let (k, seq) = value.split_once(':').unwrap();
         let want = next_seq.entry(k.to_string()).or_insert(0);

@@ -10,8 +10,8 @@ use std::net::TcpStream;
 use std::process::{Command, Output, Stdio};
 
 use common::{TestBroker, DEADLINE};
-use rill::client::murmur2::partition_for_key;
 use rill::client::StartFrom;
+use rill::partitioner::partition_for_key;
 
 fn run(program: &str, args: &[&str], stdin: Option<&str>) -> Output {
     let mut child = Command::new(program)

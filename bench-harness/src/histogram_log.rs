@@ -9,9 +9,6 @@
 //! Histograms are stored compressed (`V2DeflateSerializer`): the Java reader only decodes the
 //! compressed encoding.
 
-// Public API used by the workloads once they are wired up; unused until then.
-#![allow(dead_code)]
-
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::Path;

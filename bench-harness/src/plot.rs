@@ -8,9 +8,6 @@
 //! Every coordinate goes through a scale that clamps to the plot area, so empty histograms,
 //! zero latencies and non-finite inputs still give finite coordinates.
 
-// Public API used by the workloads once they are wired up; unused until then.
-#![allow(dead_code)]
-
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;

@@ -9,11 +9,11 @@ use std::time::Instant;
 
 use clap::Args;
 use rill::batch::{BatchBuilder, BatchView};
-use rill::controller::topic_config::{TopicDefaults, TopicSettings};
 use rill::log::{FsyncPolicy, PartitionLog, SegmentConfig};
 use rill::partition::group_commit::GroupCommit;
 use rill::partition::tail_cache::TailCache;
 use rill::partition::Partition;
+use rill::topic_config::{TopicDefaults, TopicSettings};
 use rill_shards::rt::spawn_local;
 use rill_shards::{start_shards, ShardConfig};
 

@@ -1,9 +1,6 @@
 //! The linger/batch sweep as a markdown table, for RESULTS.md next to the `plot::sweep_svg`
 //! chart: the chart shows the shape, the table the numbers.
 
-// Public API used by the workloads once they are wired up; unused until then.
-#![allow(dead_code)]
-
 use crate::plot::SweepPoint;
 
 const HEADER: [&str; 7] = [

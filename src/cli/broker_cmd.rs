@@ -99,7 +99,7 @@ pub fn config_from_args(a: &BrokerArgs) -> Result<BrokerConfig, String> {
         .file_reads
         .parse()
         .map_err(|e| format!("--file-reads: {e}"))?;
-    c.topic_defaults = crate::controller::topic_config::TopicDefaults {
+    c.topic_defaults = crate::topic_config::TopicDefaults {
         retention: (a.retention_ms >= 0).then(|| Duration::from_millis(a.retention_ms as u64)),
         retention_bytes: (a.retention_bytes >= 0).then_some(a.retention_bytes as u64),
         segment_bytes: a.segment_bytes,

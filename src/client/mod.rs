@@ -10,7 +10,6 @@ pub mod consumer;
 pub mod coordinator;
 pub mod error;
 pub mod group_consumer;
-pub mod murmur2;
 pub mod pipeline;
 pub mod producer;
 
@@ -20,6 +19,8 @@ use std::time::{Duration, Instant};
 
 /// A topic partition: topic name and partition index.
 pub use crate::group::assignor::TopicPartition;
+/// Which partition a key goes to (Kafka's murmur2 partitioner, [`crate::partitioner`]).
+pub use crate::partitioner::partition_for_key;
 pub use connection::Connection;
 pub use consumer::{
     ConsumedRecord, Consumer, ConsumerConfig, ConsumerRecord, OffsetReset, Records, StartFrom,

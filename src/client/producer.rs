@@ -15,10 +15,10 @@ use std::time::{Duration, Instant};
 
 use event_listener::{Event, EventListener, Listener};
 
-use super::murmur2::partition_for_key;
 use super::pipeline::{Completion, PayloadChunk, PipelinedConnection};
 use super::{Client, ClientConfig, ClientError, MetadataCache};
 use crate::batch::BatchBuilder;
+use crate::partitioner::{keyed_partition, sticky_partition};
 use crate::protocol::frame::encode_meta;
 use crate::protocol::messages::{ProducePartition, ProduceRequest, ProduceResponse};
 use crate::protocol::{ApiKey, ErrorCode, ResponseFrame};
@@ -498,28 +498,15 @@ impl Producer {
             ) {
                 (Some(p), _) if p < n => p,
                 (_, Some(k)) => {
-                    // Kafka's mapping, except that a key whose partition was decommissioned
-                    // moves to a writable one (the others keep theirs).
-                    let p = partition_for_key(k, n);
-                    let writable = st.metadata.writable_partitions(record.topic);
-                    if writable.is_empty() || writable.contains(&p) {
-                        p
-                    } else {
-                        writable[partition_for_key(k, writable.len() as u32) as usize]
-                    }
+                    keyed_partition(k, n, &st.metadata.writable_partitions(record.topic))
                 }
                 (_, None) => match st.sticky.get(record.topic) {
                     Some(p) => *p,
                     None => {
-                        // Each new sticky choice moves on from the last one, so unkeyed
-                        // records spread over every partition batch by batch.
+                        // Each new sticky choice moves on from the last one.
                         st.sticky_turn = st.sticky_turn.wrapping_add(1);
                         let writable = st.metadata.writable_partitions(record.topic);
-                        let p = if writable.is_empty() {
-                            st.sticky_turn % n
-                        } else {
-                            writable[(st.sticky_turn % writable.len() as u32) as usize]
-                        };
+                        let p = sticky_partition(st.sticky_turn, n, &writable);
                         st.sticky.insert(record.topic.to_string(), p);
                         p
                     }

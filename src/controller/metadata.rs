@@ -24,6 +24,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::protocol::error_code::ErrorCode;
+use crate::topic_config::TopicConfigError;
 
 /// Largest topic name Kafka accepts.
 pub const MAX_TOPIC_NAME_LEN: usize = 249;
@@ -142,6 +143,12 @@ impl MetadataError {
     }
 }
 
+impl From<TopicConfigError> for MetadataError {
+    fn from(e: TopicConfigError) -> Self {
+        MetadataError::new(ErrorCode::InvalidConfig, e)
+    }
+}
+
 /// Limits applied by validation. Every voter must use the same limits.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MetadataLimits {
@@ -241,7 +248,7 @@ impl ClusterMetadata {
                         ),
                     ));
                 }
-                super::topic_config::validate(configs)
+                Ok(crate::topic_config::validate(configs)?)
             }
             Command::AlterTopicConfig { name, configs } => {
                 if !self.topics.contains_key(name) {
@@ -250,7 +257,7 @@ impl ClusterMetadata {
                         format!("unknown topic {name:?}"),
                     ));
                 }
-                super::topic_config::validate(configs)
+                Ok(crate::topic_config::validate(configs)?)
             }
             Command::DecommissionPartition { name, partition } => {
                 let Some(t) = self.topics.get(name) else {

@@ -14,7 +14,6 @@
 pub mod core;
 pub mod metadata;
 pub mod raft_log;
-pub mod topic_config;
 
 use std::collections::HashMap;
 use std::path::PathBuf;

@@ -18,10 +18,10 @@ use event_listener::Event;
 use futures_util::future::join_all;
 
 use crate::batch::BatchView;
-use crate::controller::topic_config::TopicSettings;
 use crate::log::partition_log::{self, PartitionLog};
 use crate::log::{FileReads, Flushed, FsyncPolicy, LogError, ReadChunk};
 use crate::protocol::ErrorCode;
+use crate::topic_config::TopicSettings;
 use tail_cache::TailCache;
 
 /// A producer waiting for its batch to reach the high watermark.

@@ -4,8 +4,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::controller::topic_config::TopicDefaults;
 use crate::log::{FileReads, FsyncPolicy};
+use crate::topic_config::TopicDefaults;
 
 /// Default `--stray-log-retention-ms`: 7 days, time to notice the WARN and look.
 pub const DEFAULT_STRAY_LOG_RETENTION_MS: u64 = 7 * 24 * 3600 * 1000;

@@ -17,7 +17,7 @@ pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
 
 /// The partition of `__consumer_offsets` that hosts `group`.
 pub fn offsets_partition(group: &str, partitions: u32) -> u32 {
-    crate::client::murmur2::partition_for_key(group.as_bytes(), partitions)
+    crate::partitioner::partition_for_key(group.as_bytes(), partitions)
 }
 
 /// (broker, shard) coordinating `group`, from the metadata.

@@ -303,6 +303,7 @@ mod tests {
         assert!(dup >= 0);
         let (done, wait) = flume::bounded(1);
         let j = Job {
+            // SAFETY: `dup` is a fresh descriptor owned by nobody else.
             socket: unsafe { OwnedFd::from_raw_fd(dup) },
             range: FileRange {
                 file: file.clone(),

@@ -12,12 +12,12 @@ use rill_shards::Deadlines;
 
 use super::config::BrokerConfig;
 use crate::controller::metadata::ClusterMetadata;
-use crate::controller::topic_config::TopicSettings;
 use crate::controller::ControllerHandle;
 use crate::log::{PartitionLog, SegmentConfig};
 use crate::partition::group_commit::GroupCommit;
 use crate::partition::tail_cache::TailCache;
 use crate::partition::Partition;
+use crate::topic_config::TopicSettings;
 
 /// How far each shard has applied the controller's metadata, and which partitions it could
 /// not open, shared across shards so that a CreateTopics answers only once every shard has

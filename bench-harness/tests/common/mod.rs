@@ -1,7 +1,5 @@
 //! A real `rill broker` process for rill-bench's tests, and rill-bench runs with `--json`.
 
-#![allow(dead_code)]
-
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -14,6 +12,10 @@ pub struct Broker {
     /// Native protocol, shard i on port + i.
     pub bootstrap: String,
     /// Kafka protocol, shard i on port + i, when started with it.
+    #[allow(
+        dead_code,
+        reason = "tests/kafka_driver.rs uses it; each test binary compiles this module whole"
+    )]
     pub kafka_bootstrap: Option<String>,
 }
 
@@ -91,6 +93,10 @@ impl Broker {
     }
 
     /// `rill topic create NAME --partitions N` against this broker.
+    #[allow(
+        dead_code,
+        reason = "tests/kafka_driver.rs uses it; each test binary compiles this module whole"
+    )]
     pub fn create_topic(&self, name: &str, partitions: u32) {
         let out = Command::new(rill_binary())
             .args(["topic", "create", name, "--partitions"])

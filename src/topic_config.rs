@@ -1,11 +1,10 @@
 //! Per-topic settings: the keys rill knows, their validation, and their effective values over
-//! the broker-wide defaults (`--retention-ms` and friends).
+//! the broker-wide defaults (`--retention-ms` and friends). Plain data, known to the
+//! controller (which validates what a topic is created or altered with), the partitions
+//! (which apply the effective values), the Kafka listener and the CLI alike.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
-
-use super::metadata::MetadataError;
-use crate::protocol::ErrorCode;
 
 /// `retention.ms`: closed segments whose newest record is older are deleted (-1: forever).
 pub const RETENTION_MS: &str = "retention.ms";
@@ -28,14 +27,28 @@ pub const KNOWN: &[&str] = &[
 
 const MIN_SEGMENT_BYTES: u64 = 64 << 10;
 
-fn invalid(key: &str, value: &str, why: &str) -> MetadataError {
-    MetadataError::new(
-        ErrorCode::InvalidConfig,
-        format!("invalid {key}={value:?}: {why}"),
-    )
+/// A topic config refused by [`validate`] (Kafka's INVALID_CONFIG).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TopicConfigError {
+    #[error("invalid {key}={value:?}: {why}")]
+    Invalid {
+        key: String,
+        value: String,
+        why: &'static str,
+    },
+    #[error("unknown topic config {key:?} (known: {})", KNOWN.join(", "))]
+    Unknown { key: String },
 }
 
-fn parse_i64(key: &str, value: &str) -> Result<i64, MetadataError> {
+fn invalid(key: &str, value: &str, why: &'static str) -> TopicConfigError {
+    TopicConfigError::Invalid {
+        key: key.to_string(),
+        value: value.to_string(),
+        why,
+    }
+}
+
+fn parse_i64(key: &str, value: &str) -> Result<i64, TopicConfigError> {
     value
         .trim()
         .parse::<i64>()
@@ -43,7 +56,7 @@ fn parse_i64(key: &str, value: &str) -> Result<i64, MetadataError> {
 }
 
 /// Checks every key and value; unknown keys are refused (a typo must not pass silently).
-pub fn validate(configs: &BTreeMap<String, String>) -> Result<(), MetadataError> {
+pub fn validate(configs: &BTreeMap<String, String>) -> Result<(), TopicConfigError> {
     for (key, value) in configs {
         match key.as_str() {
             RETENTION_MS | RETENTION_BYTES => {
@@ -64,13 +77,9 @@ pub fn validate(configs: &BTreeMap<String, String>) -> Result<(), MetadataError>
                 }
             }
             other => {
-                return Err(MetadataError::new(
-                    ErrorCode::InvalidConfig,
-                    format!(
-                        "unknown topic config {other:?} (known: {})",
-                        KNOWN.join(", ")
-                    ),
-                ))
+                return Err(TopicConfigError::Unknown {
+                    key: other.to_string(),
+                })
             }
         }
     }
@@ -149,8 +158,11 @@ mod tests {
             ("retention.msx", "1"),
         ] {
             let e = validate(&cfg(&[bad])).unwrap_err();
-            assert_eq!(e.code, ErrorCode::InvalidConfig, "{bad:?}");
-            assert!(e.message.contains(bad.0), "{}", e.message);
+            let key = match &e {
+                TopicConfigError::Invalid { key, .. } | TopicConfigError::Unknown { key } => key,
+            };
+            assert_eq!(key, bad.0, "{bad:?}");
+            assert!(e.to_string().contains(bad.0), "{e}");
         }
     }
 

@@ -1,0 +1,37 @@
+//! Kafka admin APIs, one file per concern: `topics` (CreateTopics, DeleteTopics), `configs`
+//! (DescribeConfigs and the catalogue of topic and broker settings under Kafka's names),
+//! `cluster` (DescribeCluster) and `producer_ids` (InitProducerId). What they share lives
+//! here: the broker defaults a topic created with -1 gets, and how a refusal is written.
+
+mod cluster;
+mod configs;
+mod producer_ids;
+#[cfg(test)]
+mod test_support;
+mod topics;
+
+pub use cluster::{brokers_only, describe_cluster};
+pub use configs::describe_configs;
+pub use producer_ids::init_producer_id;
+pub use topics::{create_topics, delete_topics};
+
+use kafka_protocol::protocol::StrBytes;
+
+use crate::protocol::ErrorCode;
+
+/// Partitions of a topic created with `num_partitions = -1` (Kafka's `num.partitions`).
+pub const DEFAULT_PARTITIONS: u32 = 1;
+/// Replication factor of a topic created with `replication_factor = -1`
+/// (Kafka's `default.replication.factor`).
+pub const DEFAULT_REPLICATION_FACTOR: u16 = 1;
+
+fn s(v: impl Into<String>) -> StrBytes {
+    StrBytes::from_string(v.into())
+}
+
+/// A per-topic refusal: Kafka error number and message.
+type Refusal = (i16, String);
+
+fn refusal(code: ErrorCode, message: impl Into<String>) -> Refusal {
+    (code.code(), message.into())
+}
