@@ -90,8 +90,10 @@ impl Segment {
             ..
         }) = &stop
         {
-            // Another build's batch format is not damage: cutting it would delete data.
-            if *magic == MAGIC && *version != VERSION {
+            // Another build's batch format is not damage: cutting it would delete data. A
+            // version 1 batch is whole under version 1's CRC (bytes 24..length); a flipped
+            // version field of a version 2 batch is not, and is damage like any other.
+            if *magic == MAGIC && *version == 1 && scan.is_whole_v1_batch(end) {
                 return Err(LogError::Corrupt {
                     path,
                     position: end,

@@ -303,6 +303,23 @@ impl<'f> SegmentScan<'f> {
         ReadResult::slice(w, (from - self.window_start) as usize, (to - from) as usize)
     }
 
+    /// Whether the bytes at `position` (in the window) are a whole batch of format version 1,
+    /// whose CRC covered bytes 24..length and which had no header CRC.
+    pub fn is_whole_v1_batch(&self, position: u64) -> bool {
+        let Some(w) = &self.window else { return false };
+        if position < self.window_start {
+            return false;
+        }
+        let at = (position - self.window_start) as usize;
+        let Some(h) = w.get(at..).and_then(crate::batch::BatchHeader::decode) else {
+            return false;
+        };
+        let len = h.length as usize;
+        len > HEADER_LEN
+            && w.get(at..at + len)
+                .is_some_and(|b| crc32c::crc32c(&b[24..]) == h.crc)
+    }
+
     /// Non-zero bytes from `position` to the end of the window: how much garbage (as opposed
     /// to preallocated zeros) follows where the data ends.
     pub fn garbage_after(&self, position: u64) -> u64 {

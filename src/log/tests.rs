@@ -580,8 +580,25 @@ fn a_segment_of_another_batch_format_version_is_refused_not_cut() {
         drop(log);
         let seg = segment_files(&dir).pop().unwrap();
         let at = position_of(&seg, 20);
-        // The version field (bytes 26..28) of a batch in the middle: as an older build wrote it.
-        flip(&seg, at + 26, 0x03);
+        // A batch in the middle as an older build wrote it: version 1, whose CRC covered
+        // bytes 24..length.
+        {
+            use std::os::unix::fs::FileExt;
+            let f = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(&seg)
+                .unwrap();
+            let mut head = [0u8; 4];
+            f.read_exact_at(&mut head, at).unwrap();
+            let len = u32::from_le_bytes(head) as usize;
+            let mut b = vec![0u8; len];
+            f.read_exact_at(&mut b, at).unwrap();
+            b[26..28].copy_from_slice(&1u16.to_le_bytes());
+            let crc = crc32c::crc32c(&b[24..]);
+            b[4..8].copy_from_slice(&crc.to_le_bytes());
+            f.write_all_at(&b, at).unwrap();
+        }
         let before = std::fs::metadata(&seg).unwrap().len();
         let err = PartitionLog::open(dir.clone(), config(1 << 20))
             .await

@@ -15,9 +15,9 @@ use super::group_commit::GroupCommit;
 use super::tail_cache::TailCache;
 use super::{Partition, ReadLimits};
 use crate::batch::{BatchBuilder, BatchIter, BatchView};
-use crate::controller::topic_config::{TopicDefaults, TopicSettings};
 use crate::log::{FileReads, FsyncPolicy, PartitionLog, SegmentConfig};
 use crate::protocol::ErrorCode;
+use crate::topic_config::{TopicDefaults, TopicSettings};
 
 fn on_shard<F, Fut, T>(f: F) -> T
 where
