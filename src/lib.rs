@@ -11,4 +11,6 @@ pub mod partition;
 pub mod partitioner;
 pub mod protocol;
 pub mod server;
+#[cfg(test)]
+mod test_shard;
 pub mod topic_config;

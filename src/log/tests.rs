@@ -3,39 +3,15 @@
 //! segments, acknowledged offsets gone), on real files through a real shard.
 
 use std::cell::RefCell;
-use std::future::Future;
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 
+use crate::test_shard::on_shard;
+
 use super::partition_log::{flush, write_high_watermark, PartitionLog};
 use super::{LogError, SegmentConfig};
 use crate::batch::{stamp_batch, BatchBuilder, BatchIter, BatchView};
-
-/// Runs `f` on a fresh pinned shard with a temporary directory, and returns its result.
-fn on_shard<F, Fut, T>(f: F) -> T
-where
-    F: Fn(PathBuf) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = T> + 'static,
-    T: Send + 'static,
-{
-    let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().to_path_buf();
-    let cfg = rill_shards::ShardConfig {
-        cpus: vec![rill_shards::ShardConfig::all_cores()[0]],
-        prime_dir: path.clone(),
-        name: "rill-log-test".into(),
-        io_memory_bytes: 1 << 20,
-        ..rill_shards::ShardConfig::default()
-    };
-    let set = rill_shards::start_shards(cfg, move |_| f(path.join("p")))
-        .expect("start a shard for the test");
-    set.join()
-        .into_iter()
-        .next()
-        .expect("one shard")
-        .expect("the shard ran")
-}
 
 fn config(segment_bytes: u64) -> SegmentConfig {
     SegmentConfig {

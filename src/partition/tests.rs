@@ -4,7 +4,6 @@
 //! changes, readers keep reading, and a reopen (or a restart) recovers once the fault is gone.
 
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::path::PathBuf;
 use std::rc::Rc;
 
@@ -17,34 +16,8 @@ use super::{Partition, ReadLimits};
 use crate::batch::{BatchBuilder, BatchIter, BatchView};
 use crate::log::{FileReads, FsyncPolicy, PartitionLog, SegmentConfig};
 use crate::protocol::ErrorCode;
+use crate::test_shard::on_shard;
 use crate::topic_config::{TopicDefaults, TopicSettings};
-
-fn on_shard<F, Fut, T>(f: F) -> T
-where
-    F: Fn(PathBuf) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = T> + 'static,
-    T: Send + 'static,
-{
-    let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().to_path_buf();
-    let cfg = rill_shards::ShardConfig {
-        cpus: vec![rill_shards::ShardConfig::all_cores()[0]],
-        prime_dir: path.clone(),
-        name: "rill-partition-test".into(),
-        io_memory_bytes: 1 << 20,
-        ..rill_shards::ShardConfig::default()
-    };
-    let set = rill_shards::start_shards(cfg, move |_| f(path.join("p")))
-        .expect("start a shard for the test");
-    let out = set
-        .join()
-        .into_iter()
-        .next()
-        .expect("one shard")
-        .expect("the shard ran");
-    faults::clear(&dir.path().to_string_lossy());
-    out
-}
 
 const SEGMENT: u64 = 256 << 10;
 
