@@ -927,38 +927,39 @@ impl Fetcher {
             let mut expected: Option<u64> = None;
             let mut valid_len = 0usize;
             for batch in BatchIter::new(payload) {
-                let damage = match &batch {
+                // Offsets and the body checked once each (rkyv validation is the cost here).
+                let checked = match &batch {
                     Ok(b) => {
                         let h = b.header();
                         match expected {
-                            None if h.base_offset > from => Some(format!(
+                            None if h.base_offset > from => Err(format!(
                                 "the first batch starts at offset {}",
                                 h.base_offset
                             )),
-                            Some(want) if h.base_offset != want => Some(format!(
+                            Some(want) if h.base_offset != want => Err(format!(
                                 "a batch starts at offset {} after one that ends at {want}",
                                 h.base_offset
                             )),
-                            _ => b.records().err().map(|e| e.to_string()),
+                            _ => b
+                                .records()
+                                .map(|body| (b, body.filter(|rec| rec.offset >= from).count()))
+                                .map_err(|e| e.to_string()),
                         }
                     }
                     // A sendfile range may end inside a batch: the rest comes next fetch.
                     Err(BatchError::Truncated { .. }) => break,
-                    Err(e) => Some(e.to_string()),
+                    Err(e) => Err(e.to_string()),
                 };
-                if let Some(what) = damage {
-                    if next > from {
-                        break;
-                    }
-                    return Err(corrupt(what));
-                }
-                let batch = batch.map_err(|e| corrupt(e.to_string()))?;
-                let h = batch.header();
+                let (b, count) = match checked {
+                    Ok(ok) => ok,
+                    Err(_) if next > from => break,
+                    Err(what) => return Err(corrupt(what)),
+                };
+                let h = b.header();
                 expected = Some(h.next_offset());
-                let body = batch.records().map_err(|e| corrupt(e.to_string()))?;
-                records += body.filter(|rec| rec.offset >= from).count();
+                records += count;
                 next = next.max(h.next_offset());
-                valid_len += batch.len();
+                valid_len += b.len();
             }
             if next > from {
                 self.positions.insert(key, next);
