@@ -1,5 +1,6 @@
 //! rill: a persistent, partitioned, replicated log broker, thread-per-core on io_uring.
 pub mod batch;
+pub mod broker;
 pub mod cli;
 pub mod client;
 pub mod clock;
@@ -7,6 +8,8 @@ pub mod controller;
 pub mod group;
 pub mod kafka;
 pub mod log;
+pub mod native;
+pub mod net;
 pub mod partition;
 pub mod partitioner;
 pub mod protocol;

@@ -27,9 +27,25 @@ const SANS_IO: &[&str] = &[
     "std::fs",
 ];
 
+/// What a sans-IO core must not name of the crate: the layers above it, storage, the clock.
+const SANS_IO_ABOVE: &[&str] = &[
+    "server",
+    "broker",
+    "native",
+    "net",
+    "kafka",
+    "log",
+    "partition",
+    "clock",
+    "cli",
+];
+
 /// Every module above plain data (formats, settings): what those must not name.
 const ABOVE_THE_DATA: &[&str] = &[
     "server",
+    "broker",
+    "native",
+    "net",
     "kafka",
     "client",
     "log",
@@ -47,6 +63,9 @@ const RULES: &[Rule] = &[
         except: &[],
         forbidden_modules: &[
             "server",
+            "broker",
+            "native",
+            "net",
             "kafka",
             "client",
             "partition",
@@ -60,14 +79,24 @@ const RULES: &[Rule] = &[
         name: "the client knows only the wire format",
         dir: "src/client",
         except: &[],
-        forbidden_modules: &["server", "kafka", "log", "partition", "controller", "cli"],
+        forbidden_modules: &[
+            "server",
+            "broker",
+            "native",
+            "net",
+            "kafka",
+            "log",
+            "partition",
+            "controller",
+            "cli",
+        ],
         forbidden_tokens: &["rill_shards", "glommio"],
     },
     Rule {
         name: "the group coordinator is sans-IO: no runtime, no clock, no I/O",
         dir: "src/group",
         except: &[],
-        forbidden_modules: &["server", "kafka", "log", "partition", "clock", "cli"],
+        forbidden_modules: SANS_IO_ABOVE,
         forbidden_tokens: SANS_IO,
     },
     Rule {
@@ -75,7 +104,7 @@ const RULES: &[Rule] = &[
         dir: "src/controller",
         // The thread shell, the durable raft storage and their tests do the I/O.
         except: &["mod.rs", "raft_log.rs", "tests.rs"],
-        forbidden_modules: &["server", "kafka", "log", "partition", "clock", "cli"],
+        forbidden_modules: SANS_IO_ABOVE,
         forbidden_tokens: SANS_IO,
     },
     Rule {
@@ -86,11 +115,46 @@ const RULES: &[Rule] = &[
         forbidden_tokens: SANS_IO,
     },
     Rule {
-        name: "a partition knows nothing of the controller",
+        name: "a partition knows nothing of the controller, the listeners or the process",
         dir: "src/partition",
         except: &[],
-        forbidden_modules: &["controller"],
+        forbidden_modules: &["controller", "server", "broker", "native", "net", "kafka"],
         forbidden_tokens: &[],
+    },
+    Rule {
+        name: "the broker's operations know no wire format and no listener",
+        dir: "src/broker",
+        except: &[],
+        forbidden_modules: &["native", "kafka", "server", "client", "cli"],
+        forbidden_tokens: &[
+            "crate::protocol::frame",
+            "crate::protocol::messages",
+            "kafka_protocol",
+        ],
+    },
+    Rule {
+        name: "the native listener does not import the Kafka listener",
+        dir: "src/native",
+        except: &[],
+        forbidden_modules: &["kafka", "server", "client", "cli"],
+        forbidden_tokens: &["kafka_protocol"],
+    },
+    Rule {
+        name: "the Kafka listener does not import the native listener",
+        dir: "src/kafka",
+        except: &[],
+        forbidden_modules: &["native", "server", "client", "cli"],
+        forbidden_tokens: &[
+            "crate::protocol::messages",
+            "crate::protocol::frame::RequestFrame",
+        ],
+    },
+    Rule {
+        name: "connection plumbing knows neither protocol's messages nor the broker",
+        dir: "src/net",
+        except: &[],
+        forbidden_modules: &["broker", "native", "kafka", "server", "client", "cli"],
+        forbidden_tokens: &["crate::protocol::messages", "kafka_protocol"],
     },
     Rule {
         name: "the batch format and the wire protocol know nothing above them",

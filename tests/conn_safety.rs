@@ -368,7 +368,7 @@ fn clients_survive_the_broker_closing_their_idle_connections() {
     let b = TestBroker::start_with_env(
         1,
         &["--connection-idle-timeout-ms", "1000"],
-        &[("RUST_LOG", "info,rill::server::connection=debug")],
+        &[("RUST_LOG", "info,rill::native::connection=debug")],
     );
     let mut c = b.client();
     c.create_topic("t", 1, 1, Default::default()).unwrap();

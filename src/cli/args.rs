@@ -140,7 +140,7 @@ pub struct BrokerArgs {
     /// Request bytes the connections of one shard may hold at once (both listeners, per
     /// shard, not split): a reader that would exceed it waits before allocating; a request
     /// larger than all of it is refused. Bytes are released when the request's handler returns.
-    #[arg(long, env = "RILL_MAX_REQUEST_MEMORY_BYTES", default_value_t = crate::server::config::DEFAULT_MAX_REQUEST_MEMORY_BYTES)]
+    #[arg(long, env = "RILL_MAX_REQUEST_MEMORY_BYTES", default_value_t = crate::broker::config::DEFAULT_MAX_REQUEST_MEMORY_BYTES)]
     pub max_request_memory_bytes: usize,
     /// Memory for recent batches, split across shards.
     #[arg(long, env = "RILL_TAIL_CACHE_BYTES", default_value_t = 64 << 20)]

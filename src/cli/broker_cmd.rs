@@ -143,10 +143,10 @@ pub fn config_from_args(a: &BrokerArgs) -> Result<BrokerConfig, String> {
     }
     c.preallocate_step_bytes = a.preallocate_step_bytes;
     c.max_frame_bytes = a.max_frame_bytes;
-    if a.max_request_memory_bytes < crate::server::request_memory::FIRST_STEP {
+    if a.max_request_memory_bytes < crate::net::request_memory::FIRST_STEP {
         return Err(format!(
             "--max-request-memory-bytes must be at least {}",
-            crate::server::request_memory::FIRST_STEP
+            crate::net::request_memory::FIRST_STEP
         ));
     }
     if a.max_request_memory_bytes < a.max_frame_bytes {

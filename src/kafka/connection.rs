@@ -18,11 +18,11 @@ use rill_shards::rt::TcpStream;
 
 use super::handlers;
 use super::versions;
+use crate::broker::Shard;
+use crate::net::conn_limits::{after, until};
+use crate::net::request_memory::{read_body, Grant};
 use crate::protocol::frame::FrameError;
 use crate::protocol::ErrorCode;
-use crate::server::conn_limits::{after, until};
-use crate::server::request_memory::{read_body, Grant};
-use crate::server::shard::Shard;
 
 /// Smallest request: api key, api version and correlation id.
 const MIN_REQUEST: usize = 8;

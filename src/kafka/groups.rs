@@ -1,9 +1,8 @@
 //! The group and offset APIs for Kafka clients: the same coordinator and committed offsets
-//! the native protocol uses (`server::groups::GroupHost`), so Kafka consumers and rill
+//! the native protocol uses ([`crate::broker::groups`], [`crate::broker::offsets`]), so Kafka consumers and rill
 //! consumers can share a group (both write Kafka's ConsumerProtocol member metadata).
 
 use std::rc::Rc;
-use std::time::Duration;
 
 use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
@@ -27,48 +26,29 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 use super::node_id;
-use crate::clock::now_ms;
-use crate::group::coordinator::{GroupError, JoinRequest, SyncRequest};
+use crate::broker::groups::{self, coordinated_here, Leaving};
+use crate::broker::offsets::{self, Committed};
+use crate::broker::{OpError, Shard};
+use crate::group::coordinator::{JoinRequest, SyncRequest};
 use crate::group::offsets_log::PartitionOffset;
 use crate::protocol::ErrorCode;
-use crate::server::groups::coordinator_of;
-use crate::server::handlers::groups::{not_here, wait, REPLY_SLACK};
-use crate::server::handlers::offsets::commit_offsets;
-use crate::server::shard::Shard;
-
-fn now() -> u64 {
-    now_ms().max(0) as u64
-}
 
 fn text(s: &str) -> StrBytes {
     StrBytes::from_string(s.to_string())
 }
 
-fn group_error(code: ErrorCode, message: String) -> GroupError {
-    GroupError { code, message }
-}
-
-/// Where a group's coordinator is, as Kafka node, host and port: `Err` with the error code.
-fn locate(shard: &Shard, group: &str) -> Result<(i32, String, i32), (ErrorCode, String)> {
-    let md = shard.metadata.borrow();
-    if group.is_empty() {
-        return Err((ErrorCode::InvalidGroupId, "empty group id".into()));
-    }
-    let (broker, s) = coordinator_of(&md, group).ok_or((
-        ErrorCode::CoordinatorNotAvailable,
-        "the offsets topic is not ready".to_string(),
-    ))?;
-    let info = md.brokers.get(&broker).ok_or((
-        ErrorCode::CoordinatorNotAvailable,
-        format!("broker {broker} is not registered"),
-    ))?;
-    let port = info.kafka_port.ok_or((
-        ErrorCode::CoordinatorNotAvailable,
-        format!("broker {broker} has no Kafka listener"),
-    ))?;
+/// Where a group's coordinator is, as Kafka node, host and port.
+fn locate(shard: &Shard, group: &str) -> Result<(i32, String, i32), OpError> {
+    let (info, s) = groups::coordinator(shard, group)?;
+    let port = info.kafka_port.ok_or_else(|| {
+        OpError::new(
+            ErrorCode::CoordinatorNotAvailable,
+            format!("broker {} has no Kafka listener", info.node_id),
+        )
+    })?;
     Ok((
-        node_id(broker, s),
-        info.host.clone(),
+        node_id(info.node_id, s),
+        info.host,
         i32::from(port) + s as i32,
     ))
 }
@@ -82,9 +62,9 @@ pub fn find_coordinator(
     // key_type 1 (transactions) comes with the exactly-once work.
     let answer = |key: &str| {
         if req.key_type != 0 {
-            return Err((
+            return Err(OpError::new(
                 ErrorCode::CoordinatorNotAvailable,
-                "transaction coordinators are not served yet".to_string(),
+                "transaction coordinators are not served yet",
             ));
         }
         locate(shard, key)
@@ -99,11 +79,11 @@ pub fn find_coordinator(
                     c.host = text(&host);
                     c.port = port;
                 }
-                Err((code, message)) => {
+                Err(e) => {
                     c.node_id = BrokerId(-1);
                     c.port = -1;
-                    c.error_code = code.code();
-                    c.error_message = Some(text(&message));
+                    c.error_code = e.code.code();
+                    c.error_message = Some(text(&e.message));
                 }
             }
             r.coordinators.push(c);
@@ -116,11 +96,11 @@ pub fn find_coordinator(
             r.host = text(&host);
             r.port = port;
         }
-        Err((code, message)) => {
+        Err(e) => {
             r.node_id = BrokerId(-1);
             r.port = -1;
-            r.error_code = code.code();
-            r.error_message = Some(text(&message));
+            r.error_code = e.code.code();
+            r.error_message = Some(text(&e.message));
         }
     }
     r
@@ -135,8 +115,8 @@ pub async fn join(shard: &Rc<Shard>, client_id: &str, req: JoinGroupRequest) -> 
         r.error_code = code.code();
         r
     };
-    if let Some((code, _)) = not_here(shard, &group) {
-        return refuse(r, code);
+    if let Err(e) = coordinated_here(shard, &group) {
+        return refuse(r, e.code);
     }
     let (Ok(session), Ok(rebalance)) = (
         u32::try_from(req.session_timeout_ms),
@@ -144,9 +124,8 @@ pub async fn join(shard: &Rc<Shard>, client_id: &str, req: JoinGroupRequest) -> 
     ) else {
         return refuse(r, ErrorCode::InvalidSessionTimeout);
     };
-    let limit = Duration::from_millis(u64::from(rebalance)) + REPLY_SLACK;
-    let rx = shard.groups.join(
-        now(),
+    let joined = groups::join(
+        shard,
         &group,
         JoinRequest {
             member_id: req.member_id.to_string(),
@@ -162,7 +141,7 @@ pub async fn join(shard: &Rc<Shard>, client_id: &str, req: JoinGroupRequest) -> 
                 .collect(),
         },
     );
-    match wait(shard, rx, limit).await {
+    match joined.await {
         Ok(j) => {
             r.generation_id = j.generation as i32;
             r.protocol_type = Some(req.protocol_type.clone());
@@ -189,29 +168,23 @@ pub async fn join(shard: &Rc<Shard>, client_id: &str, req: JoinGroupRequest) -> 
 pub async fn sync(shard: &Rc<Shard>, req: SyncGroupRequest) -> SyncGroupResponse {
     let mut r = SyncGroupResponse::default();
     let group = req.group_id.0.to_string();
-    let result = match not_here(shard, &group) {
-        Some((code, message)) => Err(group_error(code, message)),
-        None => match u32::try_from(req.generation_id) {
-            Err(_) => Err(group_error(
-                ErrorCode::IllegalGeneration,
-                "negative generation".into(),
-            )),
-            Ok(generation) => {
-                let sync = SyncRequest {
-                    member_id: req.member_id.to_string(),
-                    generation,
-                    assignments: req
-                        .assignments
-                        .iter()
-                        .map(|a| (a.member_id.to_string(), a.assignment.to_vec()))
-                        .collect(),
-                };
-                match shard.groups.sync(now(), &group, sync) {
-                    Ok(rx) => wait(shard, rx, shard.cfg.max_produce_timeout).await,
-                    Err(e) => Err(e),
-                }
-            }
-        },
+    let result = match u32::try_from(req.generation_id) {
+        Err(_) => Err(OpError::new(
+            ErrorCode::IllegalGeneration,
+            "negative generation",
+        )),
+        Ok(generation) => {
+            let sync = SyncRequest {
+                member_id: req.member_id.to_string(),
+                generation,
+                assignments: req
+                    .assignments
+                    .iter()
+                    .map(|a| (a.member_id.to_string(), a.assignment.to_vec()))
+                    .collect(),
+            };
+            groups::sync(shard, &group, sync).await
+        }
     };
     match result {
         Ok(assignment) => {
@@ -227,15 +200,12 @@ pub async fn sync(shard: &Rc<Shard>, req: SyncGroupRequest) -> SyncGroupResponse
 pub fn heartbeat(shard: &Shard, req: HeartbeatRequest) -> HeartbeatResponse {
     let mut r = HeartbeatResponse::default();
     let group = req.group_id.0.to_string();
-    let result = match not_here(shard, &group) {
-        Some((code, message)) => Err(group_error(code, message)),
-        None => match u32::try_from(req.generation_id) {
-            Ok(g) => shard.groups.heartbeat(now(), &group, &req.member_id, g),
-            Err(_) => Err(group_error(
-                ErrorCode::IllegalGeneration,
-                "negative generation".into(),
-            )),
-        },
+    let result = match u32::try_from(req.generation_id) {
+        Ok(g) => groups::heartbeat(shard, &group, &req.member_id, g),
+        Err(_) => Err(OpError::new(
+            ErrorCode::IllegalGeneration,
+            "negative generation",
+        )),
     };
     if let Err(e) = result {
         r.error_code = e.code.code();
@@ -246,12 +216,12 @@ pub fn heartbeat(shard: &Shard, req: HeartbeatRequest) -> HeartbeatResponse {
 pub fn leave(shard: &Shard, version: i16, req: LeaveGroupRequest) -> LeaveGroupResponse {
     let mut r = LeaveGroupResponse::default();
     let group = req.group_id.0.to_string();
-    if let Some((code, _)) = not_here(shard, &group) {
-        r.error_code = code.code();
+    if let Err(e) = coordinated_here(shard, &group) {
+        r.error_code = e.code.code();
         return r;
     }
     if version < 3 {
-        if let Err(e) = shard.groups.leave(now(), &group, &req.member_id) {
+        if let Err(e) = groups::leave(shard, &group, Leaving::Member(&req.member_id)) {
             r.error_code = e.code.code();
         }
         return r;
@@ -261,17 +231,15 @@ pub fn leave(shard: &Shard, version: i16, req: LeaveGroupRequest) -> LeaveGroupR
         let mut mr = MemberResponse::default();
         mr.member_id = m.member_id.clone();
         mr.group_instance_id = m.group_instance_id.clone();
-        let member = if m.member_id.is_empty() {
+        let who = match (&m.member_id, &m.group_instance_id) {
+            (id, _) if !id.is_empty() => Some(Leaving::Member(id.as_str())),
             // A static member leaving by instance id.
-            m.group_instance_id
-                .as_ref()
-                .and_then(|i| shard.groups.member_of_instance(&group, i))
-        } else {
-            Some(m.member_id.to_string())
+            (_, Some(instance)) => Some(Leaving::Instance(instance.as_str())),
+            (_, None) => None,
         };
-        let outcome = match member {
-            Some(id) => shard.groups.leave(now(), &group, &id),
-            None => Err(group_error(ErrorCode::UnknownMemberId, String::new())),
+        let outcome = match who {
+            Some(who) => groups::leave(shard, &group, who),
+            None => Err(OpError::new(ErrorCode::UnknownMemberId, String::new())),
         };
         if let Err(e) = outcome {
             mr.error_code = e.code.code();
@@ -305,7 +273,7 @@ pub async fn commit(shard: &Rc<Shard>, req: OffsetCommitRequest) -> OffsetCommit
             }
         }
     }
-    let outcome = commit_offsets(
+    let outcome = offsets::commit(
         shard,
         &group,
         &req.member_id,
@@ -315,7 +283,7 @@ pub async fn commit(shard: &Rc<Shard>, req: OffsetCommitRequest) -> OffsetCommit
     .await;
     let code = match &outcome {
         Ok(()) => ErrorCode::None,
-        Err((code, _)) => *code,
+        Err(e) => e.code,
     };
     let mut r = OffsetCommitResponse::default();
     for t in &req.topics {
@@ -342,37 +310,51 @@ pub async fn commit(shard: &Rc<Shard>, req: OffsetCommitRequest) -> OffsetCommit
 
 /// (topic, partition) -> committed (offset, metadata) for one group: the asked partitions,
 /// or every committed one when `asked` is `None`.
-type Committed = Vec<(String, Vec<(i32, Option<(u64, String)>)>)>;
+type ByTopic = Vec<(String, Vec<(i32, Option<(u64, String)>)>)>;
 
-fn committed(shard: &Shard, group: &str, asked: Option<Vec<(String, Vec<i32>)>>) -> Committed {
-    match asked {
-        Some(topics) => topics
-            .into_iter()
-            .map(|(t, parts)| {
-                let got = parts
-                    .into_iter()
-                    .map(|p| {
-                        let c = u32::try_from(p)
-                            .ok()
-                            .and_then(|i| shard.groups.committed(group, &t, i));
-                        (p, c)
-                    })
-                    .collect();
-                (t, got)
-            })
-            .collect(),
-        None => {
-            let mut out: Committed = Vec::new();
-            for o in shard.groups.all_committed(group) {
-                let entry = (o.partition as i32, Some((o.offset, o.metadata)));
-                match out.last_mut() {
-                    Some((last, parts)) if *last == o.topic => parts.push(entry),
-                    _ => out.push((o.topic, vec![entry])),
-                }
+fn committed(
+    shard: &Shard,
+    group: &str,
+    asked: Option<Vec<(String, Vec<i32>)>>,
+) -> Result<ByTopic, OpError> {
+    let Some(topics) = asked else {
+        let mut out: ByTopic = Vec::new();
+        for c in offsets::committed(shard, group, None)? {
+            let entry = (c.partition as i32, c.offset);
+            match out.last_mut() {
+                Some((last, parts)) if *last == c.topic => parts.push(entry),
+                _ => out.push((c.topic, vec![entry])),
             }
-            out
         }
-    }
+        return Ok(out);
+    };
+    // A negative partition index has nothing committed; the others are asked for.
+    let valid = topics
+        .iter()
+        .flat_map(|(t, parts)| {
+            parts
+                .iter()
+                .filter_map(|&p| u32::try_from(p).ok().map(|p| (t.clone(), p)))
+        })
+        .collect();
+    let mut found = offsets::committed(shard, group, Some(valid))?.into_iter();
+    Ok(topics
+        .into_iter()
+        .map(|(t, parts)| {
+            let got = parts
+                .into_iter()
+                .map(|p| {
+                    let c = if p >= 0 {
+                        found.next().and_then(|c: Committed| c.offset)
+                    } else {
+                        None
+                    };
+                    (p, c)
+                })
+                .collect();
+            (t, got)
+        })
+        .collect())
 }
 
 pub fn fetch_offsets(shard: &Shard, version: i16, req: OffsetFetchRequest) -> OffsetFetchResponse {
@@ -382,17 +364,20 @@ pub fn fetch_offsets(shard: &Shard, version: i16, req: OffsetFetchRequest) -> Of
             let group = g.group_id.0.to_string();
             let mut gr = OffsetFetchResponseGroup::default();
             gr.group_id = g.group_id.clone();
-            if let Some((code, _)) = not_here(shard, &group) {
-                gr.error_code = code.code();
-                r.groups.push(gr);
-                continue;
-            }
             let asked = g.topics.as_ref().map(|ts| {
                 ts.iter()
                     .map(|t| (t.name.0.to_string(), t.partition_indexes.clone()))
                     .collect()
             });
-            for (t, parts) in committed(shard, &group, asked) {
+            let found = match committed(shard, &group, asked) {
+                Ok(found) => found,
+                Err(e) => {
+                    gr.error_code = e.code.code();
+                    r.groups.push(gr);
+                    continue;
+                }
+            };
+            for (t, parts) in found {
                 let mut tr = OffsetFetchResponseTopics::default();
                 tr.name = TopicName(text(&t));
                 for (p, c) in parts {
@@ -410,7 +395,14 @@ pub fn fetch_offsets(shard: &Shard, version: i16, req: OffsetFetchRequest) -> Of
         return r;
     }
     let group = req.group_id.0.to_string();
-    if let Some((code, _)) = not_here(shard, &group) {
+    let asked = req.topics.as_ref().map(|ts| {
+        ts.iter()
+            .map(|t| (t.name.0.to_string(), t.partition_indexes.clone()))
+            .collect()
+    });
+    let found = committed(shard, &group, asked);
+    if let Err(e) = &found {
+        let code = e.code;
         r.error_code = code.code();
         if version < 2 {
             // v1 has no top-level error code (the encoder drops it, which would read as "no
@@ -430,12 +422,7 @@ pub fn fetch_offsets(shard: &Shard, version: i16, req: OffsetFetchRequest) -> Of
         }
         return r;
     }
-    let asked = req.topics.as_ref().map(|ts| {
-        ts.iter()
-            .map(|t| (t.name.0.to_string(), t.partition_indexes.clone()))
-            .collect()
-    });
-    for (t, parts) in committed(shard, &group, asked) {
+    for (t, parts) in found.unwrap_or_default() {
         let mut tr = OffsetFetchResponseTopic::default();
         tr.name = TopicName(text(&t));
         for (p, c) in parts {
@@ -457,17 +444,19 @@ pub fn describe(shard: &Shard, version: i16, req: DescribeGroupsRequest) -> Desc
         let group = g.0.to_string();
         let mut dg = DescribedGroup::default();
         dg.group_id = g.clone();
-        if let Some((code, message)) = not_here(shard, &group) {
-            dg.error_code = code.code();
-            // Only v6+ has the field; the encoder refuses a set field an older version lacks
-            // (which closed the connection instead of answering NOT_COORDINATOR).
-            if version >= 6 {
-                dg.error_message = Some(text(&message));
+        let d = match groups::describe(shard, &group) {
+            Ok(d) => d,
+            Err(e) => {
+                dg.error_code = e.code.code();
+                // Only v6+ has the field; the encoder refuses a set field an older version
+                // lacks (which closed the connection instead of answering NOT_COORDINATOR).
+                if version >= 6 {
+                    dg.error_message = Some(text(&e.message));
+                }
+                r.groups.push(dg);
+                continue;
             }
-            r.groups.push(dg);
-            continue;
-        }
-        let d = shard.groups.describe(&group);
+        };
         dg.group_state = text(&d.state);
         dg.protocol_type = text(&d.protocol_type);
         dg.protocol_data = text(&d.protocol);
@@ -490,14 +479,15 @@ pub fn describe(shard: &Shard, version: i16, req: DescribeGroupsRequest) -> Desc
 
 pub fn list(shard: &Shard, req: ListGroupsRequest) -> ListGroupsResponse {
     let mut r = ListGroupsResponse::default();
-    for (group, state) in shard.groups.list() {
-        if !req.states_filter.is_empty() && !req.states_filter.iter().any(|s| s.as_str() == state) {
+    for g in groups::list(shard) {
+        if !req.states_filter.is_empty() && !req.states_filter.iter().any(|s| s.as_str() == g.state)
+        {
             continue;
         }
         let mut lg = ListedGroup::default();
-        lg.group_id = GroupId(text(&group));
-        lg.protocol_type = text(&shard.groups.describe(&group).protocol_type);
-        lg.group_state = text(&state);
+        lg.group_id = GroupId(text(&g.group));
+        lg.protocol_type = text(&g.protocol_type);
+        lg.group_state = text(&g.state);
         lg.group_type = text("classic");
         r.groups.push(lg);
     }

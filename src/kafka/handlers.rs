@@ -22,17 +22,14 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::records::{to_kafka_batches, to_stored_batch};
 use super::{groups, node_id, topic_uuid, versions};
-use crate::batch::BatchView;
+use crate::broker::fetch::{self, FetchPartition};
+use crate::broker::list_offsets::{list_offset, OffsetQuery};
+use crate::broker::produce::{await_acks, Acks, Appended, Produce};
+use crate::broker::{locate, request_timeout, OpError, Shard};
 use crate::clock::now_ms;
 use crate::controller::metadata::{ClusterMetadata, TopicInfo};
 use crate::log::FileReads;
-use crate::partition::ReadLimits;
-use crate::protocol::messages::{EARLIEST_TIMESTAMP, LATEST_TIMESTAMP};
 use crate::protocol::ErrorCode;
-use crate::server::handlers::fetch::wait_for_data;
-use crate::server::handlers::locate_error;
-use crate::server::handlers::produce::await_acks;
-use crate::server::shard::Shard;
 
 /// Answers one request; `None` when no answer is due (a produce with acks=0).
 pub async fn handle(
@@ -182,9 +179,13 @@ fn resolve_topic(md: &ClusterMetadata, topic: &TopicName, id: uuid::Uuid) -> Opt
 async fn produce(shard: &Rc<Shard>, req: ProduceRequest) -> Option<ProduceResponse> {
     let now = now_ms();
     let md = shard.metadata.borrow().clone();
+    let acks = Acks::parse(req.acks);
+    let deadline =
+        Instant::now() + request_timeout(shard, u32::try_from(req.timeout_ms.max(0)).unwrap_or(0));
     let mut response = ProduceResponse::default();
     let mut waits = Vec::new();
-    let bad_acks = !(-1..=1).contains(&req.acks);
+    // (topic, partition) response index of each wait's slot.
+    let mut slots = Vec::new();
     for td in &req.topic_data {
         let mut tr = TopicProduceResponse::default();
         tr.name = td.name.clone();
@@ -196,191 +197,150 @@ async fn produce(shard: &Rc<Shard>, req: ProduceRequest) -> Option<ProduceRespon
             pr.base_offset = -1;
             pr.log_append_time_ms = -1;
             pr.log_start_offset = -1;
-            let outcome = match (&topic, u32::try_from(pd.index)) {
-                _ if bad_acks => Err((
-                    ErrorCode::InvalidRequiredAcks,
-                    format!("acks must be 0, 1 or -1, not {}", req.acks),
-                )),
-                (Some(t), Ok(index)) => {
-                    append(shard, t, index, pd.records.as_ref(), now).map(|(p, base, next)| {
-                        pr.base_offset = base as i64;
-                        pr.log_start_offset = p.log_start_offset() as i64;
-                        (p, next)
-                    })
-                }
-                _ => Err((
+            let outcome = match (&acks, &topic, u32::try_from(pd.index)) {
+                (Err(e), _, _) => Err(e.clone()),
+                (Ok(_), Some(t), Ok(index)) => append(shard, t, index, pd.records.as_ref(), now),
+                _ => Err(OpError::new(
                     ErrorCode::UnknownTopicOrPartition,
-                    "unknown topic or partition".to_string(),
+                    "unknown topic or partition",
                 )),
             };
             match outcome {
-                Ok((p, next)) => {
-                    if req.acks != 0 {
-                        let slot = (response.responses.len(), tr.partition_responses.len());
-                        waits.push((slot, p.wait_for_ack(next - 1)));
+                Ok(a) => {
+                    pr.base_offset = a.base_offset as i64;
+                    pr.log_start_offset = a.partition.log_start_offset() as i64;
+                    if acks != Ok(Acks::None) {
+                        waits.push(a.ack(slots.len()));
+                        slots.push((response.responses.len(), tr.partition_responses.len()));
                     }
                 }
-                Err((code, message)) => {
-                    pr.error_code = kafka_error(code);
-                    pr.error_message = Some(StrBytes::from_string(message));
+                Err(e) => {
+                    pr.error_code = e.code.code();
+                    pr.error_message = Some(StrBytes::from_string(e.message));
                 }
             }
             tr.partition_responses.push(pr);
         }
         response.responses.push(tr);
     }
-    if req.acks == 0 {
+    if acks == Ok(Acks::None) {
         return None;
     }
-    let slots: Vec<(usize, usize)> = waits.iter().map(|(s, _)| *s).collect();
-    let indexed = waits
-        .into_iter()
-        .enumerate()
-        .map(|(i, (_, rx))| (i, rx))
-        .collect();
-    let timeout = u32::try_from(req.timeout_ms.max(0)).unwrap_or(0);
-    for (i, code, message) in await_acks(shard, indexed, timeout).await {
+    for (i, e) in await_acks(shard, waits, deadline).await {
         let (t, p) = slots[i];
         let pr = &mut response.responses[t].partition_responses[p];
-        pr.error_code = kafka_error(code);
-        pr.error_message = Some(StrBytes::from_string(message));
+        pr.error_code = e.code.code();
+        pr.error_message = Some(StrBytes::from_string(e.message));
         pr.base_offset = -1;
     }
     Some(response)
 }
 
-type Appended = (Rc<crate::partition::Partition>, u64, u64);
-
-/// Converts and appends one partition's records: (partition, base offset, next offset).
+/// Converts one partition's records to a stored batch (checked against the topic's
+/// `max.message.bytes` before and after) and appends it.
 fn append(
     shard: &Rc<Shard>,
     topic: &str,
     index: u32,
     records: Option<&bytes::Bytes>,
     now: i64,
-) -> Result<Appended, (ErrorCode, String)> {
-    let Some(p) = shard.partition(topic, index) else {
-        return Err(locate_error(shard, topic, index));
-    };
-    let records = records.ok_or((ErrorCode::CorruptMessage, "no records".to_string()))?;
+) -> Result<Appended, OpError> {
+    let p = locate(shard, topic, index)?;
+    let records = records.ok_or(OpError::new(ErrorCode::CorruptMessage, "no records"))?;
     p.check_produce(records.len())?;
     let batch = to_stored_batch(records, p.max_message_bytes())?;
-    let view =
-        BatchView::validate(&batch).map_err(|e| (ErrorCode::CorruptMessage, e.to_string()))?;
-    let (base, next) = p
-        .append(&[view], now, &shard.cache)
-        .map_err(|e| (e.code(), e.to_string()))?;
-    shard.group_commit.mark_dirty(&p);
-    Ok((p, base, next))
+    let mut produce = Produce::new();
+    produce.stage(shard, topic, index, &batch, 0)?;
+    produce
+        .append(shard, batch, 0, now)
+        .pop()
+        .unwrap_or_else(|| {
+            Err(OpError::new(
+                ErrorCode::UnknownServerError,
+                "nothing appended",
+            ))
+        })
 }
-
-/// One asked partition: (topic name if known, partition index, offset, partition max bytes).
-type Asked = (Option<String>, i32, i64, i32);
 
 async fn fetch(shard: &Rc<Shard>, version: i16, req: FetchRequest) -> FetchResponse {
     let md = shard.metadata.borrow().clone();
-    let wait = Duration::from_millis(req.max_wait_ms.max(0) as u64).min(shard.cfg.max_fetch_wait);
-    let deadline = Instant::now() + wait;
-    let max_total = (req.max_bytes.max(1) as usize).min(shard.cfg.max_frame_bytes / 2);
-    let asked: Vec<Vec<Asked>> = req
-        .topics
-        .iter()
-        .map(|t| {
-            let topic = resolve_topic(&md, &t.topic, t.topic_id);
-            t.partitions
-                .iter()
-                .map(|p| {
-                    (
-                        topic.clone(),
-                        p.partition,
-                        p.fetch_offset,
-                        p.partition_max_bytes,
-                    )
-                })
-                .collect()
-        })
-        .collect();
-    loop {
-        let mut listeners = Vec::new();
-        let mut response = FetchResponse::default();
-        let mut total = 0usize;
-        let mut any_error = false;
-        for (t, parts) in req.topics.iter().zip(&asked) {
-            let mut tr = FetchableTopicResponse::default();
-            tr.topic = t.topic.clone();
-            tr.topic_id = t.topic_id;
-            for (topic, index, offset, part_max) in parts {
-                let mut pd = PartitionData::default();
-                pd.partition_index = *index;
-                pd.high_watermark = -1;
-                pd.last_stable_offset = -1;
-                pd.log_start_offset = -1;
-                let located = match (topic, u32::try_from(*index)) {
-                    (Some(topic), Ok(i)) => shard
-                        .partition(topic, i)
-                        .ok_or_else(|| locate_error(shard, topic, i).0),
-                    (None, _) if version >= 13 => Err(ErrorCode::UnknownTopicId),
-                    _ => Err(ErrorCode::UnknownTopicOrPartition),
-                };
-                let p = match located {
-                    Ok(p) => p,
-                    Err(code) => {
-                        pd.error_code = kafka_error(code);
-                        any_error = true;
-                        tr.partitions.push(pd);
-                        continue;
-                    }
-                };
-                listeners.push(p.listen());
-                pd.high_watermark = p.high_watermark() as i64;
-                pd.last_stable_offset = pd.high_watermark;
-                pd.log_start_offset = p.log_start_offset() as i64;
-                let room = max_total.saturating_sub(total);
-                if room == 0 && total > 0 {
-                    tr.partitions.push(pd);
-                    continue;
-                }
-                let limits = ReadLimits {
-                    max_bytes: (part_max.max(&1).to_owned() as usize).min(room.max(1)),
-                    file_reads: FileReads::Copy,
-                };
-                let Ok(at) = u64::try_from(*offset) else {
-                    pd.error_code = kafka_error(ErrorCode::OffsetOutOfRange);
-                    any_error = true;
-                    tr.partitions.push(pd);
-                    continue;
-                };
-                match p.read(at, limits, &shard.cache).await {
-                    Ok(chunks) => {
-                        let mut out = BytesMut::new();
-                        for c in &chunks {
-                            if let Err(e) =
-                                to_kafka_batches(c.as_slice().unwrap_or_default(), &mut out)
-                            {
-                                log::error!("kafka fetch {topic:?}-{index}: {e}");
-                                pd.error_code = kafka_error(ErrorCode::CorruptMessage);
-                                any_error = true;
-                                break;
-                            }
-                        }
-                        total += out.len();
-                        pd.records = Some(out.freeze());
-                    }
-                    Err(e) => {
-                        pd.error_code = kafka_error(e.code());
-                        any_error = true;
-                    }
-                }
-                tr.partitions.push(pd);
-            }
-            response.responses.push(tr);
+    // Each asked partition: what to read, or why it cannot be asked for.
+    let mut asked: Vec<Result<FetchPartition, ErrorCode>> = Vec::new();
+    for t in &req.topics {
+        let topic = resolve_topic(&md, &t.topic, t.topic_id);
+        for p in &t.partitions {
+            asked.push(match (&topic, u32::try_from(p.partition)) {
+                (Some(topic), Ok(partition)) => match u64::try_from(p.fetch_offset) {
+                    Ok(offset) => Ok(FetchPartition {
+                        topic: topic.clone(),
+                        partition,
+                        offset,
+                        max_bytes: p.partition_max_bytes.max(1) as usize,
+                    }),
+                    Err(_) => Err(ErrorCode::OffsetOutOfRange),
+                },
+                (None, _) if version >= 13 => Err(ErrorCode::UnknownTopicId),
+                _ => Err(ErrorCode::UnknownTopicOrPartition),
+            });
         }
-        let enough = total >= req.min_bytes.max(1) as usize || any_error;
-        if enough || listeners.is_empty() || Instant::now() >= deadline {
-            return response;
-        }
-        wait_for_data(shard, listeners, deadline).await;
     }
+    let refused = asked.iter().any(Result::is_err);
+    let op = fetch::FetchRequest {
+        partitions: asked.iter().flatten().cloned().collect(),
+        min_bytes: req.min_bytes.max(1) as usize,
+        // A refused partition answers at once, as a failed read does.
+        max_wait: if refused {
+            Duration::ZERO
+        } else {
+            Duration::from_millis(req.max_wait_ms.max(0) as u64)
+        },
+        max_bytes: req.max_bytes.max(1) as usize,
+        // Converted to Kafka's format on the way out: the bytes are needed here.
+        file_reads: FileReads::Copy,
+    };
+    let mut reads = fetch::fetch(shard, &op).await.into_iter();
+    let mut asked = asked.into_iter();
+    let mut response = FetchResponse::default();
+    for t in &req.topics {
+        let mut tr = FetchableTopicResponse::default();
+        tr.topic = t.topic.clone();
+        tr.topic_id = t.topic_id;
+        for p in &t.partitions {
+            let mut pd = PartitionData::default();
+            pd.partition_index = p.partition;
+            pd.high_watermark = -1;
+            pd.last_stable_offset = -1;
+            pd.log_start_offset = -1;
+            let read = match asked.next() {
+                Some(Ok(_)) => reads
+                    .next()
+                    .unwrap_or_else(|| Err(OpError::new(ErrorCode::UnknownServerError, "no read"))),
+                Some(Err(code)) => Err(OpError::new(code, String::new())),
+                None => Err(OpError::new(ErrorCode::UnknownServerError, "no read")),
+            };
+            match read {
+                Ok(read) => {
+                    pd.high_watermark = read.high_watermark as i64;
+                    pd.last_stable_offset = pd.high_watermark;
+                    pd.log_start_offset = read.log_start_offset as i64;
+                    let mut out = BytesMut::new();
+                    for c in &read.chunks {
+                        if let Err(e) = to_kafka_batches(c.as_slice().unwrap_or_default(), &mut out)
+                        {
+                            log::error!("kafka fetch {:?}-{}: {e}", t.topic, p.partition);
+                            pd.error_code = ErrorCode::CorruptMessage.code();
+                            break;
+                        }
+                    }
+                    pd.records = Some(out.freeze());
+                }
+                Err(e) => pd.error_code = e.code.code(),
+            }
+            tr.partitions.push(pd);
+        }
+        response.responses.push(tr);
+    }
+    response
 }
 
 async fn list_offsets(shard: &Rc<Shard>, req: ListOffsetsRequest) -> ListOffsetsResponse {
@@ -393,32 +353,22 @@ async fn list_offsets(shard: &Rc<Shard>, req: ListOffsetsRequest) -> ListOffsets
             pr.partition_index = lp.partition_index;
             pr.offset = -1;
             pr.timestamp = -1;
-            let topic = t.name.0.as_str();
-            let located = u32::try_from(lp.partition_index)
-                .ok()
-                .and_then(|i| shard.partition(topic, i).ok_or(i).ok());
-            match located {
-                None => {
-                    let code = match u32::try_from(lp.partition_index) {
-                        Ok(i) => locate_error(shard, topic, i).0,
-                        Err(_) => ErrorCode::UnknownTopicOrPartition,
-                    };
-                    pr.error_code = kafka_error(code);
+            let found = match (
+                u32::try_from(lp.partition_index),
+                OffsetQuery::from_timestamp(lp.timestamp),
+            ) {
+                (Ok(i), Ok(q)) => list_offset(shard, t.name.0.as_str(), i, q).await,
+                (Err(_), _) => Err(OpError::new(ErrorCode::UnknownTopicOrPartition, "")),
+                (_, Err(e)) => Err(e),
+            };
+            match found {
+                Ok(Some(f)) => {
+                    pr.offset = f.offset as i64;
+                    pr.timestamp = f.timestamp.unwrap_or(-1);
                 }
-                Some(p) => match lp.timestamp {
-                    EARLIEST_TIMESTAMP => pr.offset = p.log_start_offset() as i64,
-                    LATEST_TIMESTAMP => pr.offset = p.high_watermark() as i64,
-                    ts if ts < 0 => pr.error_code = kafka_error(ErrorCode::InvalidRequest),
-                    ts => match p.offset_for_timestamp(ts).await {
-                        Ok(Some((offset, at))) => {
-                            pr.offset = offset as i64;
-                            pr.timestamp = at;
-                        }
-                        // Nothing at or after: -1, as Kafka answers.
-                        Ok(None) => {}
-                        Err(e) => pr.error_code = kafka_error(e.code()),
-                    },
-                },
+                // Nothing at or after: -1, as Kafka answers.
+                Ok(None) => {}
+                Err(e) => pr.error_code = e.code.code(),
             }
             tr.partitions.push(pr);
         }

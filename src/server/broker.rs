@@ -8,15 +8,14 @@ use std::time::Duration;
 use rill_shards::rt::{spawn_local, TcpListener};
 use rill_shards::{start_shards, ShardConfig, ShardContext};
 
-use super::config::BrokerConfig;
-use super::connection;
-use super::groups::OFFSETS_TOPIC;
-use super::sendfile::SendfileWorker;
-use super::shard::{AppliedIndexes, Shard};
 use super::stray;
+use crate::broker::group_host::OFFSETS_TOPIC;
+use crate::broker::shard::{AppliedIndexes, Shard};
+use crate::broker::BrokerConfig;
 use crate::controller::metadata::{BrokerInfo, Command, MetadataLimits};
 use crate::controller::{self, ControllerConfig, ControllerError};
 use crate::log::{FileReads, FsyncPolicy};
+use crate::net::sendfile::SendfileWorker;
 use crate::partition::group_commit::GroupCommit;
 
 #[derive(Debug, thiserror::Error)]
@@ -288,7 +287,7 @@ async fn run_shard(
         sendfile,
     );
     shard.apply_metadata(handle.metadata()).await;
-    super::offsets_log::replay(&shard).await;
+    crate::broker::offsets_log::replay(&shard).await;
     spawn_local(shard.group_commit.clone().run()).detach();
     if let FsyncPolicy::Interval(every) = cfg.fsync {
         let s = shard.clone();
@@ -470,7 +469,9 @@ async fn accept_loop(shard: Rc<Shard>, listener: TcpListener, protocol: Protocol
                 let s = shard.clone();
                 spawn_local(async move {
                     match protocol {
-                        Protocol::Native => connection::serve(s.clone(), stream).await,
+                        Protocol::Native => {
+                            crate::native::connection::serve(s.clone(), stream).await
+                        }
                         Protocol::Kafka => crate::kafka::connection::serve(s.clone(), stream).await,
                     }
                     drop(guard);

@@ -1,19 +1,12 @@
-//! The broker process: the controller, the shards, their listeners and request handlers.
+//! The broker process: lock the data dir, start the controller, register, start the shards
+//! and on each the two listeners ([`crate::native`], [`crate::kafka`]), each a codec over the
+//! broker's operations ([`crate::broker`]).
 //!
 //! Each shard is a pinned executor that owns the partitions placed on it and serves its own
-//! port. Handlers run on the shard that owns the data; only metadata changes cross cores.
+//! ports. Requests run on the shard that owns the data; only metadata changes cross cores.
 
 pub mod broker;
-pub mod config;
-pub mod conn_limits;
-pub mod connection;
-pub mod groups;
-pub mod handlers;
-pub mod offsets_log;
-pub mod request_memory;
-pub mod sendfile;
-pub mod shard;
 pub mod stray;
 
+pub use crate::broker::BrokerConfig;
 pub use broker::{run_broker, BrokerError};
-pub use config::BrokerConfig;

@@ -11,11 +11,11 @@ use kafka_protocol::messages::describe_configs_response::{
 use kafka_protocol::messages::{DescribeConfigsRequest, DescribeConfigsResponse};
 
 use super::{refusal, s, Refusal, DEFAULT_PARTITIONS, DEFAULT_REPLICATION_FACTOR};
+use crate::broker::BrokerConfig;
+use crate::broker::Shard;
 use crate::controller::metadata::{validate_topic_name, ClusterMetadata};
 use crate::kafka::node_id;
 use crate::protocol::ErrorCode;
-use crate::server::config::BrokerConfig;
-use crate::server::shard::Shard;
 use crate::topic_config::{self, TopicDefaults, TopicSettings};
 
 /// DescribeConfigs resource types (Kafka's `ConfigResource.Type`).

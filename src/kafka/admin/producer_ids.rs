@@ -13,8 +13,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
 
+use crate::broker::Shard;
 use crate::protocol::ErrorCode;
-use crate::server::shard::Shard;
 
 /// Producer ids handed out by this broker process so far.
 static PRODUCER_IDS: AtomicU32 = AtomicU32::new(0);

@@ -1,5 +1,5 @@
-//! CreateTopics and DeleteTopics: the native handlers' controller proposals
-//! ([`crate::server::handlers::topics::propose`]), answered once every shard of this broker
+//! CreateTopics and DeleteTopics: controller proposals ([`crate::broker::topics`]), the
+//! same the native protocol makes, answered once every shard of this broker
 //! applied them, so a Kafka client can use a topic as soon as CreateTopics returns. Topic
 //! configs pass the same validation ([`crate::topic_config`]) as `rill topic create --config`.
 
@@ -19,11 +19,11 @@ use uuid::Uuid;
 
 use super::configs::topic_entries;
 use super::{refusal, s, Refusal, DEFAULT_PARTITIONS, DEFAULT_REPLICATION_FACTOR};
-use crate::controller::metadata::{ClusterMetadata, Command, MetadataLimits};
+use crate::broker::Shard;
+use crate::broker::{request_timeout, topics};
+use crate::controller::metadata::{ClusterMetadata, Command};
 use crate::kafka::topic_uuid;
 use crate::protocol::ErrorCode;
-use crate::server::handlers::topics::{propose, timeout_of};
-use crate::server::shard::Shard;
 use crate::topic_config::TopicDefaults;
 
 /// The controller command a Kafka topic creation asks for, or why it is refused before the
@@ -156,10 +156,7 @@ fn describe_created(
 }
 
 pub async fn create_topics(shard: &Rc<Shard>, req: CreateTopicsRequest) -> CreateTopicsResponse {
-    let timeout = timeout_of(shard, u32::try_from(req.timeout_ms).unwrap_or(0));
-    let limits = MetadataLimits {
-        max_partitions_per_topic: shard.cfg.max_partitions_per_topic,
-    };
+    let timeout = request_timeout(shard, u32::try_from(req.timeout_ms).unwrap_or(0));
     let dup = duplicates(req.topics.iter().map(|t| t.name.0.as_str()));
     let mut reported = BTreeSet::new();
     let mut response = CreateTopicsResponse::default();
@@ -180,19 +177,11 @@ pub async fn create_topics(shard: &Rc<Shard>, req: CreateTopicsRequest) -> Creat
             }
         };
         let outcome = if req.validate_only {
-            shard
-                .controller
-                .metadata()
-                .validate(&cmd, &limits)
-                .map_err(|e| (e.code.code(), e.message))
+            topics::validate(shard, &cmd)
         } else {
-            let r = propose(shard, name.clone(), cmd.clone(), timeout).await;
-            if r.error_code == ErrorCode::None.code() {
-                Ok(())
-            } else {
-                Err((r.error_code, r.message))
-            }
-        };
+            topics::propose(shard, cmd.clone(), timeout).await
+        }
+        .map_err(|e| (e.code.code(), e.message));
         let ok = outcome.is_ok();
         let mut result = create_result(&t.name, outcome);
         if ok {
@@ -290,7 +279,7 @@ pub async fn delete_topics(
     version: i16,
     req: DeleteTopicsRequest,
 ) -> DeleteTopicsResponse {
-    let timeout = timeout_of(shard, u32::try_from(req.timeout_ms).unwrap_or(0));
+    let timeout = request_timeout(shard, u32::try_from(req.timeout_ms).unwrap_or(0));
     let plan = plan_deletions(&shard.metadata.borrow(), &req);
     let mut response = DeleteTopicsResponse::default();
     for d in plan {
@@ -299,8 +288,11 @@ pub async fn delete_topics(
             Deletion::Refused(name, id, code, message) => (name, id, code, message),
             Deletion::Propose(name, id) => {
                 let cmd = Command::DeleteTopic { name: name.clone() };
-                let done = propose(shard, name.clone(), cmd, timeout).await;
-                (Some(name), id, done.error_code, done.message)
+                let (code, message) = match topics::propose(shard, cmd, timeout).await {
+                    Ok(()) => (0, String::new()),
+                    Err(e) => (e.code.code(), e.message),
+                };
+                (Some(name), id, code, message)
             }
         };
         r.name = match name {

@@ -1,17 +1,20 @@
-//! Request handlers: decode the meta, act on the shard, encode the reply.
+//! The native protocol listener: a codec over the broker's operations ([`crate::broker`]).
+//! Each handler decodes a request's meta, calls an operation, and encodes its result; the
+//! payload (batches) passes through as the stored bytes, both ways.
 
-pub(crate) mod fetch;
-pub(crate) mod groups;
+pub mod connection;
+mod fetch;
+mod groups;
 mod list_offsets;
 mod log_admin;
 mod metadata;
-pub(crate) mod offsets;
-pub(crate) mod produce;
-pub(crate) mod topics;
+mod offsets;
+mod produce;
+mod topics;
 
 use std::rc::Rc;
 
-use super::shard::Shard;
+use crate::broker::{OpError, Shard};
 use crate::log::ReadChunk;
 use crate::protocol::frame::{encode_meta, FrameError, RequestFrame};
 use crate::protocol::{ApiKey, ErrorCode};
@@ -42,6 +45,14 @@ impl Reply {
             Ok(m) => Reply::Meta(m.to_vec(), chunks),
             Err(e) => Reply::Error(ErrorCode::UnknownServerError, e.to_string()),
         }
+    }
+}
+
+/// A result's error code and message as the native messages carry them (0 and empty: none).
+fn status<T>(r: &Result<T, OpError>) -> (i16, String) {
+    match r {
+        Ok(_) => (0, String::new()),
+        Err(e) => (e.code.code(), e.message.clone()),
     }
 }
 
@@ -91,46 +102,5 @@ pub async fn dispatch(shard: &Rc<Shard>, frame: RequestFrame) -> Reply {
         ApiKey::OffsetFetch => offsets::fetch(shard, &frame),
         ApiKey::ListGroups => groups::list(shard),
         ApiKey::DescribeGroups => groups::describe(shard, &frame),
-    }
-}
-
-/// Why a partition cannot be served here: unknown topic, or owned by another shard/broker.
-pub(crate) fn locate_error(shard: &Shard, topic: &str, partition: u32) -> (ErrorCode, String) {
-    let md = shard.metadata.borrow();
-    match md.topic(topic) {
-        None => (
-            ErrorCode::UnknownTopicOrPartition,
-            format!("unknown topic '{topic}'"),
-        ),
-        Some(t) if partition as usize >= t.partitions.len() => (
-            ErrorCode::UnknownTopicOrPartition,
-            format!(
-                "topic '{topic}' has {} partitions, no partition {partition}",
-                t.partitions.len()
-            ),
-        ),
-        Some(t) => {
-            let p = &t.partitions[partition as usize];
-            if p.leader == shard.cfg.node_id && p.shard as usize == shard.id {
-                match shard.applied.open_failure(t.id, partition) {
-                    Some(why) => (
-                        ErrorCode::KafkaStorageError,
-                        format!("{topic}-{partition} cannot be opened: {why}"),
-                    ),
-                    None => (
-                        ErrorCode::UnknownTopicOrPartition,
-                        format!("{topic}-{partition} is not open yet"),
-                    ),
-                }
-            } else {
-                (
-                    ErrorCode::NotLeaderOrFollower,
-                    format!(
-                        "{topic}-{partition} is on broker {} shard {}",
-                        p.leader, p.shard
-                    ),
-                )
-            }
-        }
     }
 }

@@ -4,7 +4,7 @@
 
 use std::rc::Rc;
 
-use super::groups::OFFSETS_TOPIC;
+use super::group_host::OFFSETS_TOPIC;
 use super::shard::Shard;
 use crate::batch::{BatchBuilder, BatchIter, BatchView};
 use crate::clock::now_ms;

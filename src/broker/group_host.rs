@@ -7,10 +7,10 @@ use std::collections::HashMap;
 
 use crate::controller::metadata::ClusterMetadata;
 use crate::group::coordinator::{
-    Action, Group, GroupConfig, GroupError, JoinRequest, JoinResult, SyncRequest, Token,
+    Action, Group, GroupConfig, GroupError, JoinRequest, JoinResult, MemberDescription,
+    SyncRequest, Token,
 };
 use crate::group::offsets_log::{snapshot, CommitRecord, PartitionOffset};
-use crate::protocol::messages::{GroupDescription, MemberInfo};
 
 /// The internal topic whose partitions place group coordinators.
 pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
@@ -27,6 +27,22 @@ pub fn coordinator_of(md: &ClusterMetadata, group: &str) -> Option<(u32, u32)> {
         .partitions
         .get(offsets_partition(group, t.partitions.len() as u32) as usize)?;
     Some((p.leader, p.shard))
+}
+
+/// One group as DescribeGroups shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupSummary {
+    pub group: String,
+    /// Kafka's state name: Empty, PreparingRebalance, CompletingRebalance, Stable or Dead.
+    pub state: String,
+    /// e.g. "consumer"; empty when no member ever joined.
+    pub protocol_type: String,
+    /// The assignor chosen for the current generation; empty when there is none.
+    pub protocol: String,
+    pub generation: u32,
+    /// Member id of the group leader; empty when there is none.
+    pub leader: String,
+    pub members: Vec<MemberDescription>,
 }
 
 enum Waiter {
@@ -204,12 +220,10 @@ impl GroupHost {
     /// DescribeGroups for one group this shard coordinates. A group never seen here (no
     /// member joined, no offset committed) is described as Kafka does: state "Dead", no
     /// members, no error.
-    pub fn describe(&self, group: &str) -> GroupDescription {
+    pub fn describe(&self, group: &str) -> GroupSummary {
         let groups = self.groups.borrow();
         let Some(g) = groups.get(group) else {
-            return GroupDescription {
-                error_code: 0,
-                message: String::new(),
+            return GroupSummary {
                 group: group.to_string(),
                 state: "Dead".into(),
                 protocol_type: String::new(),
@@ -219,25 +233,14 @@ impl GroupHost {
                 members: Vec::new(),
             };
         };
-        GroupDescription {
-            error_code: 0,
-            message: String::new(),
+        GroupSummary {
             group: group.to_string(),
             state: g.state().name().to_string(),
             protocol_type: g.protocol_type().unwrap_or_default().to_string(),
             protocol: g.protocol().unwrap_or_default().to_string(),
             generation: g.generation(),
             leader: g.leader().unwrap_or_default().to_string(),
-            members: g
-                .describe_members()
-                .into_iter()
-                .map(|m| MemberInfo {
-                    member_id: m.member_id,
-                    group_instance_id: m.group_instance_id,
-                    client_id: m.client_id,
-                    assignment: m.assignment,
-                })
-                .collect(),
+            members: g.describe_members(),
         }
     }
 
@@ -448,7 +451,7 @@ mod tests {
     fn describing_groups_known_and_unknown() {
         let host = GroupHost::new(GroupConfig::default(), 10);
         let dead = host.describe("nobody");
-        assert_eq!((dead.state.as_str(), dead.error_code), ("Dead", 0));
+        assert_eq!(dead.state, "Dead");
         assert!(dead.members.is_empty() && dead.protocol_type.is_empty());
         assert_eq!(dead.group, "nobody");
 
@@ -480,7 +483,7 @@ mod tests {
         );
         assert_eq!(
             d.members,
-            vec![MemberInfo {
+            vec![MemberDescription {
                 member_id: joined.member_id.clone(),
                 group_instance_id: Some("host-a".into()),
                 client_id: "cli".into(),

@@ -11,10 +11,10 @@ use std::rc::Rc;
 use futures_lite::AsyncWriteExt;
 use rill_shards::rt::TcpStream;
 
-use super::conn_limits::{after, shutdown, until};
-use super::handlers::{self, Reply};
-use super::request_memory::read_frame;
-use super::shard::Shard;
+use super::{dispatch, Reply};
+use crate::broker::Shard;
+use crate::net::conn_limits::{after, shutdown, until};
+use crate::net::request_memory::read_frame;
 use crate::protocol::frame::{encode_meta, encode_response_head, FrameError, RequestFrame};
 use crate::protocol::messages::ErrorBody;
 use crate::protocol::ErrorCode;
@@ -59,7 +59,7 @@ pub async fn serve(shard: Rc<Shard>, mut stream: TcpStream) {
             }
         };
         let correlation = frame.header.correlation_id;
-        let reply = handlers::dispatch(&shard, frame).await;
+        let reply = dispatch(&shard, frame).await;
         // The request is done: what a produce keeps of its frame is the tail cache's and
         // the pending writes' (see `request_memory`).
         drop(grant);

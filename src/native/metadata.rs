@@ -3,13 +3,13 @@
 use std::rc::Rc;
 
 use super::Reply;
+use crate::broker::Shard;
 use crate::protocol::frame::RequestFrame;
 use crate::protocol::messages::{
     ApiVersionRange, ApiVersionsResponse, BrokerMeta, MetadataRequest, MetadataResponse,
     PartitionMeta, TopicMeta,
 };
 use crate::protocol::{ApiKey, ErrorCode};
-use crate::server::shard::Shard;
 
 pub fn api_versions() -> Reply {
     Reply::meta(&ApiVersionsResponse {

@@ -87,17 +87,17 @@ pub struct Shard {
     next_cache_key: Cell<u64>,
     /// Open connections of each listener, against `--max-connections-per-shard` and
     /// `--max-connections-per-ip` (counted per listener).
-    pub native_conns: Rc<super::conn_limits::ListenerConns>,
-    pub kafka_conns: Rc<super::conn_limits::ListenerConns>,
+    pub native_conns: Rc<crate::net::conn_limits::ListenerConns>,
+    pub kafka_conns: Rc<crate::net::conn_limits::ListenerConns>,
     /// A metadata apply is running, and the event its end fires.
     applying: Cell<bool>,
     apply_done: event_listener::Event,
     /// The consumer groups this shard coordinates.
-    pub groups: super::groups::GroupHost,
+    pub groups: super::group_host::GroupHost,
     /// `--max-request-memory-bytes`: request bytes this shard's connections hold.
-    pub request_memory: Rc<super::request_memory::RequestMemory>,
+    pub request_memory: Rc<crate::net::request_memory::RequestMemory>,
     /// Present with `--file-reads sendfile`.
-    pub sendfile: Option<super::sendfile::SendfileWorker>,
+    pub sendfile: Option<crate::net::sendfile::SendfileWorker>,
 }
 
 /// Where a topic's partition lives on disk. The topic id keeps a re-created topic from
@@ -122,19 +122,19 @@ impl Shard {
         controller: ControllerHandle,
         applied: Arc<AppliedIndexes>,
         deadlines: Deadlines,
-        sendfile: Option<super::sendfile::SendfileWorker>,
+        sendfile: Option<crate::net::sendfile::SendfileWorker>,
     ) -> Rc<Shard> {
-        let native_conns = super::conn_limits::ListenerConns::new(
+        let native_conns = crate::net::conn_limits::ListenerConns::new(
             "native",
             cfg.max_connections_per_shard,
             cfg.max_connections_per_ip,
         );
-        let kafka_conns = super::conn_limits::ListenerConns::new(
+        let kafka_conns = crate::net::conn_limits::ListenerConns::new(
             "Kafka",
             cfg.max_connections_per_shard,
             cfg.max_connections_per_ip,
         );
-        let groups = super::groups::GroupHost::new(
+        let groups = super::group_host::GroupHost::new(
             crate::group::GroupConfig {
                 max_members: cfg.group_max_size,
                 max_offsets: cfg.max_offsets_per_group,
@@ -146,7 +146,9 @@ impl Shard {
             id,
             count,
             cache: TailCache::new(cfg.tail_cache_bytes / count.max(1)),
-            request_memory: super::request_memory::RequestMemory::new(cfg.max_request_memory_bytes),
+            request_memory: crate::net::request_memory::RequestMemory::new(
+                cfg.max_request_memory_bytes,
+            ),
             group_commit: GroupCommit::new(cfg.fsync),
             cfg,
             controller,

@@ -1,0 +1,127 @@
+//! Fetch: whole batches from the tail cache or the segment files, with long polling (min
+//! bytes, max wait) driven by the shard's timer wheel.
+
+use std::time::{Duration, Instant};
+
+use futures_util::future::select_all;
+
+use super::{locate, OpError, Shard};
+use crate::log::{FileReads, ReadChunk};
+use crate::partition::ReadLimits;
+
+/// One partition a fetch asks for.
+#[derive(Clone, Debug)]
+pub struct FetchPartition {
+    pub topic: String,
+    pub partition: u32,
+    pub offset: u64,
+    /// At most this many bytes from this partition (at least one batch is always whole).
+    pub max_bytes: usize,
+}
+
+/// A fetch: its partitions, and how long and for how much to wait.
+#[derive(Clone, Debug)]
+pub struct FetchRequest {
+    pub partitions: Vec<FetchPartition>,
+    /// Answer once this many bytes are there (at least 1)...
+    pub min_bytes: usize,
+    /// ...or this long has passed (capped by `--max-fetch-wait-ms`).
+    pub max_wait: Duration,
+    /// At most this many bytes in all (capped at half of `--max-frame-bytes`).
+    pub max_bytes: usize,
+    /// How file-resident data is returned: sendfile ranges need a codec that writes the
+    /// stored bytes as they are.
+    pub file_reads: FileReads,
+}
+
+/// What one partition answered.
+#[derive(Default)]
+pub struct PartitionRead {
+    pub high_watermark: u64,
+    pub log_start_offset: u64,
+    /// Whole stored batches, in offset order; empty when nothing is there yet (or the
+    /// response was already full).
+    pub chunks: Vec<ReadChunk>,
+}
+
+impl PartitionRead {
+    pub fn len(&self) -> usize {
+        self.chunks.iter().map(ReadChunk::len).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.chunks.is_empty()
+    }
+}
+
+/// Reads every asked partition, one result each in request order, waiting (listening
+/// before reading, so data arriving in between is not missed) until `min_bytes` are there,
+/// a partition answers an error, or `max_wait` passes.
+pub async fn fetch(shard: &Shard, req: &FetchRequest) -> Vec<Result<PartitionRead, OpError>> {
+    let deadline = Instant::now() + req.max_wait.min(shard.cfg.max_fetch_wait);
+    // The response must fit a frame the client accepts; leave room for the meta.
+    let max_total = req.max_bytes.min(shard.cfg.max_frame_bytes / 2).max(1);
+    loop {
+        let mut listeners = Vec::new();
+        let mut results = Vec::with_capacity(req.partitions.len());
+        let mut total = 0usize;
+        let mut any_error = false;
+        for fp in &req.partitions {
+            let p = match locate(shard, &fp.topic, fp.partition) {
+                Ok(p) => p,
+                Err(e) => {
+                    any_error = true;
+                    results.push(Err(e));
+                    continue;
+                }
+            };
+            listeners.push(p.listen());
+            let mut read = PartitionRead {
+                high_watermark: p.high_watermark(),
+                log_start_offset: p.log_start_offset(),
+                chunks: Vec::new(),
+            };
+            let room = max_total.saturating_sub(total);
+            if room > 0 || total == 0 {
+                let limits = ReadLimits {
+                    max_bytes: fp.max_bytes.min(room).max(1),
+                    file_reads: req.file_reads,
+                };
+                match p.read(fp.offset, limits, &shard.cache).await {
+                    Ok(chunks) => {
+                        read.chunks = chunks;
+                        total += read.len();
+                    }
+                    Err(e) => {
+                        any_error = true;
+                        results.push(Err(e.into()));
+                        continue;
+                    }
+                }
+            }
+            results.push(Ok(read));
+        }
+        let enough = total >= req.min_bytes.max(1) || any_error;
+        if enough || listeners.is_empty() || Instant::now() >= deadline {
+            return results;
+        }
+        drop(results);
+        wait_for_data(shard, listeners, deadline).await;
+    }
+}
+
+/// A long poll's wait: until one of the partitions gets data or the deadline passes (the
+/// caller re-reads either way; a spurious wake-up just loops).
+async fn wait_for_data(
+    shard: &Shard,
+    listeners: Vec<event_listener::EventListener>,
+    deadline: Instant,
+) {
+    futures_lite::future::or(
+        async {
+            select_all(listeners).await;
+        },
+        shard.deadlines.sleep_until(deadline),
+    )
+    .await;
+}

@@ -1,0 +1,141 @@
+//! Group membership: finding a group's coordinator, JoinGroup, SyncGroup, Heartbeat,
+//! LeaveGroup, DescribeGroups and ListGroups, done by the shard that coordinates the group
+//! (ListGroups: by every shard, for the groups it coordinates).
+
+use std::time::{Duration, Instant};
+
+use super::group_host::{coordinator_of, GroupSummary};
+use super::{recv_until, OpError, Shard};
+use crate::clock::now_ms;
+use crate::controller::metadata::BrokerInfo;
+use crate::group::coordinator::{GroupError, JoinRequest, JoinResult, SyncRequest};
+use crate::protocol::error_code::ErrorCode;
+
+/// Extra time a join or sync may wait beyond the rebalance timeout before it gives up.
+const REPLY_SLACK: Duration = Duration::from_secs(5);
+
+fn now() -> u64 {
+    now_ms().max(0) as u64
+}
+
+/// `Ok` when this shard coordinates `group`, else why not (NOT_COORDINATOR names where).
+pub fn coordinated_here(shard: &Shard, group: &str) -> Result<(), OpError> {
+    if group.is_empty() {
+        return Err(OpError::new(ErrorCode::InvalidGroupId, "empty group id"));
+    }
+    match coordinator_of(&shard.metadata.borrow(), group) {
+        None => Err(OpError::new(
+            ErrorCode::CoordinatorNotAvailable,
+            "the offsets topic is not ready",
+        )),
+        Some((broker, s)) if broker == shard.cfg.node_id && s as usize == shard.id => Ok(()),
+        Some((broker, s)) => Err(OpError::new(
+            ErrorCode::NotCoordinator,
+            format!("group {group:?} is coordinated by broker {broker} shard {s}"),
+        )),
+    }
+}
+
+/// The broker and shard coordinating `group` (FindCoordinator).
+pub fn coordinator(shard: &Shard, group: &str) -> Result<(BrokerInfo, u32), OpError> {
+    if group.is_empty() {
+        return Err(OpError::new(ErrorCode::InvalidGroupId, "empty group id"));
+    }
+    let md = shard.metadata.borrow();
+    let (broker, s) = coordinator_of(&md, group).ok_or_else(|| {
+        OpError::new(
+            ErrorCode::CoordinatorNotAvailable,
+            "the offsets topic is not ready",
+        )
+    })?;
+    let info = md.brokers.get(&broker).ok_or_else(|| {
+        OpError::new(
+            ErrorCode::CoordinatorNotAvailable,
+            format!("broker {broker} is not registered"),
+        )
+    })?;
+    Ok((info.clone(), s))
+}
+
+/// Waits for a parked join or sync, at most `limit`; one that gives up leaves no waiter.
+async fn wait<T>(
+    shard: &Shard,
+    rx: flume::Receiver<Result<T, GroupError>>,
+    limit: Duration,
+) -> Result<T, OpError> {
+    match recv_until(shard, &rx, Instant::now() + limit).await {
+        Some(Ok(r)) => r.map_err(OpError::from),
+        Some(Err(_)) => Err(OpError::new(
+            ErrorCode::UnknownServerError,
+            "the group went away",
+        )),
+        None => {
+            drop(rx);
+            shard.groups.abandon_waiters();
+            Err(OpError::new(
+                ErrorCode::RebalanceInProgress,
+                "the rebalance did not complete in time: rejoin",
+            ))
+        }
+    }
+}
+
+/// JoinGroup: answers once the rebalance completes (or its timeout, plus a slack, passes).
+pub async fn join(shard: &Shard, group: &str, req: JoinRequest) -> Result<JoinResult, OpError> {
+    coordinated_here(shard, group)?;
+    let limit = Duration::from_millis(req.rebalance_timeout_ms) + REPLY_SLACK;
+    let rx = shard.groups.join(now(), group, req);
+    wait(shard, rx, limit).await
+}
+
+/// SyncGroup: the member's assignment, once the leader's is in.
+pub async fn sync(shard: &Shard, group: &str, req: SyncRequest) -> Result<Vec<u8>, OpError> {
+    coordinated_here(shard, group)?;
+    let rx = shard.groups.sync(now(), group, req)?;
+    wait(shard, rx, shard.cfg.max_produce_timeout).await
+}
+
+pub fn heartbeat(
+    shard: &Shard,
+    group: &str,
+    member_id: &str,
+    generation: u32,
+) -> Result<(), OpError> {
+    coordinated_here(shard, group)?;
+    Ok(shard
+        .groups
+        .heartbeat(now(), group, member_id, generation)?)
+}
+
+/// Who leaves a group: a member by id, or a static member by its instance id.
+pub enum Leaving<'a> {
+    Member(&'a str),
+    Instance(&'a str),
+}
+
+pub fn leave(shard: &Shard, group: &str, who: Leaving<'_>) -> Result<(), OpError> {
+    coordinated_here(shard, group)?;
+    let member = match who {
+        Leaving::Member(id) => id.to_string(),
+        Leaving::Instance(instance) => shard
+            .groups
+            .member_of_instance(group, instance)
+            .ok_or_else(|| OpError::new(ErrorCode::UnknownMemberId, String::new()))?,
+    };
+    Ok(shard.groups.leave(now(), group, &member)?)
+}
+
+pub fn describe(shard: &Shard, group: &str) -> Result<GroupSummary, OpError> {
+    coordinated_here(shard, group)?;
+    Ok(shard.groups.describe(group))
+}
+
+/// Every group this shard coordinates, sorted by id.
+pub fn list(shard: &Shard) -> Vec<GroupSummary> {
+    shard
+        .groups
+        .list()
+        .into_iter()
+        .map(|(group, _)| shard.groups.describe(&group))
+        .collect()
+}

@@ -1,0 +1,139 @@
+//! The broker's operations, protocol-neutral: what a produce, a fetch, a list-offsets, a topic
+//! change or a group request does to this shard's state, with typed results. Both listeners
+//! are codecs over this layer ([`crate::native`], [`crate::kafka`]): decode, call an operation
+//! here, encode. Nothing here knows a wire format; what replication adds (follower fetches,
+//! ISR-aware acks) goes here once and both protocols get it.
+//!
+//! - [`shard`]: one shard's state (its partitions, tail cache, group commit, groups, metadata).
+//! - [`produce`], [`fetch`], [`list_offsets`], [`log_admin`]: the data path and its admin.
+//! - [`topics`]: topic changes as controller proposals, answered once every shard applied them.
+//! - [`groups`], [`offsets`]: group membership and committed offsets, over [`group_host`]
+//!   (the shell around the sans-IO coordinator) and [`offsets_log`] (`__consumer_offsets`).
+
+pub mod config;
+pub mod fetch;
+pub mod group_host;
+pub mod groups;
+pub mod list_offsets;
+pub mod log_admin;
+pub mod offsets;
+pub mod offsets_log;
+pub mod produce;
+pub mod shard;
+pub mod topics;
+
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+pub use config::BrokerConfig;
+pub use shard::Shard;
+
+use crate::partition::Partition;
+use crate::protocol::error_code::ErrorCode;
+
+/// An operation refused: the error code both protocols put on the wire, and why.
+#[derive(thiserror::Error, Debug, Clone, PartialEq, Eq)]
+#[error("{message}")]
+pub struct OpError {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+impl OpError {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> OpError {
+        OpError {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<(ErrorCode, String)> for OpError {
+    fn from((code, message): (ErrorCode, String)) -> OpError {
+        OpError { code, message }
+    }
+}
+
+impl From<crate::log::LogError> for OpError {
+    fn from(e: crate::log::LogError) -> OpError {
+        OpError::new(e.code(), e.to_string())
+    }
+}
+
+impl From<crate::group::coordinator::GroupError> for OpError {
+    fn from(e: crate::group::coordinator::GroupError) -> OpError {
+        OpError {
+            code: e.code,
+            message: e.message,
+        }
+    }
+}
+
+/// The partition if this shard owns it, else why it cannot be served here: unknown topic or
+/// partition, owned by another shard or broker, or not openable on this one.
+pub fn locate(shard: &Shard, topic: &str, partition: u32) -> Result<Rc<Partition>, OpError> {
+    if let Some(p) = shard.partition(topic, partition) {
+        return Ok(p);
+    }
+    let md = shard.metadata.borrow();
+    let (code, message) = match md.topic(topic) {
+        None => (
+            ErrorCode::UnknownTopicOrPartition,
+            format!("unknown topic '{topic}'"),
+        ),
+        Some(t) if partition as usize >= t.partitions.len() => (
+            ErrorCode::UnknownTopicOrPartition,
+            format!(
+                "topic '{topic}' has {} partitions, no partition {partition}",
+                t.partitions.len()
+            ),
+        ),
+        Some(t) => {
+            let p = &t.partitions[partition as usize];
+            if p.leader == shard.cfg.node_id && p.shard as usize == shard.id {
+                match shard.applied.open_failure(t.id, partition) {
+                    Some(why) => (
+                        ErrorCode::KafkaStorageError,
+                        format!("{topic}-{partition} cannot be opened: {why}"),
+                    ),
+                    None => (
+                        ErrorCode::UnknownTopicOrPartition,
+                        format!("{topic}-{partition} is not open yet"),
+                    ),
+                }
+            } else {
+                (
+                    ErrorCode::NotLeaderOrFollower,
+                    format!(
+                        "{topic}-{partition} is on broker {} shard {}",
+                        p.leader, p.shard
+                    ),
+                )
+            }
+        }
+    };
+    Err(OpError { code, message })
+}
+
+/// A request's timeout in milliseconds, capped by `--max-produce-timeout-ms`; 0 means the cap.
+pub fn request_timeout(shard: &Shard, ms: u32) -> Duration {
+    let max = shard.cfg.max_produce_timeout;
+    if ms == 0 {
+        max
+    } else {
+        Duration::from_millis(u64::from(ms)).min(max)
+    }
+}
+
+/// What `rx` answers, or `None` once `deadline` passes (on the shard's timer wheel).
+async fn recv_until<T>(
+    shard: &Shard,
+    rx: &flume::Receiver<T>,
+    deadline: Instant,
+) -> Option<Result<T, flume::RecvError>> {
+    futures_lite::future::or(async { Some(rx.recv_async().await) }, async {
+        shard.deadlines.sleep_until(deadline).await;
+        None
+    })
+    .await
+}

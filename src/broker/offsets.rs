@@ -1,0 +1,129 @@
+//! Committed offsets: OffsetCommit appends to the group's partition of `__consumer_offsets`
+//! (on this same shard) and answers once the commit is as durable as `--fsync` promises;
+//! only then does the coordinator's memory take it. OffsetFetch reads that memory.
+
+use std::rc::Rc;
+use std::time::Instant;
+
+use super::group_host::{offsets_partition, OFFSETS_TOPIC};
+use super::groups::coordinated_here;
+use super::produce::{await_acks, AckWait, Appended};
+use super::{offsets_log, OpError, Shard};
+use crate::clock::now_ms;
+use crate::group::offsets_log::{CommitRecord, PartitionOffset};
+use crate::protocol::error_code::ErrorCode;
+
+/// OffsetCommit: checked against the group, appended to the group's `__consumer_offsets`
+/// partition, and stored in the coordinator once durable.
+pub async fn commit(
+    shard: &Rc<Shard>,
+    group: &str,
+    member_id: &str,
+    generation: i32,
+    offsets: Vec<PartitionOffset>,
+) -> Result<(), OpError> {
+    coordinated_here(shard, group)?;
+    if group.contains('\0') {
+        return Err(OpError::new(
+            ErrorCode::InvalidGroupId,
+            "a group id cannot contain NUL",
+        ));
+    }
+    shard
+        .groups
+        .check_commit(group, member_id, generation, &offsets)?;
+    if offsets.is_empty() {
+        return Ok(());
+    }
+    let n = shard
+        .metadata
+        .borrow()
+        .topic(OFFSETS_TOPIC)
+        .map_or(1, |t| t.partitions.len() as u32);
+    let Some(p) = shard.partition(OFFSETS_TOPIC, offsets_partition(group, n)) else {
+        return Err(OpError::new(
+            ErrorCode::CoordinatorNotAvailable,
+            "the offsets partition is not open",
+        ));
+    };
+    let now = now_ms();
+    let records: Vec<CommitRecord> = offsets
+        .iter()
+        .map(|o| CommitRecord {
+            group: group.to_string(),
+            committed: o.clone(),
+        })
+        .collect();
+    let Some((base, next)) = offsets_log::append(shard, &p, &records, now)? else {
+        return Ok(());
+    };
+    shard.groups.commit_appended(p.index, base, offsets.len());
+    shard.group_commit.mark_dirty(&p);
+    let appended = Appended {
+        partition: p.clone(),
+        base_offset: base,
+        next_offset: next,
+    };
+    // As long as a produce may wait: the `--max-produce-timeout-ms` cap.
+    let deadline = Instant::now() + shard.cfg.max_produce_timeout;
+    let waits: Vec<AckWait> = vec![appended.ack(0)];
+    let failed = await_acks(shard, waits, deadline).await;
+    shard.groups.commit_settled(p.index, base);
+    if let Some((_, e)) = failed.into_iter().next() {
+        return Err(OpError::new(
+            e.code,
+            format!("the commit was not stored: {}", e.message),
+        ));
+    }
+    shard
+        .groups
+        .store_commit(group, now.max(0) as u64, member_id, offsets);
+    if let Some(records) =
+        shard
+            .groups
+            .begin_compaction(p.index, n, shard.cfg.offsets_compact_every)
+    {
+        offsets_log::compact(shard, &p, records).await;
+        shard.groups.end_compaction(p.index);
+    }
+    Ok(())
+}
+
+/// One committed offset as OffsetFetch answers it: `None` when nothing is committed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Committed {
+    pub topic: String,
+    pub partition: u32,
+    /// (offset, metadata).
+    pub offset: Option<(u64, String)>,
+}
+
+/// OffsetFetch: the committed offsets of the asked partitions, in the order asked, or of
+/// every committed partition (sorted) when `asked` is `None`.
+pub fn committed(
+    shard: &Shard,
+    group: &str,
+    asked: Option<Vec<(String, u32)>>,
+) -> Result<Vec<Committed>, OpError> {
+    coordinated_here(shard, group)?;
+    Ok(match asked {
+        Some(asked) => asked
+            .into_iter()
+            .map(|(topic, partition)| Committed {
+                offset: shard.groups.committed(group, &topic, partition),
+                topic,
+                partition,
+            })
+            .collect(),
+        None => shard
+            .groups
+            .all_committed(group)
+            .into_iter()
+            .map(|o| Committed {
+                topic: o.topic,
+                partition: o.partition,
+                offset: Some((o.offset, o.metadata)),
+            })
+            .collect(),
+    })
+}

@@ -1,0 +1,209 @@
+//! Produce: validate each batch once (CRC + rkyv) against its partition's limits, stamp
+//! offsets and append time into the request's own memory, append without a copy, and wait
+//! until the data is below the high watermark (acks 1/all) or not at all (acks 0).
+//!
+//! A codec stages every partition of a request into one [`Produce`], then appends them
+//! together: the buffer holding the batches is stamped whole before it is frozen into the
+//! `Bytes` the log and the tail cache keep.
+
+use std::rc::Rc;
+use std::time::Instant;
+
+use super::{locate, recv_until, OpError, Shard};
+use crate::batch::{BatchError, BatchView};
+use crate::partition::Partition;
+use crate::protocol::error_code::ErrorCode;
+
+/// How many replicas must have a write before it is answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Acks {
+    /// No answer at all.
+    None,
+    /// The leader has it (as durable as `--fsync` promises).
+    Leader,
+    /// Every in-sync replica has it (today: the leader, a one-replica ISR).
+    All,
+}
+
+impl Acks {
+    /// Kafka's and rill's `acks` numbers: 0, 1 or -1.
+    pub fn parse(acks: i16) -> Result<Acks, OpError> {
+        match acks {
+            0 => Ok(Acks::None),
+            1 => Ok(Acks::Leader),
+            -1 => Ok(Acks::All),
+            n => Err(OpError::new(
+                ErrorCode::InvalidRequiredAcks,
+                format!("acks must be 0, 1 or -1 (all), not {n}"),
+            )),
+        }
+    }
+}
+
+/// A validated batch inside the request buffer: where it starts, its length, its records.
+#[derive(Clone, Copy, Debug)]
+struct Span {
+    at: usize,
+    len: usize,
+    records: u32,
+}
+
+struct Staged {
+    partition: Rc<Partition>,
+    spans: Vec<Span>,
+}
+
+/// One partition's append: its first offset and the offset after its last.
+pub struct Appended {
+    pub partition: Rc<Partition>,
+    pub base_offset: u64,
+    pub next_offset: u64,
+}
+
+/// A produce request's partitions, validated and waiting to be appended.
+#[derive(Default)]
+pub struct Produce {
+    staged: Vec<Staged>,
+}
+
+/// Splits a partition's payload into validated batches.
+fn validate_all(mut bytes: &[u8]) -> Result<Vec<BatchView<'_>>, BatchError> {
+    let mut out = Vec::new();
+    if bytes.is_empty() {
+        return Err(BatchError::Empty);
+    }
+    while !bytes.is_empty() {
+        let v = BatchView::validate(bytes)?;
+        bytes = &bytes[v.len()..];
+        out.push(v);
+    }
+    Ok(out)
+}
+
+impl Produce {
+    pub fn new() -> Produce {
+        Produce::default()
+    }
+
+    /// Validates `payload` (the bytes at `at` of the payloads in the buffer later given to
+    /// [`Produce::append`])
+    /// as batches for `topic`-`partition`; returns the slot its [`Appended`] will have.
+    pub fn stage(
+        &mut self,
+        shard: &Shard,
+        topic: &str,
+        partition: u32,
+        payload: &[u8],
+        at: usize,
+    ) -> Result<usize, OpError> {
+        let p = locate(shard, topic, partition)?;
+        // Both would be stamped from the same log end.
+        if self.staged.iter().any(|s| Rc::ptr_eq(&s.partition, &p)) {
+            return Err(OpError::new(
+                ErrorCode::InvalidRequest,
+                "partition listed twice in one request",
+            ));
+        }
+        let batches = validate_all(payload)
+            .map_err(|e| OpError::new(ErrorCode::CorruptMessage, e.to_string()))?;
+        let mut spans = Vec::with_capacity(batches.len());
+        let mut offset = at;
+        for b in &batches {
+            p.check_produce(b.len())?;
+            spans.push(Span {
+                at: offset,
+                len: b.len(),
+                records: b.header().record_count,
+            });
+            offset += b.len();
+        }
+        self.staged.push(Staged {
+            partition: p,
+            spans,
+        });
+        Ok(self.staged.len() - 1)
+    }
+
+    /// Stamps every staged batch in `buf` (whose byte `base` is the staged payloads' 0) and
+    /// appends it: one result per slot, in order. Nothing awaits between reading a log end
+    /// and appending, so no other append interleaves.
+    pub fn append<B>(
+        self,
+        shard: &Shard,
+        mut buf: B,
+        base: usize,
+        now_ms: i64,
+    ) -> Vec<Result<Appended, OpError>>
+    where
+        B: AsMut<[u8]> + AsRef<[u8]> + Send + 'static,
+    {
+        for s in &self.staged {
+            let mut next = s.partition.log_end_offset();
+            for span in &s.spans {
+                let at = base + span.at;
+                crate::batch::stamp_batch(&mut buf.as_mut()[at..at + span.len], next, now_ms);
+                next += u64::from(span.records);
+            }
+        }
+        let bytes = bytes::Bytes::from_owner(buf);
+        self.staged
+            .into_iter()
+            .map(|s| {
+                let slices = s
+                    .spans
+                    .iter()
+                    .map(|span| {
+                        let at = base + span.at;
+                        (bytes.slice(at..at + span.len), span.records)
+                    })
+                    .collect();
+                let (base_offset, next_offset) =
+                    s.partition.append_stamped(slices, &shard.cache)?;
+                shard.group_commit.mark_dirty(&s.partition);
+                Ok(Appended {
+                    partition: s.partition,
+                    base_offset,
+                    next_offset,
+                })
+            })
+            .collect()
+    }
+}
+
+/// A write awaiting its acknowledgement, with the caller's slot.
+pub struct AckWait {
+    slot: usize,
+    rx: flume::Receiver<Result<(), ErrorCode>>,
+}
+
+impl Appended {
+    /// What to wait on for this append's acknowledgement, answered for `slot`.
+    pub fn ack(&self, slot: usize) -> AckWait {
+        AckWait {
+            slot,
+            rx: self.partition.wait_for_ack(self.next_offset - 1),
+        }
+    }
+}
+
+/// Waits for each write until `deadline`; returns the ones that failed, by slot.
+pub async fn await_acks(
+    shard: &Shard,
+    waits: Vec<AckWait>,
+    deadline: Instant,
+) -> Vec<(usize, OpError)> {
+    let mut failed = Vec::new();
+    for w in waits {
+        let (code, msg) = match recv_until(shard, &w.rx, deadline).await {
+            Some(Ok(Ok(()))) => continue,
+            Some(Ok(Err(code))) => (code, "the write failed"),
+            Some(Err(_)) => (ErrorCode::UnknownServerError, "the partition went away"),
+            None => (
+                ErrorCode::RequestTimedOut,
+                "not durable within the request timeout",
+            ),
+        };
+        failed.push((w.slot, OpError::new(code, msg)));
+    }
+    failed
+}
