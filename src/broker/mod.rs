@@ -22,6 +22,9 @@ pub mod produce;
 pub mod shard;
 pub mod topics;
 
+#[cfg(test)]
+mod tests;
+
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 

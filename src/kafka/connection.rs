@@ -19,7 +19,7 @@ use rill_shards::rt::TcpStream;
 use super::handlers;
 use super::versions;
 use crate::broker::Shard;
-use crate::net::conn_limits::{after, until};
+use crate::net::conn_limits::{accepted, after, until};
 use crate::net::request_memory::{read_body, Grant};
 use crate::protocol::frame::FrameError;
 use crate::protocol::ErrorCode;
@@ -28,11 +28,7 @@ use crate::protocol::ErrorCode;
 const MIN_REQUEST: usize = 8;
 
 pub async fn serve(shard: Rc<Shard>, mut stream: TcpStream) {
-    let peer = stream
-        .peer_addr()
-        .map(|a| a.to_string())
-        .unwrap_or_default();
-    let _ = stream.set_nodelay(true);
+    let peer = accepted(&stream);
     loop {
         let idle_until = after(shard.cfg.connection_idle_timeout);
         // Waiting for request memory counts as idle: the request is not in yet.

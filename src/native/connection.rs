@@ -13,18 +13,14 @@ use rill_shards::rt::TcpStream;
 
 use super::{dispatch, Reply};
 use crate::broker::Shard;
-use crate::net::conn_limits::{after, shutdown, until};
+use crate::net::conn_limits::{accepted, after, shutdown, until};
 use crate::net::request_memory::read_frame;
 use crate::protocol::frame::{encode_meta, encode_response_head, FrameError, RequestFrame};
 use crate::protocol::messages::ErrorBody;
 use crate::protocol::ErrorCode;
 
 pub async fn serve(shard: Rc<Shard>, mut stream: TcpStream) {
-    let peer = stream
-        .peer_addr()
-        .map(|a| a.to_string())
-        .unwrap_or_default();
-    let _ = stream.set_nodelay(true);
+    let peer = accepted(&stream);
     loop {
         let idle_until = after(shard.cfg.connection_idle_timeout);
         // Waiting for request memory counts as idle: the request is not in yet.

@@ -137,6 +137,16 @@ pub async fn until<T>(
 }
 
 /// `now + d`, saturating far in the future.
+/// Readies an accepted connection (no Nagle delay: replies are written whole) and names its
+/// peer for the logs.
+pub fn accepted(stream: &rill_shards::rt::TcpStream) -> String {
+    let _ = stream.set_nodelay(true);
+    stream
+        .peer_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default()
+}
+
 pub fn after(d: Duration) -> Instant {
     let now = Instant::now();
     now.checked_add(d)
