@@ -186,6 +186,23 @@ impl Appended {
     }
 }
 
+/// An acks=0 produce: nobody waits for its writes, but the request's memory (`hold`, its
+/// grant from `--max-request-memory-bytes`) stays taken until they are durable (or failed,
+/// or `--max-produce-timeout-ms` passed), so a client that does not wait for answers cannot
+/// make the shard hold more unwritten bytes than the budget.
+pub fn hold_until_acked<T: 'static>(shard: &Rc<Shard>, waits: Vec<AckWait>, hold: T) {
+    if waits.is_empty() {
+        return;
+    }
+    let shard = shard.clone();
+    let deadline = Instant::now() + shard.cfg.max_produce_timeout;
+    rill_shards::rt::spawn_local(async move {
+        await_acks(&shard, waits, deadline).await;
+        drop(hold);
+    })
+    .detach();
+}
+
 /// Waits for each write until `deadline`; returns the ones that failed, by slot.
 pub async fn await_acks(
     shard: &Shard,

@@ -302,3 +302,32 @@ fn offsets_commit_durably_and_read_back_only_at_the_coordinator() {
         assert_eq!(groups::describe(&shard, "g").unwrap().state, "Empty");
     });
 }
+
+#[test]
+fn an_unanswered_produce_keeps_its_request_memory_until_durable() {
+    on_broker(|shard| async move {
+        create(&shard, "t", 1).await;
+        let before = shard.request_memory.used();
+        let mut grant = shard.request_memory.empty();
+        grant.grow(1000).await.expect("budget");
+        let bytes = batch(&["unanswered"]);
+        let mut p = Produce::new();
+        p.stage(&shard, "t", 0, &bytes, 0).expect("staged");
+        let a = p
+            .append(&shard, bytes, 0, 7)
+            .pop()
+            .unwrap()
+            .expect("appended");
+        let (partition, next) = (a.partition.clone(), a.next_offset);
+        super::produce::hold_until_acked(&shard, vec![a.ack(0)], grant);
+        // Not durable yet (the group commit has not run): still charged.
+        assert_eq!(shard.request_memory.used(), before + 1000);
+        let deadline = std::time::Instant::now() + WAIT;
+        while shard.request_memory.used() > before {
+            assert!(std::time::Instant::now() < deadline, "never released");
+            shard.deadlines.sleep(Duration::from_millis(1)).await;
+        }
+        // Released only once the write is below the high watermark.
+        assert!(partition.high_watermark() >= next);
+    });
+}

@@ -16,8 +16,9 @@ use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeade
 use kafka_protocol::protocol::{Decodable, Encodable};
 use rill_shards::rt::TcpStream;
 
-use super::handlers;
+use super::handlers::{self, Handled};
 use super::versions;
+use crate::broker::produce::hold_until_acked;
 use crate::broker::Shard;
 use crate::net::conn_limits::{accepted, after, until};
 use crate::net::request_memory::{read_body, Grant};
@@ -59,8 +60,11 @@ pub async fn serve(shard: Rc<Shard>, mut stream: TcpStream) {
                 let correlation = header.correlation_id;
                 let client = header.client_id.as_ref().map(|c| c.to_string());
                 match handlers::handle(&shard, version, client.as_deref(), *request).await {
-                    Some(r) => encode(api, version, correlation, &r),
-                    None => continue, // acks=0
+                    Handled::Answer(r) => encode(api, version, correlation, &r),
+                    Handled::Unanswered(waits) => {
+                        hold_until_acked(&shard, waits, grant);
+                        continue;
+                    }
                 }
             }
             Ok(Decoded::UnsupportedApiVersions(correlation)) => {

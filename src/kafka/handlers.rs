@@ -24,24 +24,35 @@ use super::records::{to_kafka_batches, to_stored_batch};
 use super::{groups, node_id, topic_uuid, versions};
 use crate::broker::fetch::{self, FetchPartition};
 use crate::broker::list_offsets::{list_offset, OffsetQuery};
-use crate::broker::produce::{await_acks, Acks, Appended, Produce};
+use crate::broker::produce::{await_acks, AckWait, Acks, Appended, Produce};
 use crate::broker::{locate, request_timeout, OpError, Shard};
 use crate::clock::now_ms;
 use crate::controller::metadata::{ClusterMetadata, TopicInfo};
 use crate::log::FileReads;
 use crate::protocol::ErrorCode;
 
-/// Answers one request; `None` when no answer is due (a produce with acks=0).
+/// What a request comes to.
+pub enum Handled {
+    Answer(Box<ResponseKind>),
+    /// No answer is due (a produce with acks=0); the request's memory stays taken until
+    /// these writes are durable ([`crate::broker::produce::hold_until_acked`]).
+    Unanswered(Vec<AckWait>),
+}
+
+/// Answers one request.
 pub async fn handle(
     shard: &Rc<Shard>,
     version: i16,
     client_id: Option<&str>,
     request: RequestKind,
-) -> Option<ResponseKind> {
-    Some(match request {
+) -> Handled {
+    Handled::Answer(Box::new(match request {
         RequestKind::ApiVersions(_) => ResponseKind::ApiVersions(api_versions()),
         RequestKind::Metadata(r) => ResponseKind::Metadata(metadata(shard, &r)),
-        RequestKind::Produce(r) => ResponseKind::Produce(produce(shard, r).await?),
+        RequestKind::Produce(r) => match produce(shard, r).await {
+            Ok(r) => ResponseKind::Produce(r),
+            Err(waits) => return Handled::Unanswered(waits),
+        },
         RequestKind::Fetch(r) => ResponseKind::Fetch(fetch(shard, version, r).await),
         RequestKind::ListOffsets(r) => ResponseKind::ListOffsets(list_offsets(shard, r).await),
         RequestKind::FindCoordinator(r) => {
@@ -77,8 +88,8 @@ pub async fn handle(
             ResponseKind::InitProducerId(super::admin::init_producer_id(shard, &r))
         }
         // `versions::SUPPORTED` lets nothing else through.
-        _ => return None,
-    })
+        _ => return Handled::Unanswered(Vec::new()),
+    }))
 }
 
 pub fn api_versions() -> ApiVersionsResponse {
@@ -176,7 +187,8 @@ fn resolve_topic(md: &ClusterMetadata, topic: &TopicName, id: uuid::Uuid) -> Opt
         .map(|t| t.name.clone())
 }
 
-async fn produce(shard: &Rc<Shard>, req: ProduceRequest) -> Option<ProduceResponse> {
+/// The response, or (acks=0) the writes nobody waits for.
+async fn produce(shard: &Rc<Shard>, req: ProduceRequest) -> Result<ProduceResponse, Vec<AckWait>> {
     let now = now_ms();
     let md = shard.metadata.borrow().clone();
     let acks = Acks::parse(req.acks);
@@ -209,10 +221,8 @@ async fn produce(shard: &Rc<Shard>, req: ProduceRequest) -> Option<ProduceRespon
                 Ok(a) => {
                     pr.base_offset = a.base_offset as i64;
                     pr.log_start_offset = a.partition.log_start_offset() as i64;
-                    if acks != Ok(Acks::None) {
-                        waits.push(a.ack(slots.len()));
-                        slots.push((response.responses.len(), tr.partition_responses.len()));
-                    }
+                    waits.push(a.ack(slots.len()));
+                    slots.push((response.responses.len(), tr.partition_responses.len()));
                 }
                 Err(e) => {
                     pr.error_code = e.code.code();
@@ -224,7 +234,7 @@ async fn produce(shard: &Rc<Shard>, req: ProduceRequest) -> Option<ProduceRespon
         response.responses.push(tr);
     }
     if acks == Ok(Acks::None) {
-        return None;
+        return Err(waits);
     }
     for (i, e) in await_acks(shard, waits, deadline).await {
         let (t, p) = slots[i];
@@ -233,7 +243,7 @@ async fn produce(shard: &Rc<Shard>, req: ProduceRequest) -> Option<ProduceRespon
         pr.error_message = Some(StrBytes::from_string(e.message));
         pr.base_offset = -1;
     }
-    Some(response)
+    Ok(response)
 }
 
 /// Converts one partition's records to a stored batch (checked against the topic's

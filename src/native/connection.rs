@@ -12,6 +12,7 @@ use futures_lite::AsyncWriteExt;
 use rill_shards::rt::TcpStream;
 
 use super::{dispatch, Reply};
+use crate::broker::produce::hold_until_acked;
 use crate::broker::Shard;
 use crate::net::conn_limits::{accepted, after, shutdown, until};
 use crate::net::request_memory::read_frame;
@@ -57,13 +58,22 @@ pub async fn serve(shard: Rc<Shard>, mut stream: TcpStream) {
         let correlation = frame.header.correlation_id;
         let reply = dispatch(&shard, frame).await;
         // The request is done: what a produce keeps of its frame is the tail cache's and
-        // the pending writes' (see `request_memory`).
-        drop(grant);
+        // the pending writes' (see `request_memory`); unanswered writes keep the grant.
+        let reply = match reply {
+            Reply::Unanswered(waits) => {
+                hold_until_acked(&shard, waits, grant);
+                continue;
+            }
+            other => {
+                drop(grant);
+                other
+            }
+        };
         let send_until = after(shard.cfg.fetch_send_timeout);
         let fd = stream.as_raw_fd();
         let write = async {
             match reply {
-                Reply::None => Ok(()),
+                Reply::Unanswered(_) => Ok(()),
                 Reply::Error(code, message) => {
                     write_error(&mut stream, correlation, code, &message).await
                 }

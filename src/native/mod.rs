@@ -14,6 +14,7 @@ mod topics;
 
 use std::rc::Rc;
 
+use crate::broker::produce::AckWait;
 use crate::broker::{OpError, Shard};
 use crate::log::ReadChunk;
 use crate::protocol::frame::{encode_meta, FrameError, RequestFrame};
@@ -21,8 +22,9 @@ use crate::protocol::{ApiKey, ErrorCode};
 
 /// What a handler answers.
 pub enum Reply {
-    /// Nothing (a produce with acks=0).
-    None,
+    /// Nothing (a produce with acks=0), but the request's memory stays taken until these
+    /// writes are durable ([`crate::broker::produce::hold_until_acked`]).
+    Unanswered(Vec<AckWait>),
     /// A frame-level error.
     Error(ErrorCode, String),
     /// An encoded meta body and payload chunks.

@@ -72,15 +72,13 @@ pub async fn produce(shard: &Rc<Shard>, frame: RequestFrame) -> Reply {
                 r.base_offset = a.base_offset as i64;
                 r.log_append_time_ms = now;
                 r.log_start_offset = a.partition.log_start_offset() as i64;
-                if acks != Acks::None {
-                    waits.push(a.ack(i));
-                }
+                waits.push(a.ack(i));
             }
             Err(e) => refuse(r, e),
         }
     }
     if acks == Acks::None {
-        return Reply::None;
+        return Reply::Unanswered(waits);
     }
     for (i, e) in await_acks(shard, waits, deadline).await {
         refuse(&mut results[i], e);

@@ -10,10 +10,13 @@
 //! never each hold half of what both need. The buffer is zero-filled as bytes arrive, in
 //! steps of [`FILL_STEP`], so resident memory follows the bytes received.
 //!
-//! The grant is released when the request's handler returns. A produce keeps slices of the
-//! request frame alive after that (the tail cache and the pending writes, `Bytes::from_owner`),
-//! but that memory is bounded by `--tail-cache-bytes` and by the group commit draining pending
-//! writes; counting it here too would let data that legitimately lives on exhaust the budget.
+//! The grant is released when the request's handler returns, except for a produce nobody
+//! waits for (acks=0): its grant is kept until its writes are durable, so a client that never
+//! waits for answers cannot pile up unwritten bytes faster than the disk takes them. A produce
+//! keeps slices of the request frame alive after that (the tail cache and the pending writes,
+//! `Bytes::from_owner`), but that memory is bounded by `--tail-cache-bytes` and by the group
+//! commit draining pending writes; counting it here too would let data that legitimately lives
+//! on exhaust the budget.
 //!
 //! Waiters are woken together and whoever fits takes its share (not first come, first
 //! served): a large request stuck behind stalled ones must not hold up the small requests of
