@@ -85,7 +85,7 @@ fn cli_errors_are_one_line_and_exit_non_zero() {
         .port();
     let o = cli(&format!("127.0.0.1:{port}"), &["topic", "list"], None);
     assert_one_line_error(&o, "cannot reach broker");
-    let b = TestBroker::start(1, &[]);
+    let b = TestBroker::start(1, &["--auto-create-topics", "false"]);
     let o = b.cli(&["consume", "nope", "-n", "1"], None);
     assert_one_line_error(&o, "unknown topic 'nope'");
     let o = b.cli(&["produce", "nope"], Some("x\n"));
@@ -234,4 +234,37 @@ fn a_second_broker_on_the_same_ports_is_refused() {
     );
     // The first broker still serves.
     assert!(b.cli(&["topic", "list"], None).status.success());
+}
+
+/// As Kafka's brokers do by default, a topic produced to for the first time is created with
+/// `--num-partitions` partitions; a consumer alone does not create one; internal and invalid
+/// names never are.
+#[test]
+fn producing_to_a_missing_topic_creates_it_with_the_broker_defaults() {
+    let b = TestBroker::start(1, &["--num-partitions", "3"]);
+    let o = b.cli(&["consume", "later", "-n", "1", "--timeout-ms", "200"], None);
+    assert!(!o.status.success(), "a consumer created the topic: {:?}", text(&o));
+    let o = b.cli(&["produce", "fresh", "--partition", "2"], Some("hello\n"));
+    assert!(o.status.success(), "{:?}", text(&o));
+    let o = b.cli(&["topic", "describe", "fresh"], None);
+    assert!(o.status.success(), "{:?}", text(&o));
+    let described = text(&o).0;
+    assert_eq!(
+        rill::client::Client::connect(rill::client::ClientConfig::new(b.bootstrap()))
+            .unwrap()
+            .metadata()
+            .partitions("fresh")
+            .unwrap(),
+        3,
+        "{described}"
+    );
+    let o = b.cli(&["consume", "fresh", "--from", "beginning", "-n", "1"], None);
+    assert_eq!(text(&o).0.trim(), "hello");
+    let o = b.cli(&["produce", "bad name!"], Some("x\n"));
+    assert!(!o.status.success());
+    let o = b.cli(&["produce", "__internal"], Some("x\n"));
+    assert!(!o.status.success());
+    let o = b.cli(&["topic", "list"], None);
+    let listed = text(&o).0;
+    assert!(!listed.contains("bad name") && !listed.contains("__internal"), "{listed}");
 }

@@ -66,6 +66,13 @@ pub struct BrokerConfig {
     /// At start, the longest wait for the broker's ports to be released.
     pub port_release_wait: Duration,
     pub max_partitions_per_topic: u32,
+    /// Topics a client asks for in metadata are created when missing (`--auto-create-topics`,
+    /// Kafka's `auto.create.topics.enable`).
+    pub auto_create_topics: bool,
+    /// Partitions of an auto-created topic (`--num-partitions`, Kafka's `num.partitions`).
+    pub num_partitions: u32,
+    /// Replication factor of an auto-created topic (`--default-replication-factor`).
+    pub default_replication_factor: u16,
     /// Partitions of `__consumer_offsets`, which place group coordinators on shards.
     pub offsets_topic_partitions: u32,
     /// Commit records an offsets partition takes between two compactions.
@@ -111,6 +118,9 @@ impl BrokerConfig {
             fetch_send_timeout: Duration::from_secs(30),
             port_release_wait: Duration::from_secs(30),
             max_partitions_per_topic: 10_000,
+            auto_create_topics: true,
+            num_partitions: 1,
+            default_replication_factor: 1,
             offsets_topic_partitions: 8,
             offsets_compact_every: 10_000,
             group_max_size: 1_000,

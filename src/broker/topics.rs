@@ -6,7 +6,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use super::{recv_until, OpError, Shard};
-use crate::controller::metadata::{Command, MetadataLimits};
+use crate::controller::metadata::{validate_topic_name, Command, MetadataLimits};
 use crate::protocol::error_code::ErrorCode;
 
 /// How often a change re-checks whether all shards applied it.
@@ -61,6 +61,38 @@ pub async fn propose(shard: &Rc<Shard>, cmd: Command, timeout: Duration) -> Resu
                 None => Ok(()),
             }
         }
+    }
+}
+
+/// Creates `name` with the broker's defaults (`--num-partitions`,
+/// `--default-replication-factor`) because a client asked for it while it did not exist, as
+/// Kafka's auto-creation does. Refused when `--auto-create-topics` is off (the topic is just
+/// unknown), for internal names and for invalid ones; a topic created meanwhile by someone
+/// else is fine.
+pub async fn auto_create(shard: &Rc<Shard>, name: &str) -> Result<(), OpError> {
+    if !shard.cfg.auto_create_topics {
+        return Err(OpError::new(
+            ErrorCode::UnknownTopicOrPartition,
+            format!("unknown topic '{name}' (--auto-create-topics is off)"),
+        ));
+    }
+    if name.starts_with("__") {
+        return Err(OpError::new(
+            ErrorCode::UnknownTopicOrPartition,
+            format!("unknown topic '{name}' (internal topics are not auto-created)"),
+        ));
+    }
+    validate_topic_name(name).map_err(|e| OpError::new(e.code, e.message))?;
+    let cmd = Command::CreateTopic {
+        name: name.to_string(),
+        partitions: shard.cfg.num_partitions,
+        replication_factor: shard.cfg.default_replication_factor,
+        configs: Default::default(),
+    };
+    log::info!("auto-creating topic '{name}'");
+    match propose(shard, cmd, shard.cfg.max_produce_timeout).await {
+        Err(e) if e.code == ErrorCode::TopicAlreadyExists => Ok(()),
+        other => other,
     }
 }
 

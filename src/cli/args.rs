@@ -176,6 +176,18 @@ pub struct BrokerArgs {
     pub port_release_wait_ms: u64,
     #[arg(long, env = "RILL_MAX_PARTITIONS_PER_TOPIC", default_value_t = 10_000)]
     pub max_partitions_per_topic: u32,
+    /// Create a topic the first time a client asks for it in metadata, as Kafka's
+    /// auto.create.topics.enable (internal `__` topics never are).
+    #[arg(long, env = "RILL_AUTO_CREATE_TOPICS", default_value_t = true, action = clap::ArgAction::Set)]
+    pub auto_create_topics: bool,
+    /// Partitions of an auto-created topic, and of a Kafka CreateTopics asking for -1
+    /// (Kafka's num.partitions).
+    #[arg(long, env = "RILL_NUM_PARTITIONS", default_value_t = 1)]
+    pub num_partitions: u32,
+    /// Replication factor of an auto-created topic, and of a Kafka CreateTopics asking for -1
+    /// (Kafka's default.replication.factor).
+    #[arg(long, env = "RILL_DEFAULT_REPLICATION_FACTOR", default_value_t = 1)]
+    pub default_replication_factor: u16,
     /// Partitions of the internal `__consumer_offsets` topic (set when it is first created).
     #[arg(long, env = "RILL_OFFSETS_TOPIC_PARTITIONS", default_value_t = 8)]
     pub offsets_topic_partitions: u32,

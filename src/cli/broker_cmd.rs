@@ -178,6 +178,12 @@ pub fn config_from_args(a: &BrokerArgs) -> Result<BrokerConfig, String> {
     c.fetch_send_timeout = Duration::from_millis(a.fetch_send_timeout_ms);
     c.port_release_wait = Duration::from_millis(a.port_release_wait_ms);
     c.max_partitions_per_topic = a.max_partitions_per_topic;
+    if a.num_partitions == 0 || a.default_replication_factor == 0 {
+        return Err("--num-partitions and --default-replication-factor must be at least 1".into());
+    }
+    c.auto_create_topics = a.auto_create_topics;
+    c.num_partitions = a.num_partitions;
+    c.default_replication_factor = a.default_replication_factor;
     if a.offsets_topic_partitions == 0 {
         return Err("--offsets-topic-partitions must be at least 1".into());
     }

@@ -282,13 +282,21 @@ impl Client {
 
     /// Fetches all metadata from the bootstrap broker (or any known one).
     pub fn refresh_metadata(&mut self) -> Result<&MetadataCache, ClientError> {
+        self.refresh_metadata_creating(Vec::new())
+    }
+
+    /// Fetches all metadata, asking the broker first to create those of `topics` that do not
+    /// exist (it does when it auto-creates topics, `--auto-create-topics`).
+    pub fn refresh_metadata_creating(
+        &mut self,
+        topics: Vec<String>,
+    ) -> Result<&MetadataCache, ClientError> {
         let addr = self.bootstrap_addr()?;
-        let (resp, _): (MetadataResponse, _) = self.call(
-            addr,
-            ApiKey::Metadata,
-            &MetadataRequest { topics: None },
-            &[],
-        )?;
+        let req = MetadataRequest {
+            topics: None,
+            create: topics,
+        };
+        let (resp, _): (MetadataResponse, _) = self.call(addr, ApiKey::Metadata, &req, &[])?;
         self.metadata = MetadataCache {
             cluster_id: resp.cluster_id,
             brokers: resp.brokers.into_iter().map(|b| (b.node_id, b)).collect(),

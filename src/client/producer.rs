@@ -8,7 +8,7 @@
 //! across retries and broker restarts. Several partitions (of one shard) share a request, and
 //! `max_in_flight` requests may be pipelined on a connection.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -354,6 +354,9 @@ struct State {
     /// Counts successful metadata refreshes.
     metadata_version: u64,
     metadata_wanted: bool,
+    /// Topics a send named that the metadata did not list: the next refresh asks the broker
+    /// to create them (it does if it auto-creates topics, as Kafka's producers ask).
+    unknown_topics: BTreeSet<String>,
     flush_wanted: bool,
     closed: bool,
 }
@@ -440,9 +443,13 @@ impl Producer {
                 return Ok(n);
             }
             if Instant::now() >= deadline || st.closed || st.metadata_version > asked_at {
+                st.unknown_topics.remove(topic);
                 return Err(ClientError::UnknownTopic(topic.to_string()));
             }
             st.metadata_wanted = true;
+            if st.unknown_topics.len() < MAX_UNKNOWN_TOPICS {
+                st.unknown_topics.insert(topic.to_string());
+            }
             self.shared.wake();
             st = self
                 .shared
@@ -645,6 +652,8 @@ struct Sent {
 
 /// Bytes of batches of one partition that may share a request.
 const MAX_PARTITION_REQUEST_BYTES: usize = 8 << 20;
+/// Unknown topics one metadata refresh asks the broker to create, at most.
+const MAX_UNKNOWN_TOPICS: usize = 64;
 
 struct Sender {
     shared: Arc<Shared>,
@@ -687,7 +696,13 @@ impl Sender {
     }
 
     fn refresh_metadata(&mut self) {
-        let md = self.client.refresh_metadata().map(|m| Arc::new(m.clone()));
+        let create: Vec<String> = std::mem::take(&mut self.shared.lock().unknown_topics)
+            .into_iter()
+            .collect();
+        let md = self
+            .client
+            .refresh_metadata_creating(create)
+            .map(|m| Arc::new(m.clone()));
         let mut st = self.shared.lock();
         st.metadata_wanted = false;
         if let Ok(md) = md {

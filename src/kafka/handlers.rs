@@ -25,9 +25,9 @@ use super::{groups, node_id, topic_uuid, versions};
 use crate::broker::fetch::{self, FetchPartition};
 use crate::broker::list_offsets::{list_offset, OffsetQuery};
 use crate::broker::produce::{await_acks, AckWait, Acks, Appended, Produce};
-use crate::broker::{locate, request_timeout, OpError, Shard};
+use crate::broker::{locate, request_timeout, topics, OpError, Shard};
 use crate::clock::now_ms;
-use crate::controller::metadata::{ClusterMetadata, TopicInfo};
+use crate::controller::metadata::{validate_topic_name, ClusterMetadata, TopicInfo};
 use crate::log::FileReads;
 use crate::protocol::ErrorCode;
 
@@ -48,7 +48,7 @@ pub async fn handle(
 ) -> Handled {
     Handled::Answer(Box::new(match request {
         RequestKind::ApiVersions(_) => ResponseKind::ApiVersions(api_versions()),
-        RequestKind::Metadata(r) => ResponseKind::Metadata(metadata(shard, &r)),
+        RequestKind::Metadata(r) => ResponseKind::Metadata(metadata(shard, &r).await),
         RequestKind::Produce(r) => match produce(shard, r).await {
             Ok(r) => ResponseKind::Produce(r),
             Err(waits) => return Handled::Unanswered(waits),
@@ -81,9 +81,12 @@ pub async fn handle(
         RequestKind::DescribeConfigs(r) => {
             ResponseKind::DescribeConfigs(super::admin::describe_configs(shard, &r))
         }
-        RequestKind::DescribeCluster(r) => ResponseKind::DescribeCluster(
-            super::admin::describe_cluster(&r, metadata(shard, &super::admin::brokers_only())),
-        ),
+        RequestKind::DescribeCluster(r) => {
+            ResponseKind::DescribeCluster(super::admin::describe_cluster(
+                &r,
+                metadata(shard, &super::admin::brokers_only()).await,
+            ))
+        }
         RequestKind::InitProducerId(r) => {
             ResponseKind::InitProducerId(super::admin::init_producer_id(shard, &r))
         }
@@ -115,7 +118,28 @@ fn kafka_error(code: ErrorCode) -> i16 {
     code.code()
 }
 
-fn metadata(shard: &Shard, req: &MetadataRequest) -> MetadataResponse {
+/// Metadata: asked topics that do not exist are created first when the request allows it and
+/// the broker auto-creates (`--auto-create-topics`), as Kafka does.
+async fn metadata(shard: &Rc<Shard>, req: &MetadataRequest) -> MetadataResponse {
+    // Why an asked name has no topic: an invalid name, auto-creation off or refused.
+    let mut missing: Vec<(String, ErrorCode)> = Vec::new();
+    for name in req.topics.iter().flatten().filter_map(|t| t.name.as_ref()) {
+        let name = name.0.as_str();
+        if shard.metadata.borrow().topic(name).is_some() {
+            continue;
+        }
+        let refused = if let Err(e) = validate_topic_name(name) {
+            e.code
+        } else if req.allow_auto_topic_creation {
+            match topics::auto_create(shard, name).await {
+                Ok(()) => continue,
+                Err(e) => e.code,
+            }
+        } else {
+            ErrorCode::UnknownTopicOrPartition
+        };
+        missing.push((name.to_string(), refused));
+    }
     let md = shard.metadata.borrow().clone();
     let mut r = MetadataResponse::default();
     r.cluster_id = Some(StrBytes::from_string(md.cluster_id.clone()));
@@ -166,7 +190,12 @@ fn metadata(shard: &Shard, req: &MetadataRequest) -> MetadataResponse {
                         let mut mt = MetadataResponseTopic::default();
                         mt.name = a.name.clone();
                         mt.topic_id = a.topic_id;
-                        mt.error_code = kafka_error(ErrorCode::UnknownTopicOrPartition);
+                        let code = a
+                            .name
+                            .as_ref()
+                            .and_then(|n| missing.iter().find(|(m, _)| m == n.0.as_str()))
+                            .map_or(ErrorCode::UnknownTopicOrPartition, |(_, c)| *c);
+                        mt.error_code = kafka_error(code);
                         mt
                     }
                 }

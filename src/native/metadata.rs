@@ -3,7 +3,7 @@
 use std::rc::Rc;
 
 use super::Reply;
-use crate::broker::Shard;
+use crate::broker::{topics, Shard};
 use crate::protocol::frame::RequestFrame;
 use crate::protocol::messages::{
     ApiVersionRange, ApiVersionsResponse, BrokerMeta, MetadataRequest, MetadataResponse,
@@ -28,11 +28,20 @@ pub fn api_versions() -> Reply {
     })
 }
 
-pub fn metadata(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
+pub async fn metadata(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
     let req: MetadataRequest = match frame.decode_meta() {
         Ok(r) => r,
         Err(e) => return e.into(),
     };
+    // Bounded by the frame the request came in; each creation is one controller proposal.
+    let mut refused = Vec::new();
+    for name in &req.create {
+        if shard.metadata.borrow().topic(name).is_none() {
+            if let Err(e) = topics::auto_create(shard, name).await {
+                refused.push((name.clone(), e.code));
+            }
+        }
+    }
     let md = shard.metadata.borrow().clone();
     let topic_meta = |t: &crate::controller::metadata::TopicInfo| TopicMeta {
         name: t.name.clone(),
@@ -67,7 +76,11 @@ pub fn metadata(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
                 None => TopicMeta {
                     name: n.clone(),
                     id: 0,
-                    error_code: ErrorCode::UnknownTopicOrPartition.code(),
+                    error_code: refused
+                        .iter()
+                        .find(|(r, _)| r == n)
+                        .map_or(ErrorCode::UnknownTopicOrPartition, |(_, c)| *c)
+                        .code(),
                     partitions: Vec::new(),
                     configs: Vec::new(),
                 },

@@ -84,7 +84,7 @@ pub async fn dispatch(shard: &Rc<Shard>, frame: RequestFrame) -> Reply {
     }
     match api {
         ApiKey::ApiVersions => metadata::api_versions(),
-        ApiKey::Metadata => metadata::metadata(shard, &frame),
+        ApiKey::Metadata => metadata::metadata(shard, &frame).await,
         ApiKey::CreateTopics => topics::create(shard, &frame).await,
         ApiKey::DeleteTopics => topics::delete(shard, &frame).await,
         ApiKey::Produce => produce::produce(shard, frame).await,

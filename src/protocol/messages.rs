@@ -32,6 +32,9 @@ pub struct ApiVersionsResponse {
 pub struct MetadataRequest {
     /// `None`: every topic.
     pub topics: Option<Vec<String>>,
+    /// Topics to create first if they do not exist, when the broker auto-creates
+    /// (`--auto-create-topics`); a producer names the topics it was asked to send to.
+    pub create: Vec<String>,
 }
 
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]

@@ -10,7 +10,7 @@ use kafka_protocol::messages::describe_configs_response::{
 };
 use kafka_protocol::messages::{DescribeConfigsRequest, DescribeConfigsResponse};
 
-use super::{refusal, s, Refusal, DEFAULT_PARTITIONS, DEFAULT_REPLICATION_FACTOR};
+use super::{refusal, s, Refusal};
 use crate::broker::BrokerConfig;
 use crate::broker::Shard;
 use crate::controller::metadata::{validate_topic_name, ClusterMetadata};
@@ -232,23 +232,24 @@ const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey {
         name: "num.partitions",
         config_type: TYPE_INT,
-        doc: "Partitions of a topic created with num_partitions -1.",
+        doc: "Partitions of an auto-created topic or one created with num_partitions -1.",
         always_static: false,
-        value: |_, _| DEFAULT_PARTITIONS.to_string(),
+        value: |c, _| c.num_partitions.to_string(),
     },
     BrokerKey {
         name: "default.replication.factor",
         config_type: TYPE_INT,
-        doc: "Replication factor of a topic created with replication_factor -1.",
+        doc:
+            "Replication factor of an auto-created topic or one created with replication_factor -1.",
         always_static: false,
-        value: |_, _| DEFAULT_REPLICATION_FACTOR.to_string(),
+        value: |c, _| c.default_replication_factor.to_string(),
     },
     BrokerKey {
         name: "auto.create.topics.enable",
         config_type: TYPE_BOOLEAN,
-        doc: "rill never creates topics on first use.",
+        doc: "Whether a topic asked for in metadata is created when missing.",
         always_static: false,
-        value: |_, _| "false".to_string(),
+        value: |c, _| c.auto_create_topics.to_string(),
     },
     BrokerKey {
         name: "log.cleanup.policy",

@@ -19,12 +19,6 @@ use kafka_protocol::protocol::StrBytes;
 
 use crate::protocol::ErrorCode;
 
-/// Partitions of a topic created with `num_partitions = -1` (Kafka's `num.partitions`).
-pub const DEFAULT_PARTITIONS: u32 = 1;
-/// Replication factor of a topic created with `replication_factor = -1`
-/// (Kafka's `default.replication.factor`).
-pub const DEFAULT_REPLICATION_FACTOR: u16 = 1;
-
 fn s(v: impl Into<String>) -> StrBytes {
     StrBytes::from_string(v.into())
 }

@@ -18,7 +18,7 @@ use kafka_protocol::messages::{
 use uuid::Uuid;
 
 use super::configs::topic_entries;
-use super::{refusal, s, Refusal, DEFAULT_PARTITIONS, DEFAULT_REPLICATION_FACTOR};
+use super::{refusal, s, Refusal};
 use crate::broker::Shard;
 use crate::broker::{request_timeout, topics};
 use crate::controller::metadata::{ClusterMetadata, Command};
@@ -29,7 +29,8 @@ use crate::topic_config::TopicDefaults;
 /// The controller command a Kafka topic creation asks for, or why it is refused before the
 /// controller sees it. The controller then checks the name, existence, the partition limit,
 /// the replication factor against the brokers and the configs.
-fn plan_create(t: &CreatableTopic) -> Result<Command, Refusal> {
+/// `-1` counts take the broker's `--num-partitions` and `--default-replication-factor`.
+fn plan_create(t: &CreatableTopic, defaults: (u32, u16)) -> Result<Command, Refusal> {
     let name = t.name.0.to_string();
     if !t.assignments.is_empty() {
         if t.num_partitions != -1 || t.replication_factor != -1 {
@@ -48,14 +49,14 @@ fn plan_create(t: &CreatableTopic) -> Result<Command, Refusal> {
     let partitions = count_or_default(
         "num_partitions",
         t.num_partitions,
-        DEFAULT_PARTITIONS,
+        defaults.0,
         ErrorCode::InvalidPartitions,
     )?;
     // At least 1 and from an i16: it fits.
     let replication_factor = count_or_default(
         "replication_factor",
         t.replication_factor.into(),
-        DEFAULT_REPLICATION_FACTOR.into(),
+        defaults.1.into(),
         ErrorCode::InvalidReplicationFactor,
     )? as u16;
     let mut configs = BTreeMap::new();
@@ -169,7 +170,11 @@ pub async fn create_topics(shard: &Rc<Shard>, req: CreateTopicsRequest) -> Creat
             }
             continue;
         }
-        let cmd = match plan_create(t) {
+        let defaults = (
+            shard.cfg.num_partitions,
+            shard.cfg.default_replication_factor,
+        );
+        let cmd = match plan_create(t, defaults) {
             Ok(cmd) => cmd,
             Err(refused) => {
                 response.topics.push(create_result(&t.name, Err(refused)));
@@ -353,39 +358,52 @@ mod tests {
             replication_factor,
             configs,
             ..
-        }) = plan_create(&topic("t", -1, -1, &[("retention.ms", Some("5"))]))
+        }) = plan_create(&topic("t", -1, -1, &[("retention.ms", Some("5"))]), (1, 1))
         else {
             panic!("not planned")
         };
         assert_eq!((partitions, replication_factor), (1, 1));
+        let Ok(Command::CreateTopic { partitions, .. }) =
+            plan_create(&topic("t", -1, 1, &[]), (6, 1))
+        else {
+            panic!("not planned")
+        };
+        assert_eq!(partitions, 6, "-1 takes --num-partitions");
         assert_eq!(configs["retention.ms"], "5");
-        let Ok(Command::CreateTopic { partitions, .. }) = plan_create(&topic("t", 7, 1, &[]))
+        let Ok(Command::CreateTopic { partitions, .. }) =
+            plan_create(&topic("t", 7, 1, &[]), (1, 1))
         else {
             panic!()
         };
         assert_eq!(partitions, 7);
-        assert_eq!(code_of(plan_create(&topic("t", 0, 1, &[]))), 37);
-        assert_eq!(code_of(plan_create(&topic("t", -2, 1, &[]))), 37);
-        assert_eq!(code_of(plan_create(&topic("t", 1, 0, &[]))), 38);
-        assert_eq!(code_of(plan_create(&topic("t", 1, -3, &[]))), 38);
+        assert_eq!(code_of(plan_create(&topic("t", 0, 1, &[]), (1, 1))), 37);
+        assert_eq!(code_of(plan_create(&topic("t", -2, 1, &[]), (1, 1))), 37);
+        assert_eq!(code_of(plan_create(&topic("t", 1, 0, &[]), (1, 1))), 38);
+        assert_eq!(code_of(plan_create(&topic("t", 1, -3, &[]), (1, 1))), 38);
         assert_eq!(
-            code_of(plan_create(&topic("t", 1, 1, &[("retention.ms", None)]))),
+            code_of(plan_create(
+                &topic("t", 1, 1, &[("retention.ms", None)]),
+                (1, 1)
+            )),
             40
         );
         assert_eq!(
-            code_of(plan_create(&topic(
-                "t",
-                1,
-                1,
-                &[("retention.ms", Some("1")), ("retention.ms", Some("2"))]
-            ))),
+            code_of(plan_create(
+                &topic(
+                    "t",
+                    1,
+                    1,
+                    &[("retention.ms", Some("1")), ("retention.ms", Some("2"))]
+                ),
+                (1, 1)
+            )),
             40
         );
         let mut manual = topic("t", -1, -1, &[]);
         manual.assignments = vec![CreatableReplicaAssignment::default()];
-        assert_eq!(code_of(plan_create(&manual)), 39);
+        assert_eq!(code_of(plan_create(&manual, (1, 1))), 39);
         manual.num_partitions = 3;
-        assert_eq!(code_of(plan_create(&manual)), 42);
+        assert_eq!(code_of(plan_create(&manual, (1, 1))), 42);
     }
 
     fn deletion_request(names: &[&str], by_state: &[(Option<&str>, Uuid)]) -> DeleteTopicsRequest {
@@ -443,7 +461,7 @@ mod tests {
     #[test]
     fn responses_encode_at_every_served_version() {
         let mut created = create_result(&TopicName(s("t")), Ok(()));
-        let cmd = plan_create(&topic("t", 2, 1, &[("retention.ms", Some("10"))])).unwrap();
+        let cmd = plan_create(&topic("t", 2, 1, &[("retention.ms", Some("10"))]), (1, 1)).unwrap();
         describe_created(&mut created, &cmd, &TopicDefaults::default(), Some(5));
         let failed = create_result(&TopicName(s("u")), Err((36, "exists".into())));
         let mut create = CreateTopicsResponse::default();
