@@ -1,13 +1,10 @@
 //! Hostile bytes, each on its own connection: each gets an error response or a closed
 //! connection for that client only; the broker keeps serving and stored data is intact.
 
-mod common;
-
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use common::{consume_exactly, produce_values, values, TestBroker};
 use rill::batch::BatchBuilder;
 use rill::client::StartFrom;
 use rill::protocol::frame::{
@@ -15,6 +12,7 @@ use rill::protocol::frame::{
 };
 use rill::protocol::messages::{ErrorBody, ProducePartition, ProduceRequest, ProduceResponse};
 use rill::protocol::{ApiKey, ErrorCode};
+use rill_testkit::{consume_exactly, produce_values, values, TestBroker};
 
 fn connect(b: &TestBroker) -> TcpStream {
     let s = TcpStream::connect(b.bootstrap()).unwrap();

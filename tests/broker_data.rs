@@ -1,19 +1,17 @@
 //! The data path end to end against real broker processes: keyed produce and consume,
 //! durability across restarts and SIGKILL, torn-tail recovery, replay, long polling.
 
-mod common;
-
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{
+use rill::client::{Acks, Producer, ProducerConfig, ProducerRecord, StartFrom};
+use rill_testkit::{
     consume_exactly, consumer, partition_dir, produce_values, producer, segment_files, values,
     TestBroker, DEADLINE,
 };
-use rill::client::{Acks, Producer, ProducerConfig, ProducerRecord, StartFrom};
 
 #[test]
 fn hundred_thousand_keyed_messages_come_back_complete_in_per_key_order() {

@@ -1,8 +1,6 @@
 //! The `rill` CLI as users drive it: produce stdin lines, consume them back, and one-line errors.
 
-mod common;
-
-use common::{cli, TestBroker};
+use rill_testkit::{cli, TestBroker};
 
 fn text(o: &std::process::Output) -> (String, String) {
     (
@@ -218,7 +216,7 @@ fn a_second_broker_on_the_same_ports_is_refused() {
     // It must exit by itself; a broker that started would run until killed.
     let start = std::time::Instant::now();
     while child.try_wait().unwrap().is_none() {
-        if start.elapsed() > common::DEADLINE {
+        if start.elapsed() > rill_testkit::DEADLINE {
             let _ = child.kill();
             panic!("a second broker started on ports already in use");
         }

@@ -1,16 +1,14 @@
 //! The client library against real brokers: ordering and delivery reports across a broker
 //! restart, back-pressure against a stopped broker, and use from tokio and from threads.
 
-mod common;
-
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{consume_exactly, TestBroker, DEADLINE};
 use rill::client::{
     Acks, ClientConfig, ClientError, Producer, ProducerConfig, ProducerRecord, StartFrom,
 };
+use rill_testkit::{consume_exactly, TestBroker, DEADLINE};
 
 fn config(b: &TestBroker) -> ClientConfig {
     ClientConfig::new(b.bootstrap())

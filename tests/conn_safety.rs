@@ -5,19 +5,17 @@
 //! while other addresses connect; group APIs sent to a shard that does not coordinate the
 //! group answer NOT_COORDINATOR on both protocols, at every served version.
 
-mod common;
-
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, BytesMut};
-use common::{consume_exactly, producer, values, TestBroker, DEADLINE};
 use rill::client::{ClientConfig, ConsumerConfig, ProducerRecord, StartFrom};
 use rill::protocol::frame::{encode_meta, encode_request, RequestHeader};
 use rill::protocol::messages as native;
 use rill::protocol::{ApiKey, ErrorCode};
+use rill_testkit::{consume_exactly, producer, values, TestBroker, DEADLINE};
 
 /// A TCP connection to `to` from `from` (any 127.x address is local on Linux, so a test can
 /// act as several client hosts), optionally with a tiny receive buffer (set before connect, so
@@ -229,7 +227,7 @@ fn a_client_that_stops_reading_costs_only_its_own_connection() {
 
     // Another consumer of the same shard reads every record meanwhile (measured here: in
     // 0.3-0.4 s; before the fix it got none in 120 s).
-    let mut cons = common::consumer(&b, "small", StartFrom::Beginning);
+    let mut cons = rill_testkit::consumer(&b, "small", StartFrom::Beginning);
     let mut got = Vec::new();
     let start = Instant::now();
     while got.len() < small.len() {
@@ -346,7 +344,7 @@ fn idle_connections_are_closed_and_free_the_cap() {
     // Real clients get in again: native admin calls and a Kafka request.
     let mut c = b.client();
     c.create_topic("t", 1, 1, Default::default()).unwrap();
-    common::produce_values(&b, "t", 0, (0..10).map(|i| format!("v{i}")));
+    rill_testkit::produce_values(&b, "t", 0, (0..10).map(|i| format!("v{i}")));
     let got = consume_exactly(&b, "t", StartFrom::Beginning, 10);
     assert_eq!(values(&got).len(), 10);
     let mut k = TcpStream::connect(kafka).unwrap();

@@ -17,19 +17,17 @@
 //!
 //! Needs root, mkfs.ext4 and a loop device; elsewhere each test says why on stderr and passes.
 
-mod common;
-
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{consume_exactly, TestBroker, DEADLINE};
 use rill::client::{
     Acks, ClientConfig, ClientError, Producer, ProducerConfig, ProducerRecord, StartFrom,
 };
 use rill::protocol::ErrorCode;
+use rill_testkit::{consume_exactly, TestBroker, DEADLINE};
 
 /// Small, so that filling it is quick; large enough for a broker with 1 MiB segments.
 const FS_MIB: u64 = 192;

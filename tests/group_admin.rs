@@ -1,16 +1,14 @@
 //! Group administration against real brokers: DescribeGroups over the wire, OffsetFetch of
 //! every committed offset, `rill group describe` and `rill group reset-offsets`.
 
-mod common;
-
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use common::{produce_values, TestBroker, DEADLINE};
 use rill::client::{Client, ClientConfig};
 use rill::group::consumer_protocol::{MemberAssignment, VERSION};
 use rill::protocol::messages::*;
 use rill::protocol::{ApiKey, ErrorCode};
+use rill_testkit::{produce_values, TestBroker, DEADLINE};
 
 /// Long enough that no member expires while a slow machine runs the CLI.
 const SESSION_MS: u32 = 60_000;

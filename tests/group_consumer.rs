@@ -1,8 +1,6 @@
 //! Consumer groups end to end: group consumers (in-process and `rill consume --group`
 //! processes) against real brokers. Assertions are on the data each member read.
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::BufRead;
 use std::process::{Child, Command, Stdio};
@@ -11,13 +9,13 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use common::{producer, TestBroker, DEADLINE};
 use rill::client::{
     Client, ClientConfig, ClientError, Delivery, GroupConsumer, GroupConsumerConfig,
     OffsetAndMetadata, OffsetReset, Offsets, ProducerRecord, RebalanceListener, TopicPartition,
 };
 use rill::protocol::messages::{JoinGroupRequest, SyncGroupRequest};
 use rill::protocol::ErrorCode;
+use rill_testkit::{producer, TestBroker, DEADLINE};
 
 /// Test settings: short session and heartbeat so rebalances settle fast on a loaded machine.
 fn config(group: &str, delivery: Delivery, assignor: &str) -> GroupConsumerConfig {

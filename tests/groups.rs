@@ -2,15 +2,13 @@
 //! coordinating shard, joins and syncs complete rebalances, heartbeats and generations are
 //! checked, and a silent member is removed at its session timeout.
 
-mod common;
-
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
-use common::{TestBroker, DEADLINE};
 use rill::client::{Client, ClientConfig};
 use rill::protocol::messages::*;
 use rill::protocol::{ApiKey, ErrorCode};
+use rill_testkit::{TestBroker, DEADLINE};
 
 fn client(b: &TestBroker) -> Client {
     Client::connect(ClientConfig::new(b.bootstrap())).unwrap()

@@ -2,15 +2,12 @@
 //! producer (tests/kafka/admin.py), and raw requests where a client would not send what is
 //! checked. `.ci/run` installs confluent-kafka; without it these tests fail and say so.
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::Command;
 
 use bytes::{Buf, BytesMut};
-use common::{TestBroker, DEADLINE};
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
@@ -22,6 +19,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use rill::client::StartFrom;
+use rill_testkit::{TestBroker, DEADLINE};
 use serde_json::Value;
 
 fn admin_py(args: &[&str]) -> String {
@@ -174,10 +172,10 @@ fn topics_created_through_the_admin_client_are_the_native_topics_with_their_conf
     assert!(text.contains("config retention.ms=60000"), "{text}");
     // Usable at once through the native protocol: every partition is open on its shard.
     for p in 0..3 {
-        common::produce_values(&b, "a", p, [format!("v{p}")]);
+        rill_testkit::produce_values(&b, "a", p, [format!("v{p}")]);
     }
     assert_eq!(
-        common::consume_exactly(&b, "a", StartFrom::Beginning, 3).len(),
+        rill_testkit::consume_exactly(&b, "a", StartFrom::Beginning, 3).len(),
         3
     );
     // validate_only answers as a creation would, and creates nothing.
@@ -283,11 +281,11 @@ fn deleting_through_kafka_reclaims_the_topic_and_its_files() {
         )["gone"],
         None
     );
-    common::produce_values(&b, "gone", 0, (0..50).map(|i| format!("v{i}")));
-    common::produce_values(&b, "gone", 1, (0..50).map(|i| format!("w{i}")));
+    rill_testkit::produce_values(&b, "gone", 0, (0..50).map(|i| format!("v{i}")));
+    rill_testkit::produce_values(&b, "gone", 1, (0..50).map(|i| format!("w{i}")));
     let dirs = [
-        common::partition_dir(&b.data_dir(), "gone", 0),
-        common::partition_dir(&b.data_dir(), "gone", 1),
+        rill_testkit::partition_dir(&b.data_dir(), "gone", 0),
+        rill_testkit::partition_dir(&b.data_dir(), "gone", 1),
     ];
     assert!(dirs.iter().all(|d| d.exists()));
     let deleted = outcomes(&admin_py(&["delete", &kafka, "gone", "never-was"]));
@@ -467,7 +465,7 @@ fn an_idempotent_confluent_kafka_producer_writes_and_its_messages_read_back() {
         ids.insert(id);
     }
     assert_eq!(ids.len(), 2, "each producer gets its own id");
-    let mut read = common::consume_exactly(&b, "t", StartFrom::Beginning, 2000);
+    let mut read = rill_testkit::consume_exactly(&b, "t", StartFrom::Beginning, 2000);
     read.sort_by_key(|r| (r.partition, r.offset));
     let mut last: BTreeMap<(String, String), i64> = BTreeMap::new();
     let mut values = BTreeSet::new();

@@ -2,16 +2,14 @@
 //! librdkafka) and kcat (Debian's, librdkafka 2.0: the client of the Produce v0-2 trap).
 //! `.ci/run` installs both; without them these tests fail and say how to install them.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::{Command, Output, Stdio};
 
-use common::{TestBroker, DEADLINE};
 use rill::client::StartFrom;
 use rill::partitioner::partition_for_key;
+use rill_testkit::{TestBroker, DEADLINE};
 
 fn run(program: &str, args: &[&str], stdin: Option<&str>) -> Output {
     let mut child = Command::new(program)
@@ -117,7 +115,7 @@ fn confluent_kafka_produces_keyed_messages_and_reads_them_in_per_key_order() {
     }
     assert_eq!(last.len(), 50);
     // The same messages through the native protocol.
-    let native = common::consume_exactly(&b, "t", StartFrom::Beginning, 10_000);
+    let native = rill_testkit::consume_exactly(&b, "t", StartFrom::Beginning, 10_000);
     assert_eq!(native.len(), 10_000);
 }
 
@@ -135,7 +133,7 @@ fn compressed_batches_are_accepted_and_read_back_intact() {
         let mut expected: Vec<String> = (0..500).map(|i| format!("key{}:{i}", i % 50)).collect();
         expected.sort();
         assert_eq!(values, expected, "{codec}");
-        let native = common::consume_exactly(&b, &topic, StartFrom::Beginning, 500);
+        let native = rill_testkit::consume_exactly(&b, &topic, StartFrom::Beginning, 500);
         assert_eq!(native.len(), 500, "{codec} through the native protocol");
     }
 }
@@ -262,7 +260,7 @@ fn a_message_from_rill_produce_reads_the_same_through_confluent_kafka() {
         );
     }
     // The same offsets and timestamps through the native protocol.
-    let native = common::consume_exactly(&b, "t", StartFrom::Beginning, 3);
+    let native = rill_testkit::consume_exactly(&b, "t", StartFrom::Beginning, 3);
     for m in &read {
         let n = native
             .iter()
@@ -342,9 +340,9 @@ fn malformed_kafka_requests_close_the_connection_and_the_broker_keeps_serving() 
     // Still serving both protocols.
     let listing = kcat(&["-b", &kafka, "-L"], None);
     assert!(listing.contains("topic \"t\""), "{listing}");
-    common::produce_values(&b, "t", 0, (0..3).map(|i| format!("v{i}")));
+    rill_testkit::produce_values(&b, "t", 0, (0..3).map(|i| format!("v{i}")));
     assert_eq!(
-        common::consume_exactly(&b, "t", StartFrom::Beginning, 3).len(),
+        rill_testkit::consume_exactly(&b, "t", StartFrom::Beginning, 3).len(),
         3
     );
 }
@@ -519,7 +517,7 @@ fn a_kafka_consumer_and_a_rill_consumer_share_one_group() {
         .map(|(_, p)| *p)
         .collect();
     for p in 0..4u32 {
-        common::produce_values(&b, "t", p, (0..100).map(|i| format!("p{p}-{i}")));
+        rill_testkit::produce_values(&b, "t", p, (0..100).map(|i| format!("p{p}-{i}")));
     }
     wait_until("all 400 messages read by one member or the other", || {
         rill_view.lock().unwrap().1.len() + kafka.values().len() >= 400

@@ -1,16 +1,14 @@
 //! The log's life cycle: retention by time and size, truncation that survives restarts,
 //! adding partitions, topic settings, and bad input to all of them.
 
-mod common;
-
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use common::{consume_exactly, producer, TestBroker, DEADLINE};
 use rill::client::{
     ClientConfig, Consumer, ConsumerConfig, ProducerConfig, ProducerRecord, StartFrom,
 };
 use rill::protocol::ErrorCode;
+use rill_testkit::{consume_exactly, producer, TestBroker, DEADLINE};
 
 /// Produces `n` records of `size` bytes with the given timestamp to partition 0.
 fn fill(b: &TestBroker, topic: &str, n: usize, size: usize, ts: i64, tag: &str) {

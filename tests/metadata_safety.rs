@@ -2,15 +2,13 @@
 //! stops the broker instead of costing every topic its data, and topic directories the
 //! metadata does not know are set aside, never deleted at start.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use common::{consume_exactly, produce_values, values, TestBroker, DEADLINE};
 use rill::client::StartFrom;
+use rill_testkit::{consume_exactly, produce_values, values, TestBroker, DEADLINE};
 
 /// Every file under `dir`, by path relative to it, with its bytes.
 fn files_under(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
@@ -263,7 +261,7 @@ fn an_unknown_topic_directory_is_set_aside_intact_and_removed_only_after_retenti
     b.kill();
 
     // A bad value is a one-line error.
-    let o = common::cli(
+    let o = rill_testkit::cli(
         "127.0.0.1:1",
         &["broker", "--stray-log-retention-ms", "-2"],
         None,

@@ -3,21 +3,19 @@
 //! segments, a missing segment, a cut active tail. Damage is an error to every consumer
 //! (native and Kafka), never a silent hole, a loop or a reused offset.
 
-mod common;
-
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{
-    consume_exactly, partition_dir, produce_values, producer, segment_files, values, TestBroker,
-    DEADLINE,
-};
 use rill::client::{
     ClientConfig, ClientError, ConsumedRecord, Consumer, ConsumerConfig, ProducerConfig,
     ProducerRecord, StartFrom,
 };
 use rill::protocol::ErrorCode;
+use rill_testkit::{
+    consume_exactly, partition_dir, produce_values, producer, segment_files, values, TestBroker,
+    DEADLINE,
+};
 
 /// The byte position of the batch holding `offset` in a segment file.
 fn position_of(path: &Path, offset: u64) -> u64 {

@@ -1,10 +1,11 @@
-//! Test harness: real `rill broker` processes on 127.0.0.1 with their own free ports and data
-//! dirs, stopped (SIGKILL) when the test ends. Waits are on conditions with generous deadlines.
-#![allow(dead_code)]
+//! The integration tests' harness (`tests/*.rs` of the `rill` package, a dev-dependency):
+//! real `rill broker` processes on 127.0.0.1 with their own free ports and data dirs, stopped
+//! (SIGKILL) when the test ends. Waits are on conditions with generous deadlines.
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use rill::client::{
@@ -14,6 +15,38 @@ use rill::client::{
 
 /// Generous: CI is a loaded 2-core machine.
 pub const DEADLINE: Duration = Duration::from_secs(120);
+
+/// The `rill` binary that cargo built for the running integration test. `env!` cannot name it
+/// here (cargo sets `CARGO_BIN_EXE_rill` only when compiling the `rill` package's own tests),
+/// so it is found at run time: `cargo test` (1.94 and later) puts its path in the test
+/// process's environment; otherwise (an older cargo, or the test executable run by hand) it is
+/// the `rill` next to the test executable's `deps/` directory, as cargo lays out
+/// `target/<profile>/` (under any `CARGO_TARGET_DIR`).
+pub fn rill_bin() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        if let Some(p) = std::env::var_os("CARGO_BIN_EXE_rill") {
+            return PathBuf::from(p);
+        }
+        let exe = std::env::current_exe().expect("the test executable's path");
+        let mut dir = exe
+            .parent()
+            .expect("the test executable's directory")
+            .to_path_buf();
+        if dir.ends_with("deps") {
+            dir.pop();
+        }
+        let bin = dir.join(format!("rill{}", std::env::consts::EXE_SUFFIX));
+        assert!(
+            bin.is_file(),
+            "no rill binary at {} (looked beside the test executable {}): run the tests with \
+             `cargo test`, which builds it, or `cargo build --bin rill` first",
+            bin.display(),
+            exe.display()
+        );
+        bin
+    })
+}
 
 pub struct TestBroker {
     pub dir: tempfile::TempDir,
@@ -152,7 +185,7 @@ impl TestBroker {
             .append(true)
             .open(&self.log)
             .expect("log file");
-        let child = Command::new(env!("CARGO_BIN_EXE_rill"))
+        let child = Command::new(rill_bin())
             .arg("broker")
             .arg("--data-dir")
             .arg(self.data_dir())
@@ -276,7 +309,7 @@ impl Drop for TestBroker {
 
 pub fn cli(bootstrap: &str, args: &[&str], stdin: Option<&str>) -> std::process::Output {
     use std::io::Write;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_rill"))
+    let mut child = Command::new(rill_bin())
         .arg("-b")
         .arg(bootstrap)
         .args(args)
