@@ -240,8 +240,15 @@ fn a_second_broker_on_the_same_ports_is_refused() {
 #[test]
 fn producing_to_a_missing_topic_creates_it_with_the_broker_defaults() {
     let b = TestBroker::start(1, &["--num-partitions", "3"]);
-    let o = b.cli(&["consume", "later", "-n", "1", "--timeout-ms", "200"], None);
-    assert!(!o.status.success(), "a consumer created the topic: {:?}", text(&o));
+    let o = b.cli(
+        &["consume", "later", "-n", "1", "--timeout-ms", "200"],
+        None,
+    );
+    assert!(
+        !o.status.success(),
+        "a consumer created the topic: {:?}",
+        text(&o)
+    );
     let o = b.cli(&["produce", "fresh", "--partition", "2"], Some("hello\n"));
     assert!(o.status.success(), "{:?}", text(&o));
     let o = b.cli(&["topic", "describe", "fresh"], None);
@@ -256,7 +263,10 @@ fn producing_to_a_missing_topic_creates_it_with_the_broker_defaults() {
         3,
         "{described}"
     );
-    let o = b.cli(&["consume", "fresh", "--from", "beginning", "-n", "1"], None);
+    let o = b.cli(
+        &["consume", "fresh", "--from", "beginning", "-n", "1"],
+        None,
+    );
     assert_eq!(text(&o).0.trim(), "hello");
     let o = b.cli(&["produce", "bad name!"], Some("x\n"));
     assert!(!o.status.success());
@@ -264,5 +274,8 @@ fn producing_to_a_missing_topic_creates_it_with_the_broker_defaults() {
     assert!(!o.status.success());
     let o = b.cli(&["topic", "list"], None);
     let listed = text(&o).0;
-    assert!(!listed.contains("bad name") && !listed.contains("__internal"), "{listed}");
+    assert!(
+        !listed.contains("bad name") && !listed.contains("__internal"),
+        "{listed}"
+    );
 }

@@ -517,3 +517,75 @@ fn init_producer_id_bumps_epochs_and_refuses_transactions() {
         "UNSUPPORTED_VERSION: no transactions yet"
     );
 }
+
+/// Kafka's default: a producer's first metadata request for a missing topic creates it
+/// (`--num-partitions` partitions); a request that does not allow it, a broker started with
+/// `--auto-create-topics false`, an invalid and an internal name create nothing.
+#[test]
+fn a_kafka_producer_creates_a_missing_topic_on_first_use() {
+    let b = TestBroker::start_kafka(2, &["--num-partitions", "3"]);
+    let kafka = b.kafka_bootstrap();
+    let v: Value = serde_json::from_str(&admin_py(&[
+        "produce-idempotent",
+        &kafka,
+        "auto",
+        "200",
+        "a",
+    ]))
+    .unwrap();
+    assert_eq!(v["delivered"], 200, "{v}");
+    let mut c = b.client();
+    assert_eq!(c.refresh_metadata().unwrap().partitions("auto").unwrap(), 3);
+    assert_eq!(
+        rill_testkit::consume_exactly(&b, "auto", StartFrom::Beginning, 200).len(),
+        200
+    );
+
+    let ask = |addr: &str, names: &[&str], allow: bool| -> Vec<(String, i16)> {
+        let mut req = MetadataRequest::default();
+        req.allow_auto_topic_creation = allow;
+        req.topics = Some(
+            names
+                .iter()
+                .map(|n| {
+                    let mut t =
+                        kafka_protocol::messages::metadata_request::MetadataRequestTopic::default();
+                    t.name = Some(name(n));
+                    t
+                })
+                .collect(),
+        );
+        let r: MetadataResponse = call(addr, ApiKey::Metadata, 9, &req);
+        r.topics
+            .iter()
+            .map(|t| (t.name.as_ref().unwrap().0.to_string(), t.error_code))
+            .collect()
+    };
+    let got = ask(&kafka, &["not-allowed"], false);
+    assert_eq!(
+        got,
+        vec![("not-allowed".to_string(), 3)],
+        "UNKNOWN_TOPIC_OR_PARTITION"
+    );
+    let got = ask(&kafka, &["bad name", "__internal", "made"], true);
+    assert_eq!(
+        got,
+        vec![
+            ("bad name".to_string(), 17),
+            ("__internal".to_string(), 3),
+            ("made".to_string(), 0)
+        ],
+        "INVALID_TOPIC_EXCEPTION, not created, created"
+    );
+    let md = c.refresh_metadata().unwrap();
+    assert!(md.topics.contains_key("made"));
+    assert!(
+        !md.topics.contains_key("not-allowed") && !md.topics.contains_key("__internal"),
+        "{:?}",
+        md.topics.keys()
+    );
+
+    let off = TestBroker::start_kafka(1, &["--auto-create-topics", "false"]);
+    let got = ask(&off.kafka_bootstrap(), &["wanted"], true);
+    assert_eq!(got, vec![("wanted".to_string(), 3)]);
+}
