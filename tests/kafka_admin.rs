@@ -589,3 +589,74 @@ fn a_kafka_producer_creates_a_missing_topic_on_first_use() {
     let got = ask(&off.kafka_bootstrap(), &["wanted"], true);
     assert_eq!(got, vec![("wanted".to_string(), 3)]);
 }
+
+/// CreatePartitions, DeleteRecords (to an offset and to the high watermark) and
+/// DescribeLogDirs are codecs over rill's own operations: what they do shows natively.
+#[test]
+fn partitions_and_records_are_administered_through_the_admin_client() {
+    let b = TestBroker::start_kafka(2, &[]);
+    let kafka = b.kafka_bootstrap();
+    let mut c = b.client();
+    c.create_topic("grow", 2, 1, vec![]).unwrap();
+    let lines = |out: String| outcomes(&out);
+    let refused = lines(admin_py(&["create-partitions", &kafka, "grow", "1"]));
+    assert_eq!(
+        refused["grow"],
+        Some(37),
+        "INVALID_PARTITIONS: fewer than now"
+    );
+    let checked = lines(admin_py(&[
+        "create-partitions",
+        &kafka,
+        "grow",
+        "5",
+        "validate",
+    ]));
+    assert_eq!(checked["grow"], None);
+    assert_eq!(c.refresh_metadata().unwrap().partitions("grow").unwrap(), 2);
+    let grown = lines(admin_py(&["create-partitions", &kafka, "grow", "5"]));
+    assert_eq!(grown["grow"], None);
+    assert_eq!(c.refresh_metadata().unwrap().partitions("grow").unwrap(), 5);
+    let unknown = lines(admin_py(&["create-partitions", &kafka, "nope", "3"]));
+    assert_eq!(unknown["nope"], Some(3));
+
+    rill_testkit::produce_values(&b, "grow", 1, (0..10).map(|i| format!("v{i}")));
+    let v: Value =
+        serde_json::from_str(&admin_py(&["delete-records", &kafka, "grow", "1", "4"])).unwrap();
+    assert_eq!(v["low_watermark"], 4, "{v}");
+    let v: Value =
+        serde_json::from_str(&admin_py(&["delete-records", &kafka, "grow", "1", "-1"])).unwrap();
+    assert_eq!(v["low_watermark"], 10, "to the high watermark: {v}");
+    let v: Value =
+        serde_json::from_str(&admin_py(&["delete-records", &kafka, "grow", "1", "99"])).unwrap();
+    assert_eq!(v["error"]["code"], 1, "OFFSET_OUT_OF_RANGE: {v}");
+    assert_eq!(
+        c.list_offset("grow", 1, -2).unwrap(),
+        Some(10),
+        "the log start moved"
+    );
+
+    // Each shard (Kafka node) lists the partitions it leads, with their sizes.
+    let mut sizes = BTreeMap::new();
+    for node in 0..2u16 {
+        let port: u16 = kafka.rsplit(':').next().unwrap().parse().unwrap();
+        let addr = format!("127.0.0.1:{}", port + node);
+        let mut all = kafka_protocol::messages::DescribeLogDirsRequest::default();
+        all.topics = None;
+        let r: kafka_protocol::messages::DescribeLogDirsResponse =
+            call(&addr, ApiKey::DescribeLogDirs, 4, &all);
+        assert_eq!(r.results.len(), 1);
+        let dir = &r.results[0];
+        assert!(dir.total_bytes > 0 && dir.usable_bytes > 0, "{dir:?}");
+        for t in &dir.topics {
+            for p in &t.partitions {
+                let dup = sizes.insert((t.name.0.to_string(), p.partition_index), p.partition_size);
+                assert!(dup.is_none(), "listed by two nodes: {t:?}");
+            }
+        }
+    }
+    for p in 0..5 {
+        assert!(sizes.contains_key(&("grow".to_string(), p)), "{sizes:?}");
+    }
+    assert!(sizes[&("grow".to_string(), 1)] > 0);
+}

@@ -78,6 +78,15 @@ pub async fn handle(
         RequestKind::DeleteTopics(r) => {
             ResponseKind::DeleteTopics(super::admin::delete_topics(shard, version, r).await)
         }
+        RequestKind::CreatePartitions(r) => {
+            ResponseKind::CreatePartitions(super::admin::create_partitions(shard, &r).await)
+        }
+        RequestKind::DeleteRecords(r) => {
+            ResponseKind::DeleteRecords(super::admin::delete_records(shard, &r).await)
+        }
+        RequestKind::DescribeLogDirs(r) => {
+            ResponseKind::DescribeLogDirs(super::admin::describe_log_dirs(shard, version, &r).await)
+        }
         RequestKind::DescribeConfigs(r) => {
             ResponseKind::DescribeConfigs(super::admin::describe_configs(shard, &r))
         }

@@ -25,6 +25,9 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::OffsetFetch, 1, 8),
     (ApiKey::DescribeGroups, 0, 5),
     (ApiKey::ListGroups, 0, 4),
+    (ApiKey::CreatePartitions, 0, 3),
+    (ApiKey::DeleteRecords, 0, 2),
+    (ApiKey::DescribeLogDirs, 1, 4),
 ];
 
 /// The lowest Produce version whose body this listener decodes (record batch v2).

@@ -8,6 +8,10 @@ and an idempotent producer against rill. Every command prints JSON on stdout.
   describe-configs BOOTSTRAP KIND NAME KIND topic|broker; {"error", "configs": {name: {"value",
                                        "source", "read_only", "default"}}}
   describe-cluster BOOTSTRAP           {"cluster_id", "controller", "nodes": [[id, host, port]]}
+  create-partitions BOOTSTRAP TOPIC COUNT [validate]
+                                       one line per topic, as create
+  delete-records BOOTSTRAP TOPIC PARTITION OFFSET
+                                       {"low_watermark": n} or {"error": ...}
   produce-idempotent BOOTSTRAP TOPIC COUNT RUN
                                        enable.idempotence=true, keyed messages key<i%20> =
                                        "<RUN>:<key>:<i>"; {"producer_id", "epoch", "delivered"}
@@ -17,7 +21,7 @@ import json
 import sys
 
 import confluent_kafka as ck
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
+from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic, ResourceType
 
 
 def error_json(e):
@@ -83,6 +87,24 @@ def describe_cluster(bootstrap):
     }))
 
 
+def create_partitions(bootstrap, topic, count, validate):
+    a = admin(bootstrap)
+    wait_all(a.create_partitions([NewPartitions(topic, count)], operation_timeout=30,
+                                 validate_only=validate))
+
+
+def delete_records(bootstrap, topic, partition, offset):
+    a = admin(bootstrap)
+    [(_, f)] = a.delete_records([ck.TopicPartition(topic, partition, offset)],
+                                operation_timeout=30).items()
+    try:
+        deleted = f.result()
+    except Exception as e:  # noqa: BLE001 - reported to the test
+        print(json.dumps({"error": error_json(e)}))
+        return
+    print(json.dumps({"low_watermark": deleted.low_watermark}))
+
+
 def produce_idempotent(bootstrap, topic, count, run):
     fatal = []
     stats = {}
@@ -143,6 +165,10 @@ if __name__ == "__main__":
         describe_configs(args[0], args[1], args[2])
     elif cmd == "describe-cluster":
         describe_cluster(args[0])
+    elif cmd == "create-partitions":
+        create_partitions(args[0], args[1], int(args[2]), len(args) > 3 and args[3] == "validate")
+    elif cmd == "delete-records":
+        delete_records(args[0], args[1], int(args[2]), int(args[3]))
     elif cmd == "produce-idempotent":
         produce_idempotent(args[0], args[1], int(args[2]), args[3])
     else:

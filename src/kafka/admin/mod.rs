@@ -1,10 +1,12 @@
-//! Kafka admin APIs, one file per concern: `topics` (CreateTopics, DeleteTopics), `configs`
+//! Kafka admin APIs, one file per concern: `topics` (CreateTopics, DeleteTopics,
+//! CreatePartitions), `logs` (DeleteRecords, DescribeLogDirs), `configs`
 //! (DescribeConfigs and the catalogue of topic and broker settings under Kafka's names),
 //! `cluster` (DescribeCluster) and `producer_ids` (InitProducerId). What they share lives
 //! here: the broker defaults a topic created with -1 gets, and how a refusal is written.
 
 mod cluster;
 mod configs;
+mod logs;
 mod producer_ids;
 #[cfg(test)]
 mod test_support;
@@ -12,8 +14,9 @@ mod topics;
 
 pub use cluster::{brokers_only, describe_cluster};
 pub use configs::describe_configs;
+pub use logs::{delete_records, describe_log_dirs};
 pub use producer_ids::init_producer_id;
-pub use topics::{create_topics, delete_topics};
+pub use topics::{create_partitions, create_topics, delete_topics};
 
 use kafka_protocol::protocol::StrBytes;
 

@@ -7,13 +7,15 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 
 use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::create_topics_response::{
     CreatableTopicConfigs, CreatableTopicResult,
 };
 use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
 use kafka_protocol::messages::{
-    CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse, TopicName,
+    CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest, CreateTopicsResponse,
+    DeleteTopicsRequest, DeleteTopicsResponse, TopicName,
 };
 use uuid::Uuid;
 
@@ -311,6 +313,56 @@ pub async fn delete_topics(
         r.error_code = code;
         r.error_message = (code != 0).then(|| s(message));
         response.responses.push(r);
+    }
+    response
+}
+
+/// CreatePartitions: each topic grown to its new count ([`Command::AddPartitions`]); rill
+/// places the new partitions itself, so a manual assignment is refused.
+pub async fn create_partitions(
+    shard: &Rc<Shard>,
+    req: &CreatePartitionsRequest,
+) -> CreatePartitionsResponse {
+    let timeout = request_timeout(shard, u32::try_from(req.timeout_ms).unwrap_or(0));
+    let dup = duplicates(req.topics.iter().map(|t| t.name.0.as_str()));
+    let mut reported = BTreeSet::new();
+    let mut response = CreatePartitionsResponse::default();
+    for t in &req.topics {
+        let name = t.name.0.to_string();
+        let outcome = if dup.contains(&name) {
+            if !reported.insert(name) {
+                continue;
+            }
+            Err(refusal(ErrorCode::InvalidRequest, "duplicate topic name"))
+        } else if t.assignments.is_some() {
+            Err((
+                ResponseError::InvalidReplicaAssignment.code(),
+                "manual replica assignment is not supported: rill places partitions itself".into(),
+            ))
+        } else {
+            match u32::try_from(t.count) {
+                Err(_) => Err(refusal(
+                    ErrorCode::InvalidPartitions,
+                    format!("count {}", t.count),
+                )),
+                Ok(count) => {
+                    let cmd = Command::AddPartitions { name, count };
+                    if req.validate_only {
+                        topics::validate(shard, &cmd)
+                    } else {
+                        topics::propose(shard, cmd, timeout).await
+                    }
+                    .map_err(|e| (e.code.code(), e.message))
+                }
+            }
+        };
+        let mut r = CreatePartitionsTopicResult::default();
+        r.name = t.name.clone();
+        if let Err((code, message)) = outcome {
+            r.error_code = code;
+            r.error_message = Some(s(message));
+        }
+        response.results.push(r);
     }
     response
 }
