@@ -660,3 +660,85 @@ fn partitions_and_records_are_administered_through_the_admin_client() {
     }
     assert!(sizes[&("grow".to_string(), 1)] > 0);
 }
+
+/// AlterConfigs replaces a topic's settings, IncrementalAlterConfigs changes one at a time;
+/// both are validated as `topic create --config` is, and what they do shows natively.
+#[test]
+fn topic_settings_change_through_alter_configs_and_incremental_alter_configs() {
+    let b = TestBroker::start_kafka(1, &[]);
+    let kafka = b.kafka_bootstrap();
+    let mut c = b.client();
+    c.create_topic(
+        "conf",
+        1,
+        1,
+        vec![
+            ("retention.ms".into(), "1000".into()),
+            ("segment.bytes".into(), "1048576".into()),
+        ],
+    )
+    .unwrap();
+    let configs = |c: &mut rill::client::Client| -> BTreeMap<String, String> {
+        c.describe_topic("conf")
+            .unwrap()
+            .configs
+            .into_iter()
+            .collect()
+    };
+    let error =
+        |out: String| -> Value { serde_json::from_str::<Value>(&out).unwrap()["error"].clone() };
+    let inc = |spec: &str| {
+        error(admin_py(&[
+            "incremental-alter-configs",
+            &kafka,
+            "topic",
+            "conf",
+            spec,
+        ]))
+    };
+
+    assert_eq!(
+        inc(r#"[["retention.ms", "SET", "5000"], ["segment.bytes", "DELETE", null]]"#),
+        Value::Null
+    );
+    assert_eq!(
+        configs(&mut c),
+        BTreeMap::from([("retention.ms".to_string(), "5000".to_string())]),
+        "set one, removed the other"
+    );
+    let bad = inc(r#"[["retention.ms", "SET", "soon"]]"#);
+    assert_eq!(bad["code"], 40, "INVALID_CONFIG: {bad}");
+    let bad = inc(r#"[["retentoin.ms", "DELETE", null]]"#);
+    assert_eq!(bad["code"], 40, "INVALID_CONFIG for an unknown key: {bad}");
+    let bad = inc(r#"[["retention.ms", "APPEND", "1"]]"#);
+    assert_eq!(bad["code"], 40, "not a list: {bad}");
+    assert_eq!(
+        configs(&mut c)["retention.ms"],
+        "5000",
+        "refusals changed nothing"
+    );
+
+    let set = error(admin_py(&[
+        "alter-configs",
+        &kafka,
+        "topic",
+        "conf",
+        r#"{"max.message.bytes": "65536"}"#,
+    ]));
+    assert_eq!(set, Value::Null);
+    assert_eq!(
+        configs(&mut c),
+        BTreeMap::from([("max.message.bytes".to_string(), "65536".to_string())]),
+        "AlterConfigs replaces every setting"
+    );
+    let unknown = error(admin_py(&["alter-configs", &kafka, "topic", "nope", "{}"]));
+    assert_eq!(unknown["code"], 3, "{unknown}");
+    let broker = error(admin_py(&[
+        "incremental-alter-configs",
+        &kafka,
+        "broker",
+        "1000",
+        r#"[["log.retention.ms", "SET", "1"]]"#,
+    ]));
+    assert_eq!(broker["code"], 42, "broker settings are flags: {broker}");
+}

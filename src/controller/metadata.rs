@@ -18,7 +18,7 @@
 //!   range are re-placed with the same formula, `(topic_id + p) % new_shards`, and their
 //!   `leader_epoch` is bumped so followers and clients notice the move.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
@@ -111,6 +111,14 @@ pub enum Command {
     DecommissionPartition {
         name: String,
         partition: u32,
+    },
+    /// Sets `set` and removes `unset` (back to the broker defaults); with `replace`, every
+    /// setting not in `set` is removed first (Kafka's AlterConfigs replaces them all).
+    ChangeTopicConfig {
+        name: String,
+        set: BTreeMap<String, String>,
+        unset: BTreeSet<String>,
+        replace: bool,
     },
 }
 
@@ -259,6 +267,35 @@ impl ClusterMetadata {
                 }
                 Ok(crate::topic_config::validate(configs)?)
             }
+            Command::ChangeTopicConfig {
+                name, set, unset, ..
+            } => {
+                if !self.topics.contains_key(name) {
+                    return Err(MetadataError::new(
+                        ErrorCode::UnknownTopicOrPartition,
+                        format!("unknown topic {name:?}"),
+                    ));
+                }
+                if let Some(key) = unset.iter().find(|k| set.contains_key(*k)) {
+                    return Err(MetadataError::new(
+                        ErrorCode::InvalidRequest,
+                        format!("config {key:?} is both set and removed"),
+                    ));
+                }
+                crate::topic_config::validate(set)?;
+                match unset
+                    .iter()
+                    .find(|k| !crate::topic_config::KNOWN.contains(&k.as_str()))
+                {
+                    Some(key) => {
+                        Err(
+                            crate::topic_config::TopicConfigError::Unknown { key: key.clone() }
+                                .into(),
+                        )
+                    }
+                    None => Ok(()),
+                }
+            }
             Command::DecommissionPartition { name, partition } => {
                 let Some(t) = self.topics.get(name) else {
                     return Err(MetadataError::new(
@@ -380,6 +417,26 @@ impl ClusterMetadata {
                     MetadataError::new(ErrorCode::UnknownTopicOrPartition, "topic vanished")
                 })?;
                 for (k, v) in configs {
+                    topic.configs.insert(k.clone(), v.clone());
+                }
+                Applied::TopicConfigAltered(topic.clone())
+            }
+            Command::ChangeTopicConfig {
+                name,
+                set,
+                unset,
+                replace,
+            } => {
+                let topic = self.topics.get_mut(name).ok_or_else(|| {
+                    MetadataError::new(ErrorCode::UnknownTopicOrPartition, "topic vanished")
+                })?;
+                if *replace {
+                    topic.configs.clear();
+                }
+                for k in unset {
+                    topic.configs.remove(k);
+                }
+                for (k, v) in set {
                     topic.configs.insert(k.clone(), v.clone());
                 }
                 Applied::TopicConfigAltered(topic.clone())
@@ -649,5 +706,67 @@ mod tests {
             count: 3,
         };
         assert_eq!(code(&md, unknown), ErrorCode::UnknownTopicOrPartition);
+    }
+
+    #[test]
+    fn change_topic_config_sets_removes_and_replaces() {
+        let limits = MetadataLimits::default();
+        let mut md = ClusterMetadata::default();
+        md.apply(1, &broker(1, 1), &limits).unwrap();
+        md.apply(2, &create("t", 1, 1), &limits).unwrap();
+        let change = |set: &[(&str, &str)], unset: &[&str], replace| Command::ChangeTopicConfig {
+            name: "t".into(),
+            set: set
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            unset: unset.iter().map(|k| k.to_string()).collect(),
+            replace,
+        };
+        let configs = |md: &ClusterMetadata| md.topic("t").unwrap().configs.clone();
+        md.apply(
+            3,
+            &change(&[("retention.ms", "5"), ("segment.ms", "9")], &[], false),
+            &limits,
+        )
+        .unwrap();
+        md.apply(4, &change(&[], &["segment.ms"], false), &limits)
+            .unwrap();
+        assert_eq!(
+            configs(&md),
+            BTreeMap::from([("retention.ms".into(), "5".into())])
+        );
+        md.apply(
+            5,
+            &change(&[("max.message.bytes", "4096")], &[], true),
+            &limits,
+        )
+        .unwrap();
+        assert_eq!(
+            configs(&md),
+            BTreeMap::from([("max.message.bytes".into(), "4096".into())]),
+            "replace drops what is not set"
+        );
+        assert_eq!(
+            code(&md, change(&[], &["bogus"], false)),
+            ErrorCode::InvalidConfig
+        );
+        assert_eq!(
+            code(
+                &md,
+                change(&[("retention.ms", "1")], &["retention.ms"], false)
+            ),
+            ErrorCode::InvalidRequest
+        );
+        assert_eq!(
+            code(&md, change(&[("retention.ms", "x")], &[], false)),
+            ErrorCode::InvalidConfig
+        );
+        let json =
+            serde_json::to_vec(&change(&[("retention.ms", "1")], &["segment.ms"], true)).unwrap();
+        assert!(matches!(
+            serde_json::from_slice::<Command>(&json).unwrap(),
+            Command::ChangeTopicConfig { replace: true, .. }
+        ));
     }
 }

@@ -87,6 +87,12 @@ pub async fn handle(
         RequestKind::DescribeLogDirs(r) => {
             ResponseKind::DescribeLogDirs(super::admin::describe_log_dirs(shard, version, &r).await)
         }
+        RequestKind::AlterConfigs(r) => {
+            ResponseKind::AlterConfigs(super::admin::alter_configs(shard, &r).await)
+        }
+        RequestKind::IncrementalAlterConfigs(r) => ResponseKind::IncrementalAlterConfigs(
+            super::admin::incremental_alter_configs(shard, &r).await,
+        ),
         RequestKind::DescribeConfigs(r) => {
             ResponseKind::DescribeConfigs(super::admin::describe_configs(shard, &r))
         }

@@ -12,6 +12,11 @@ and an idempotent producer against rill. Every command prints JSON on stdout.
                                        one line per topic, as create
   delete-records BOOTSTRAP TOPIC PARTITION OFFSET
                                        {"low_watermark": n} or {"error": ...}
+  alter-configs BOOTSTRAP KIND NAME JSON
+                                       replace every setting with JSON {key: value};
+                                       {"error": null | {...}}
+  incremental-alter-configs BOOTSTRAP KIND NAME JSON
+                                       JSON [[key, "SET"|"DELETE"|"APPEND"|"SUBTRACT", value]]
   produce-idempotent BOOTSTRAP TOPIC COUNT RUN
                                        enable.idempotence=true, keyed messages key<i%20> =
                                        "<RUN>:<key>:<i>"; {"producer_id", "epoch", "delivered"}
@@ -21,7 +26,10 @@ import json
 import sys
 
 import confluent_kafka as ck
-from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic, ResourceType
+from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource,
+                                  NewPartitions, NewTopic, ResourceType)
+
+KINDS = {"topic": ResourceType.TOPIC, "broker": ResourceType.BROKER}
 
 
 def error_json(e):
@@ -105,6 +113,30 @@ def delete_records(bootstrap, topic, partition, offset):
     print(json.dumps({"low_watermark": deleted.low_watermark}))
 
 
+def one_result(futures):
+    [(_, f)] = futures.items()
+    try:
+        f.result()
+        print(json.dumps({"error": None}))
+    except Exception as e:  # noqa: BLE001 - reported to the test
+        print(json.dumps({"error": error_json(e)}))
+
+
+def alter_configs(bootstrap, kind, name, spec):
+    a = admin(bootstrap)
+    one_result(a.alter_configs([ConfigResource(KINDS[kind], name, set_config=json.loads(spec))]))
+
+
+def incremental_alter_configs(bootstrap, kind, name, spec):
+    entries = [
+        ConfigEntry(k, v, incremental_operation=getattr(AlterConfigOpType, op))
+        for k, op, v in json.loads(spec)
+    ]
+    a = admin(bootstrap)
+    one_result(a.incremental_alter_configs(
+        [ConfigResource(KINDS[kind], name, incremental_configs=entries)]))
+
+
 def produce_idempotent(bootstrap, topic, count, run):
     fatal = []
     stats = {}
@@ -169,6 +201,10 @@ if __name__ == "__main__":
         create_partitions(args[0], args[1], int(args[2]), len(args) > 3 and args[3] == "validate")
     elif cmd == "delete-records":
         delete_records(args[0], args[1], int(args[2]), int(args[3]))
+    elif cmd == "alter-configs":
+        alter_configs(args[0], args[1], args[2], args[3])
+    elif cmd == "incremental-alter-configs":
+        incremental_alter_configs(args[0], args[1], args[2], args[3])
     elif cmd == "produce-idempotent":
         produce_idempotent(args[0], args[1], int(args[2]), args[3])
     else:

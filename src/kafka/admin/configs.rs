@@ -19,8 +19,8 @@ use crate::protocol::ErrorCode;
 use crate::topic_config::{self, TopicDefaults, TopicSettings};
 
 /// DescribeConfigs resource types (Kafka's `ConfigResource.Type`).
-const RESOURCE_TOPIC: i8 = 2;
-const RESOURCE_BROKER: i8 = 4;
+pub(super) const RESOURCE_TOPIC: i8 = 2;
+pub(super) const RESOURCE_BROKER: i8 = 4;
 
 /// Config sources (Kafka's `DescribeConfigsResponse.ConfigSource`).
 const SOURCE_TOPIC: i8 = 1;

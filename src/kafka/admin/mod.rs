@@ -1,9 +1,11 @@
 //! Kafka admin APIs, one file per concern: `topics` (CreateTopics, DeleteTopics,
-//! CreatePartitions), `logs` (DeleteRecords, DescribeLogDirs), `configs`
+//! CreatePartitions), `logs` (DeleteRecords, DescribeLogDirs), `alter_configs` (AlterConfigs,
+//! IncrementalAlterConfigs), `configs`
 //! (DescribeConfigs and the catalogue of topic and broker settings under Kafka's names),
 //! `cluster` (DescribeCluster) and `producer_ids` (InitProducerId). What they share lives
 //! here: the broker defaults a topic created with -1 gets, and how a refusal is written.
 
+mod alter_configs;
 mod cluster;
 mod configs;
 mod logs;
@@ -12,6 +14,7 @@ mod producer_ids;
 mod test_support;
 mod topics;
 
+pub use alter_configs::{alter_configs, incremental_alter_configs};
 pub use cluster::{brokers_only, describe_cluster};
 pub use configs::describe_configs;
 pub use logs::{delete_records, describe_log_dirs};
