@@ -742,3 +742,109 @@ fn topic_settings_change_through_alter_configs_and_incremental_alter_configs() {
     ]));
     assert_eq!(broker["code"], 42, "broker settings are flags: {broker}");
 }
+
+/// DeleteGroups removes a group without members and its committed offsets, for good (its
+/// tombstones replay after a restart); OffsetDelete removes one partition's offset unless a
+/// member subscribes to the topic.
+#[test]
+fn groups_and_their_offsets_are_deleted_for_good() {
+    let mut b = TestBroker::start_kafka(1, &[]);
+    let kafka = b.kafka_bootstrap();
+    let mut c = b.client();
+    c.create_topic("t", 1, 1, vec![]).unwrap();
+    c.create_topic("other", 1, 1, vec![]).unwrap();
+    let commit = |c: &mut rill::client::Client, group: &str, topic: &str, offset: u64| {
+        let at = c.find_coordinator(group).unwrap();
+        c.commit_offsets(
+            at,
+            group,
+            "",
+            -1,
+            vec![(topic.into(), 0, offset, String::new())],
+        )
+        .unwrap();
+    };
+    let committed = |c: &mut rill::client::Client, group: &str| -> Vec<(String, u64)> {
+        let at = c.find_coordinator(group).unwrap();
+        c.fetch_offsets(at, group, vec![])
+            .unwrap()
+            .into_iter()
+            .filter_map(|(topic, _, offset, _)| Some((topic, offset?)))
+            .collect()
+    };
+    commit(&mut c, "gone", "t", 5);
+    commit(&mut c, "kept", "t", 7);
+    commit(&mut c, "busy", "t", 1);
+    commit(&mut c, "busy", "other", 2);
+
+    // A live member of "busy", subscribed to t.
+    let mut cfg = rill::client::GroupConsumerConfig::new("busy");
+    cfg.session_timeout = std::time::Duration::from_secs(30);
+    let mut member =
+        rill::client::GroupConsumer::new(rill::client::ClientConfig::new(b.bootstrap()), cfg)
+            .unwrap();
+    member.subscribe(&["t"]).unwrap();
+    let start = std::time::Instant::now();
+    while member.assignment().is_empty() {
+        assert!(
+            start.elapsed() < DEADLINE,
+            "the member never got its assignment"
+        );
+        member.poll(std::time::Duration::from_millis(100)).unwrap();
+    }
+
+    let deleted = outcomes(&admin_py(&[
+        "delete-groups",
+        &kafka,
+        "gone",
+        "busy",
+        "never",
+    ]));
+    assert_eq!(deleted["gone"], None);
+    assert_eq!(deleted["busy"], Some(68), "NON_EMPTY_GROUP");
+    assert_eq!(deleted["never"], Some(69), "GROUP_ID_NOT_FOUND");
+    assert!(committed(&mut c, "gone").is_empty());
+
+    let mut req = kafka_protocol::messages::OffsetDeleteRequest::default();
+    req.group_id = kafka_protocol::messages::GroupId(StrBytes::from_static_str("busy"));
+    for topic in ["t", "other"] {
+        let mut t =
+            kafka_protocol::messages::offset_delete_request::OffsetDeleteRequestTopic::default();
+        t.name = name(topic);
+        let mut p =
+            kafka_protocol::messages::offset_delete_request::OffsetDeleteRequestPartition::default(
+            );
+        p.partition_index = 0;
+        t.partitions.push(p);
+        req.topics.push(t);
+    }
+    let at = c.find_coordinator("busy").unwrap().to_string();
+    let port: u16 = at.rsplit(':').next().unwrap().parse().unwrap();
+    let kafka_port: u16 = kafka.rsplit(':').next().unwrap().parse().unwrap();
+    let native_port: u16 = b.bootstrap().rsplit(':').next().unwrap().parse().unwrap();
+    let coordinator = format!("127.0.0.1:{}", kafka_port + (port - native_port));
+    let r: kafka_protocol::messages::OffsetDeleteResponse =
+        call(&coordinator, ApiKey::OffsetDelete, 0, &req);
+    assert_eq!(r.error_code, 0);
+    let codes: Vec<i16> = r
+        .topics
+        .iter()
+        .map(|t| t.partitions[0].error_code)
+        .collect();
+    assert_eq!(
+        codes,
+        vec![86, 0],
+        "GROUP_SUBSCRIBED_TO_TOPIC for t, removed for other"
+    );
+    assert_eq!(committed(&mut c, "busy"), vec![("t".to_string(), 1)]);
+    drop(member);
+
+    b.restart();
+    let mut c = b.client();
+    assert!(
+        committed(&mut c, "gone").is_empty(),
+        "the tombstones replay"
+    );
+    assert_eq!(committed(&mut c, "busy"), vec![("t".to_string(), 1)]);
+    assert_eq!(committed(&mut c, "kept"), vec![("t".to_string(), 7)]);
+}

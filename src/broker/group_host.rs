@@ -336,6 +336,51 @@ impl GroupHost {
             .map_or_else(Vec::new, |g| g.all_committed().collect())
     }
 
+    /// Forgets committed offsets of `group` (a tombstone replayed, or one being written); a
+    /// group left with neither members nor offsets is gone.
+    pub fn remove_offsets(&self, group: &str, partitions: &[(String, u32)]) {
+        let mut groups = self.groups.borrow_mut();
+        if let Some(g) = groups.get_mut(group) {
+            g.remove_offsets(partitions);
+            if g.member_ids().is_empty() && !g.has_offsets() {
+                groups.remove(group);
+            }
+        }
+    }
+
+    /// DeleteGroups: the partitions whose offsets go, once the group is checked: known here
+    /// (GROUP_ID_NOT_FOUND) and without members (NON_EMPTY_GROUP).
+    pub fn deletable(&self, group: &str) -> Result<Vec<(String, u32)>, GroupError> {
+        let groups = self.groups.borrow();
+        let g = groups.get(group).ok_or_else(|| GroupError {
+            code: crate::protocol::ErrorCode::GroupIdNotFound,
+            message: format!("group {group:?} does not exist"),
+        })?;
+        if !g.member_ids().is_empty() {
+            return Err(GroupError {
+                code: crate::protocol::ErrorCode::NonEmptyGroup,
+                message: format!("group {group:?} has members"),
+            });
+        }
+        Ok(g.all_committed().map(|o| (o.topic, o.partition)).collect())
+    }
+
+    /// Topics the members of `group` subscribe to (OffsetDelete keeps their offsets), or
+    /// GROUP_ID_NOT_FOUND.
+    pub fn subscribed_topics(
+        &self,
+        group: &str,
+    ) -> Result<std::collections::BTreeSet<String>, GroupError> {
+        self.groups
+            .borrow()
+            .get(group)
+            .map(Group::subscribed_topics)
+            .ok_or_else(|| GroupError {
+                code: crate::protocol::ErrorCode::GroupIdNotFound,
+                message: format!("group {group:?} does not exist"),
+            })
+    }
+
     /// The committed offset of a partition for a group.
     pub fn committed(&self, group: &str, topic: &str, partition: u32) -> Option<(u64, String)> {
         self.groups

@@ -10,8 +10,28 @@ use super::groups::coordinated_here;
 use super::produce::{await_acks, AckWait, Appended};
 use super::{offsets_log, OpError, Shard};
 use crate::clock::now_ms;
-use crate::group::offsets_log::{CommitRecord, PartitionOffset};
+use crate::group::offsets_log::{CommitRecord, OffsetsRecord, PartitionOffset};
+use crate::partition::Partition;
 use crate::protocol::error_code::ErrorCode;
+
+/// The group's partition of `__consumer_offsets` (on this shard, its coordinator) and the
+/// topic's partition count.
+fn offsets_partition_of(shard: &Shard, group: &str) -> Result<(Rc<Partition>, u32), OpError> {
+    let n = shard
+        .metadata
+        .borrow()
+        .topic(OFFSETS_TOPIC)
+        .map_or(1, |t| t.partitions.len() as u32);
+    let p = shard
+        .partition(OFFSETS_TOPIC, offsets_partition(group, n))
+        .ok_or_else(|| {
+            OpError::new(
+                ErrorCode::CoordinatorNotAvailable,
+                "the offsets partition is not open",
+            )
+        })?;
+    Ok((p, n))
+}
 
 /// OffsetCommit: checked against the group, appended to the group's `__consumer_offsets`
 /// partition, and stored in the coordinator once durable.
@@ -35,23 +55,15 @@ pub async fn commit(
     if offsets.is_empty() {
         return Ok(());
     }
-    let n = shard
-        .metadata
-        .borrow()
-        .topic(OFFSETS_TOPIC)
-        .map_or(1, |t| t.partitions.len() as u32);
-    let Some(p) = shard.partition(OFFSETS_TOPIC, offsets_partition(group, n)) else {
-        return Err(OpError::new(
-            ErrorCode::CoordinatorNotAvailable,
-            "the offsets partition is not open",
-        ));
-    };
+    let (p, n) = offsets_partition_of(shard, group)?;
     let now = now_ms();
-    let records: Vec<CommitRecord> = offsets
+    let records: Vec<OffsetsRecord> = offsets
         .iter()
-        .map(|o| CommitRecord {
-            group: group.to_string(),
-            committed: o.clone(),
+        .map(|o| {
+            OffsetsRecord::Commit(CommitRecord {
+                group: group.to_string(),
+                committed: o.clone(),
+            })
         })
         .collect();
     let Some((base, next)) = offsets_log::append(shard, &p, &records, now)? else {
@@ -87,6 +99,90 @@ pub async fn commit(
         shard.groups.end_compaction(p.index);
     }
     Ok(())
+}
+
+/// DeleteGroups: a group without members loses its committed offsets and is gone; answered
+/// once their tombstones are durable.
+pub async fn delete_group(shard: &Rc<Shard>, group: &str) -> Result<(), OpError> {
+    coordinated_here(shard, group)?;
+    let partitions = shard.groups.deletable(group)?;
+    remove(shard, group, partitions).await
+}
+
+/// OffsetDelete: each partition's committed offset is removed unless a member of the group
+/// subscribes to its topic (GROUP_SUBSCRIBED_TO_TOPIC); one result per partition, in order.
+pub async fn delete_offsets(
+    shard: &Rc<Shard>,
+    group: &str,
+    partitions: Vec<(String, u32)>,
+) -> Result<Vec<Result<(), OpError>>, OpError> {
+    coordinated_here(shard, group)?;
+    let subscribed = shard.groups.subscribed_topics(group)?;
+    let mut results: Vec<Result<(), OpError>> = partitions
+        .iter()
+        .map(|(topic, _)| match subscribed.contains(topic) {
+            true => Err(OpError::new(
+                ErrorCode::GroupSubscribedToTopic,
+                format!("a member of {group:?} subscribes to {topic:?}"),
+            )),
+            false => Ok(()),
+        })
+        .collect();
+    let gone: Vec<(String, u32)> = partitions
+        .into_iter()
+        .zip(&results)
+        .filter(|(_, r)| r.is_ok())
+        .map(|(p, _)| p)
+        .collect();
+    if let Err(e) = remove(shard, group, gone).await {
+        for r in results.iter_mut().filter(|r| r.is_ok()) {
+            *r = Err(e.clone());
+        }
+    }
+    Ok(results)
+}
+
+/// Forgets `partitions` of `group` and appends their tombstones, answered once durable.
+/// Memory goes first, with no await before the append: a commit racing this one is appended
+/// after the tombstones, so the log replays to what memory holds.
+async fn remove(
+    shard: &Rc<Shard>,
+    group: &str,
+    partitions: Vec<(String, u32)>,
+) -> Result<(), OpError> {
+    shard.groups.remove_offsets(group, &partitions);
+    if partitions.is_empty() {
+        return Ok(());
+    }
+    let (p, _) = offsets_partition_of(shard, group)?;
+    let records: Vec<OffsetsRecord> = partitions
+        .into_iter()
+        .map(|(topic, partition)| OffsetsRecord::Removed {
+            group: group.to_string(),
+            topic,
+            partition,
+        })
+        .collect();
+    let Some((base, next)) = offsets_log::append(shard, &p, &records, now_ms())? else {
+        return Ok(());
+    };
+    shard.group_commit.mark_dirty(&p);
+    let appended = Appended {
+        partition: p,
+        base_offset: base,
+        next_offset: next,
+    };
+    let deadline = Instant::now() + shard.cfg.max_produce_timeout;
+    match await_acks(shard, vec![appended.ack(0)], deadline)
+        .await
+        .pop()
+    {
+        None => Ok(()),
+        Some((_, e)) => Err(OpError::new(
+            e.code,
+            format!("the deletion was not stored: {}", e.message),
+        )),
+    }
 }
 
 /// One committed offset as OffsetFetch answers it: `None` when nothing is committed.

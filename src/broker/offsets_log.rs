@@ -8,7 +8,7 @@ use super::group_host::OFFSETS_TOPIC;
 use super::shard::Shard;
 use crate::batch::{BatchBuilder, BatchIter, BatchView};
 use crate::clock::now_ms;
-use crate::group::offsets_log::CommitRecord;
+use crate::group::offsets_log::{CommitRecord, OffsetsRecord};
 use crate::log::{FileReads, LogError};
 use crate::partition::{Partition, ReadLimits};
 use crate::protocol::ErrorCode;
@@ -16,13 +16,13 @@ use crate::protocol::ErrorCode;
 /// Records per appended batch (a compaction snapshot may hold many).
 const RECORDS_PER_BATCH: usize = 1024;
 
-/// Appends commit records to an offsets partition, in batches of at most
+/// Appends records (commits, tombstones) to an offsets partition, in batches of at most
 /// [`RECORDS_PER_BATCH`]: (base offset of the first, next offset after the last). Not durable
 /// yet: the caller marks the partition dirty and waits for the ack.
 pub fn append(
     shard: &Shard,
     p: &Partition,
-    records: &[CommitRecord],
+    records: &[OffsetsRecord],
     now: i64,
 ) -> Result<Option<(u64, u64)>, (ErrorCode, String)> {
     let mut range: Option<(u64, u64)> = None;
@@ -88,14 +88,20 @@ pub async fn replay(shard: &Rc<Shard>) {
                             continue;
                         }
                         at = r.offset + 1;
-                        if let Some(c) =
-                            CommitRecord::decode(r.key().unwrap_or_default(), r.value())
-                        {
-                            let time = r.timestamp_ms.max(0) as u64;
-                            shard
-                                .groups
-                                .store_commit(&c.group, time, "", vec![c.committed]);
-                            loaded += 1;
+                        match OffsetsRecord::decode(r.key().unwrap_or_default(), r.value()) {
+                            Some(OffsetsRecord::Commit(c)) => {
+                                let time = r.timestamp_ms.max(0) as u64;
+                                shard
+                                    .groups
+                                    .store_commit(&c.group, time, "", vec![c.committed]);
+                                loaded += 1;
+                            }
+                            Some(OffsetsRecord::Removed {
+                                group,
+                                topic,
+                                partition,
+                            }) => shard.groups.remove_offsets(&group, &[(topic, partition)]),
+                            None => {}
                         }
                     }
                 }
@@ -118,6 +124,7 @@ pub async fn replay(shard: &Rc<Shard>) {
 /// hosts, waits until that is durable, then truncates the log below it (Kafka compacts by key;
 /// snapshot-and-truncate keeps the same latest-per-key content with the log's own tools).
 pub async fn compact(shard: &Rc<Shard>, p: &Rc<Partition>, records: Vec<CommitRecord>) {
+    let records: Vec<OffsetsRecord> = records.into_iter().map(OffsetsRecord::Commit).collect();
     let (base, next) = match append(shard, p, &records, now_ms()) {
         Ok(Some(range)) => range,
         // No commit recorded at all: the whole history is obsolete.

@@ -780,6 +780,31 @@ impl Group {
             })
     }
 
+    /// Forgets the committed offsets of `partitions` (DeleteGroups, OffsetDelete); the
+    /// shell writes their tombstones.
+    pub fn remove_offsets(&mut self, partitions: &[(String, u32)]) {
+        for key in partitions {
+            self.offsets.remove(key);
+        }
+    }
+
+    /// Topics the members subscribe to, from their consumer-protocol metadata (every
+    /// protocol they offered: each names the same subscription). Empty for a group of
+    /// another protocol type, or without members.
+    pub fn subscribed_topics(&self) -> std::collections::BTreeSet<String> {
+        if self.protocol_type.as_deref() != Some("consumer") {
+            return Default::default();
+        }
+        self.members
+            .values()
+            .flat_map(|m| m.protocols.iter())
+            .filter_map(|(_, metadata)| {
+                super::consumer_protocol::Subscription::decode(metadata).ok()
+            })
+            .flat_map(|s| s.topics)
+            .collect()
+    }
+
     /// Whether the group stores any committed offset.
     pub fn has_offsets(&self) -> bool {
         !self.offsets.is_empty()

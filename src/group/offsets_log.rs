@@ -65,6 +65,50 @@ impl CommitRecord {
     }
 }
 
+/// One record of `__consumer_offsets` as read back: a commit, or the removal of a group's
+/// committed offset (DeleteGroups, OffsetDelete): a tombstone, the key with an empty value
+/// (a commit's value always holds its 8-byte offset).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OffsetsRecord {
+    Commit(CommitRecord),
+    Removed {
+        group: String,
+        topic: String,
+        partition: u32,
+    },
+}
+
+impl OffsetsRecord {
+    /// (key, value) of the record.
+    pub fn encode(&self) -> (Vec<u8>, Vec<u8>) {
+        match self {
+            OffsetsRecord::Commit(c) => c.encode(),
+            OffsetsRecord::Removed {
+                group,
+                topic,
+                partition,
+            } => (
+                format!("{group}\0{topic}\0{partition}").into_bytes(),
+                Vec::new(),
+            ),
+        }
+    }
+
+    /// The inverse of [`OffsetsRecord::encode`]; `None` for a record that is neither.
+    pub fn decode(key: &[u8], value: &[u8]) -> Option<OffsetsRecord> {
+        if !value.is_empty() {
+            return CommitRecord::decode(key, value).map(OffsetsRecord::Commit);
+        }
+        // The key of a commit, whatever its offset: reuse its parser.
+        let c = CommitRecord::decode(key, &[0; 8])?;
+        Some(OffsetsRecord::Removed {
+            group: c.group,
+            topic: c.committed.topic,
+            partition: c.committed.partition,
+        })
+    }
+}
+
 /// What a compaction writes: the latest commit of every partition of every group given.
 pub fn snapshot<'a>(groups: impl IntoIterator<Item = &'a Group>) -> Vec<CommitRecord> {
     groups
@@ -98,5 +142,32 @@ mod tests {
         assert_eq!(CommitRecord::decode(b"g\0t\0x", &[0; 8]), None);
         assert_eq!(CommitRecord::decode(b"g\0t\x003\0more", &[0; 8]), None);
         assert_eq!(CommitRecord::decode(&[0xff, 0], &[0; 8]), None);
+    }
+
+    #[test]
+    fn tombstones_round_trip_and_are_not_commits() {
+        let removed = OffsetsRecord::Removed {
+            group: "g".into(),
+            topic: "t".into(),
+            partition: 3,
+        };
+        let (k, v) = removed.encode();
+        assert_eq!((k.as_slice(), v.len()), (&b"g\0t\x003"[..], 0));
+        assert_eq!(OffsetsRecord::decode(&k, &v), Some(removed));
+        assert_eq!(
+            CommitRecord::decode(&k, &v),
+            None,
+            "a tombstone is no commit"
+        );
+        let commit = CommitRecord {
+            group: "g".into(),
+            committed: PartitionOffset::new("t", 3, 9),
+        };
+        let (k, v) = commit.encode();
+        assert_eq!(
+            OffsetsRecord::decode(&k, &v),
+            Some(OffsetsRecord::Commit(commit))
+        );
+        assert_eq!(OffsetsRecord::decode(b"junk", &[]), None);
     }
 }

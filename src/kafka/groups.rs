@@ -4,6 +4,7 @@
 
 use std::rc::Rc;
 
+use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
 use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
 use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
@@ -12,15 +13,19 @@ use kafka_protocol::messages::list_groups_response::ListedGroup;
 use kafka_protocol::messages::offset_commit_response::{
     OffsetCommitResponsePartition, OffsetCommitResponseTopic,
 };
+use kafka_protocol::messages::offset_delete_response::{
+    OffsetDeleteResponsePartition, OffsetDeleteResponseTopic,
+};
 use kafka_protocol::messages::offset_fetch_response::{
     OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
     OffsetFetchResponseTopic, OffsetFetchResponseTopics,
 };
 use kafka_protocol::messages::{
-    BrokerId, DescribeGroupsRequest, DescribeGroupsResponse, FindCoordinatorRequest,
-    FindCoordinatorResponse, GroupId, HeartbeatRequest, HeartbeatResponse, JoinGroupRequest,
-    JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse, ListGroupsRequest,
-    ListGroupsResponse, OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest,
+    BrokerId, DeleteGroupsRequest, DeleteGroupsResponse, DescribeGroupsRequest,
+    DescribeGroupsResponse, FindCoordinatorRequest, FindCoordinatorResponse, GroupId,
+    HeartbeatRequest, HeartbeatResponse, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest,
+    LeaveGroupResponse, ListGroupsRequest, ListGroupsResponse, OffsetCommitRequest,
+    OffsetCommitResponse, OffsetDeleteRequest, OffsetDeleteResponse, OffsetFetchRequest,
     OffsetFetchResponse, SyncGroupRequest, SyncGroupResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
@@ -490,6 +495,64 @@ pub fn list(shard: &Shard, req: ListGroupsRequest) -> ListGroupsResponse {
         lg.group_state = text(&g.state);
         lg.group_type = text("classic");
         r.groups.push(lg);
+    }
+    r
+}
+
+/// DeleteGroups: each group is deleted by its coordinator (NOT_COORDINATOR elsewhere), only
+/// without members (NON_EMPTY_GROUP), GROUP_ID_NOT_FOUND for one never seen.
+pub async fn delete_groups(shard: &Rc<Shard>, req: &DeleteGroupsRequest) -> DeleteGroupsResponse {
+    let mut r = DeleteGroupsResponse::default();
+    for g in &req.groups_names {
+        let mut dr = DeletableGroupResult::default();
+        dr.group_id = g.clone();
+        if let Err(e) = offsets::delete_group(shard, &g.0).await {
+            dr.error_code = e.code.code();
+        }
+        r.results.push(dr);
+    }
+    r
+}
+
+/// OffsetDelete: the group's committed offsets of the named partitions, except those of
+/// topics a member subscribes to (GROUP_SUBSCRIBED_TO_TOPIC, per partition).
+pub async fn offset_delete(shard: &Rc<Shard>, req: &OffsetDeleteRequest) -> OffsetDeleteResponse {
+    let mut r = OffsetDeleteResponse::default();
+    let asked: Vec<(String, u32)> = req
+        .topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions.iter().filter_map(|p| {
+                u32::try_from(p.partition_index)
+                    .ok()
+                    .map(|i| (t.name.0.to_string(), i))
+            })
+        })
+        .collect();
+    let mut results = match offsets::delete_offsets(shard, &req.group_id.0, asked).await {
+        Ok(results) => results.into_iter(),
+        Err(e) => {
+            r.error_code = e.code.code();
+            return r;
+        }
+    };
+    for t in &req.topics {
+        let mut tr = OffsetDeleteResponseTopic::default();
+        tr.name = t.name.clone();
+        for p in &t.partitions {
+            let mut pr = OffsetDeleteResponsePartition::default();
+            pr.partition_index = p.partition_index;
+            let outcome = if p.partition_index < 0 {
+                Err(ErrorCode::UnknownTopicOrPartition)
+            } else {
+                results.next().unwrap_or(Ok(())).map_err(|e| e.code)
+            };
+            if let Err(code) = outcome {
+                pr.error_code = code.code();
+            }
+            tr.partitions.push(pr);
+        }
+        r.topics.push(tr);
     }
     r
 }

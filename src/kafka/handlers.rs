@@ -72,6 +72,12 @@ pub async fn handle(
             ResponseKind::DescribeGroups(groups::describe(shard, version, r))
         }
         RequestKind::ListGroups(r) => ResponseKind::ListGroups(groups::list(shard, r)),
+        RequestKind::DeleteGroups(r) => {
+            ResponseKind::DeleteGroups(groups::delete_groups(shard, &r).await)
+        }
+        RequestKind::OffsetDelete(r) => {
+            ResponseKind::OffsetDelete(groups::offset_delete(shard, &r).await)
+        }
         RequestKind::CreateTopics(r) => {
             ResponseKind::CreateTopics(super::admin::create_topics(shard, r).await)
         }

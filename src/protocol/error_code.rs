@@ -49,6 +49,7 @@ pub enum ErrorCode {
     GroupIdNotFound = 69,
     GroupMaxSizeReached = 81,
     FencedInstanceId = 82,
+    GroupSubscribedToTopic = 86,
     UnknownTopicId = 100,
 }
 
@@ -94,6 +95,7 @@ impl ErrorCode {
         ErrorCode::GroupIdNotFound,
         ErrorCode::GroupMaxSizeReached,
         ErrorCode::FencedInstanceId,
+        ErrorCode::GroupSubscribedToTopic,
         ErrorCode::UnknownTopicId,
     ];
 
@@ -171,6 +173,7 @@ impl ErrorCode {
             ErrorCode::GroupMaxSizeReached => "GROUP_MAX_SIZE_REACHED",
             ErrorCode::InvalidCommitOffsetSize => "INVALID_COMMIT_OFFSET_SIZE",
             ErrorCode::FencedInstanceId => "FENCED_INSTANCE_ID",
+            ErrorCode::GroupSubscribedToTopic => "GROUP_SUBSCRIBED_TO_TOPIC",
             ErrorCode::UnknownTopicId => "UNKNOWN_TOPIC_ID",
         }
     }

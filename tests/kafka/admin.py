@@ -17,6 +17,7 @@ and an idempotent producer against rill. Every command prints JSON on stdout.
                                        {"error": null | {...}}
   incremental-alter-configs BOOTSTRAP KIND NAME JSON
                                        JSON [[key, "SET"|"DELETE"|"APPEND"|"SUBTRACT", value]]
+  delete-groups BOOTSTRAP GROUP...      one line per group, as create ("topic": the group)
   produce-idempotent BOOTSTRAP TOPIC COUNT RUN
                                        enable.idempotence=true, keyed messages key<i%20> =
                                        "<RUN>:<key>:<i>"; {"producer_id", "epoch", "delivered"}
@@ -137,6 +138,11 @@ def incremental_alter_configs(bootstrap, kind, name, spec):
         [ConfigResource(KINDS[kind], name, incremental_configs=entries)]))
 
 
+def delete_groups(bootstrap, groups):
+    a = admin(bootstrap)
+    wait_all(a.delete_consumer_groups(groups, request_timeout=30))
+
+
 def produce_idempotent(bootstrap, topic, count, run):
     fatal = []
     stats = {}
@@ -205,6 +211,8 @@ if __name__ == "__main__":
         alter_configs(args[0], args[1], args[2], args[3])
     elif cmd == "incremental-alter-configs":
         incremental_alter_configs(args[0], args[1], args[2], args[3])
+    elif cmd == "delete-groups":
+        delete_groups(args[0], args[1:])
     elif cmd == "produce-idempotent":
         produce_idempotent(args[0], args[1], int(args[2]), args[3])
     else:
