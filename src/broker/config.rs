@@ -79,6 +79,9 @@ pub struct BrokerConfig {
     pub offsets_compact_every: usize,
     /// Members one group may have (`--group-max-size`, Kafka's `group.max.size`).
     pub group_max_size: usize,
+    /// An empty group's first generation waits this long for more members after each join
+    /// (`--group-initial-rebalance-delay-ms`, Kafka's `group.initial.rebalance.delay.ms`).
+    pub group_initial_rebalance_delay: Duration,
     /// Groups one shard coordinates at once (`--max-groups-per-shard`).
     pub max_groups_per_shard: usize,
     /// Partitions one group may hold committed offsets for (`--max-offsets-per-group`).
@@ -124,6 +127,7 @@ impl BrokerConfig {
             offsets_topic_partitions: 8,
             offsets_compact_every: 10_000,
             group_max_size: 1_000,
+            group_initial_rebalance_delay: Duration::from_secs(3),
             max_groups_per_shard: 10_000,
             max_offsets_per_group: 100_000,
             io_memory_bytes: 10 << 20,

@@ -451,6 +451,14 @@ impl GroupHost {
 mod tests {
     use super::*;
 
+    /// Groups that form at their first join (no initial rebalance delay), as most tests want.
+    fn no_delay() -> GroupConfig {
+        GroupConfig {
+            initial_rebalance_delay_ms: 0,
+            ..GroupConfig::default()
+        }
+    }
+
     fn join_req(member: &str) -> JoinRequest {
         JoinRequest {
             member_id: member.to_string(),
@@ -466,7 +474,7 @@ mod tests {
     #[test]
     fn a_restarted_host_hands_out_new_member_ids() {
         let first_id = || {
-            let host = GroupHost::new(GroupConfig::default(), 10);
+            let host = GroupHost::new(no_delay(), 10);
             let mut req = join_req("");
             req.group_instance_id = None;
             host.join(0, "g", req)
@@ -480,7 +488,7 @@ mod tests {
 
     #[test]
     fn refused_requests_for_unknown_groups_leave_nothing_behind() {
-        let host = GroupHost::new(GroupConfig::default(), 10);
+        let host = GroupHost::new(no_delay(), 10);
         let mut bad = join_req("");
         bad.session_timeout_ms = 1; // below the minimum
         assert!(host.join(0, "made-up", bad).try_recv().unwrap().is_err());
@@ -494,7 +502,7 @@ mod tests {
 
     #[test]
     fn describing_groups_known_and_unknown() {
-        let host = GroupHost::new(GroupConfig::default(), 10);
+        let host = GroupHost::new(no_delay(), 10);
         let dead = host.describe("nobody");
         assert_eq!(dead.state, "Dead");
         assert!(dead.members.is_empty() && dead.protocol_type.is_empty());
@@ -543,7 +551,7 @@ mod tests {
 
     #[test]
     fn all_committed_offsets_of_a_group_sorted() {
-        let host = GroupHost::new(GroupConfig::default(), 10);
+        let host = GroupHost::new(no_delay(), 10);
         assert!(host.all_committed("g").is_empty());
         let o = PartitionOffset::new;
         host.store_commit("g", 0, "", vec![o("u", 0, 9), o("t", 1, 5), o("t", 0, 3)]);
@@ -559,7 +567,7 @@ mod tests {
 
     #[test]
     fn groups_per_shard_are_bounded() {
-        let host = GroupHost::new(GroupConfig::default(), 2);
+        let host = GroupHost::new(no_delay(), 2);
         let o = [PartitionOffset::new("t", 0, 1)];
         host.store_commit("a", 0, "", o.to_vec());
         let mut req = join_req("");

@@ -138,6 +138,7 @@ impl Shard {
             crate::group::GroupConfig {
                 max_members: cfg.group_max_size,
                 max_offsets: cfg.max_offsets_per_group,
+                initial_rebalance_delay_ms: cfg.group_initial_rebalance_delay.as_millis() as u64,
                 ..crate::group::GroupConfig::default()
             },
             cfg.max_groups_per_shard,

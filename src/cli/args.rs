@@ -199,6 +199,11 @@ pub struct BrokerArgs {
     /// GROUP_MAX_SIZE_REACHED.
     #[arg(long, env = "RILL_GROUP_MAX_SIZE", default_value_t = 1_000)]
     pub group_max_size: usize,
+    /// How long an empty group's first generation waits for more members after each join
+    /// (Kafka's group.initial.rebalance.delay.ms), so consumers started together form one
+    /// generation; never past the rebalance timeout.
+    #[arg(long, env = "RILL_GROUP_INITIAL_REBALANCE_DELAY_MS", default_value_t = 3_000)]
+    pub group_initial_rebalance_delay_ms: u64,
     /// Groups (with members or committed offsets) one shard coordinates at once; a join that
     /// would create one more gets GROUP_MAX_SIZE_REACHED, a commit INVALID_COMMIT_OFFSET_SIZE.
     #[arg(long, env = "RILL_MAX_GROUPS_PER_SHARD", default_value_t = 10_000)]

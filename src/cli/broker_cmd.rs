@@ -197,6 +197,7 @@ pub fn config_from_args(a: &BrokerArgs) -> Result<BrokerConfig, String> {
         );
     }
     c.group_max_size = a.group_max_size;
+    c.group_initial_rebalance_delay = Duration::from_millis(a.group_initial_rebalance_delay_ms);
     c.max_groups_per_shard = a.max_groups_per_shard;
     c.max_offsets_per_group = a.max_offsets_per_group;
     c.io_memory_bytes = a.io_memory_bytes;

@@ -33,6 +33,10 @@ pub struct GroupConfig {
     /// runs: else a member from before the restart would pass for the new member with its
     /// id. The shell sets a fresh value per run.
     pub incarnation: u64,
+    /// `group.initial.rebalance.delay.ms`: the first generation of an empty group forms this
+    /// long after its first join (each later join extends it, up to the rebalance timeout),
+    /// so members that start together form one generation instead of rebalancing per member.
+    pub initial_rebalance_delay_ms: u64,
 }
 
 impl Default for GroupConfig {
@@ -44,6 +48,7 @@ impl Default for GroupConfig {
             max_offset_metadata: 4096,
             max_offsets: 100_000,
             incarnation: 0,
+            initial_rebalance_delay_ms: 3_000,
         }
     }
 }
@@ -164,6 +169,9 @@ pub struct Group {
     /// Static instance id -> member id.
     instances: HashMap<String, String>,
     rebalance_deadline_ms: Option<u64>,
+    /// While an empty group's first generation waits for more members: the join completes
+    /// no earlier than this (`initial_rebalance_delay_ms`).
+    initial_join_at_ms: Option<u64>,
     next_member: u64,
     offsets: BTreeMap<(String, u32), CommittedOffset>,
 }
@@ -193,6 +201,7 @@ impl Group {
             members: BTreeMap::new(),
             instances: HashMap::new(),
             rebalance_deadline_ms: None,
+            initial_join_at_ms: None,
             next_member: 0,
             offsets: BTreeMap::new(),
         }
@@ -375,11 +384,27 @@ impl Group {
             out.push(Action::JoinReply(t, Ok(self.join_result(&member_id))));
             return out;
         }
+        let was_empty = self.state == GroupState::Empty;
         if self.state != GroupState::PreparingRebalance {
             self.prepare_rebalance(now_ms);
         }
+        if was_empty || self.initial_join_at_ms.is_some() {
+            self.delay_initial_join(now_ms);
+        }
         out.extend(self.try_complete_join(now_ms));
         out
+    }
+
+    /// The first generation of an empty group waits `initial_rebalance_delay_ms` after each
+    /// join for more members, never past the rebalance deadline (Kafka's delayed initial join).
+    fn delay_initial_join(&mut self, now_ms: u64) {
+        let delay = self.cfg.initial_rebalance_delay_ms;
+        if delay == 0 {
+            return;
+        }
+        let at = now_ms + delay;
+        let at = self.rebalance_deadline_ms.map_or(at, |d| at.min(d));
+        self.initial_join_at_ms = Some(at);
     }
 
     fn new_member_id(&mut self, client_id: &str) -> String {
@@ -427,6 +452,10 @@ impl Group {
         if !all_joined && !deadline_passed {
             return Vec::new();
         }
+        if self.initial_join_at_ms.is_some_and(|at| now_ms < at) {
+            return Vec::new();
+        }
+        self.initial_join_at_ms = None;
         let mut out = Vec::new();
         let stragglers: Vec<String> = self
             .members
@@ -820,6 +849,14 @@ impl Group {
 mod tests {
     use super::*;
 
+    /// Groups that form at their first join (no initial rebalance delay), as most tests want.
+    fn no_delay() -> GroupConfig {
+        GroupConfig {
+            initial_rebalance_delay_ms: 0,
+            ..GroupConfig::default()
+        }
+    }
+
     /// A commit as the shell runs it: checked, (made durable,) stored.
     fn commit(
         g: &mut Group,
@@ -901,9 +938,53 @@ mod tests {
         (r1.member_id, r2.member_id)
     }
 
+    /// Members that start together form one first generation: the join of an empty group
+    /// waits the initial delay after each join, never past the rebalance deadline.
+    #[test]
+    fn an_empty_group_waits_the_initial_delay_for_more_members() {
+        let cfg = GroupConfig {
+            initial_rebalance_delay_ms: 3_000,
+            ..GroupConfig::default()
+        };
+        let mut g = Group::new("g", cfg);
+        assert!(g.join(0, join_req("", None, "t"), 1).is_empty(), "waits");
+        assert!(
+            g.join(2_000, join_req("", None, "t"), 2).is_empty(),
+            "extended"
+        );
+        assert!(
+            g.tick(4_999).0.is_empty(),
+            "3 s after the last join, not before"
+        );
+        let (out, _) = g.tick(5_000);
+        let (a, b) = (joined(&out, 1), joined(&out, 2));
+        assert_eq!(
+            (a.generation, b.generation),
+            (1, 1),
+            "one generation for both"
+        );
+        assert_eq!(g.state(), GroupState::CompletingRebalance);
+
+        // Joins keep coming: the delay ends at the rebalance deadline all the same.
+        let mut g = Group::new(
+            "h",
+            GroupConfig {
+                initial_rebalance_delay_ms: 3_000,
+                ..GroupConfig::default()
+            },
+        );
+        let mut req = join_req("", None, "t");
+        req.rebalance_timeout_ms = 4_000;
+        assert!(g.join(0, req.clone(), 1).is_empty());
+        assert!(g.join(2_500, req.clone(), 2).is_empty());
+        assert!(g.join(3_900, req, 3).is_empty());
+        let (out, _) = g.tick(4_000);
+        assert_eq!(out.len(), 3, "completed at the deadline: {out:?}");
+    }
+
     #[test]
     fn a_rejoining_leader_rebalances_a_rejoining_follower_does_not() {
-        let mut g = Group::new("g", GroupConfig::default());
+        let mut g = Group::new("g", no_delay());
         let (leader, follower) = two_members(&mut g);
         let out = g.sync(
             5,
@@ -936,7 +1017,7 @@ mod tests {
 
     #[test]
     fn join_sync_heartbeat_round_trip() {
-        let mut g = Group::new("g", GroupConfig::default());
+        let mut g = Group::new("g", no_delay());
         let (leader, follower) = two_members(&mut g);
         assert_eq!(g.state(), GroupState::CompletingRebalance);
         // The follower's sync waits for the leader's.
@@ -971,7 +1052,7 @@ mod tests {
 
     #[test]
     fn stale_generations_and_unknown_members_are_refused() {
-        let mut g = Group::new("g", GroupConfig::default());
+        let mut g = Group::new("g", no_delay());
         let (leader, follower) = two_members(&mut g);
         let out = g.sync(
             5,
@@ -1025,7 +1106,7 @@ mod tests {
 
     #[test]
     fn a_crashed_member_is_removed_at_its_session_timeout_like_a_leaver() {
-        let mut g = Group::new("g", GroupConfig::default());
+        let mut g = Group::new("g", no_delay());
         let (leader, follower) = two_members(&mut g);
         let out = g.sync(
             5,
@@ -1058,7 +1139,7 @@ mod tests {
 
     #[test]
     fn rebalance_deadline_drops_members_that_do_not_rejoin() {
-        let mut g = Group::new("g", GroupConfig::default());
+        let mut g = Group::new("g", no_delay());
         let (leader, follower) = two_members(&mut g);
         let out = g.sync(
             5,
@@ -1082,7 +1163,7 @@ mod tests {
 
     #[test]
     fn a_static_member_restarting_keeps_its_assignment_without_a_rebalance() {
-        let mut g = Group::new("g", GroupConfig::default());
+        let mut g = Group::new("g", no_delay());
         let a = g.join(0, join_req("", Some("host-a"), "t"), 1);
         let ra = joined(&a, 1);
         let s = g.sync(
@@ -1178,7 +1259,7 @@ mod tests {
 
     #[test]
     fn a_static_member_restarting_with_other_metadata_keeps_generation_and_assignment() {
-        let mut g = Group::new("g", GroupConfig::default());
+        let mut g = Group::new("g", no_delay());
         let (leader, follower) = static_and_dynamic(&mut g, &["range"]);
         // Restarted: no member id, and its (cooperative) metadata no longer lists what it
         // owned. Its protocol stays the group's: no rebalance.
@@ -1205,7 +1286,7 @@ mod tests {
 
     #[test]
     fn a_static_member_restarting_into_another_protocol_rebalances() {
-        let mut g = Group::new("g", GroupConfig::default());
+        let mut g = Group::new("g", no_delay());
         let (leader, follower) = static_and_dynamic(&mut g, &["range", "roundrobin"]);
         assert!(
             leader < follower,
@@ -1232,7 +1313,7 @@ mod tests {
         let id = |incarnation| {
             let cfg = GroupConfig {
                 incarnation,
-                ..GroupConfig::default()
+                ..no_delay()
             };
             let mut g = Group::new("g", cfg);
             joined(&g.join(0, join_req("", None, "t"), 1), 1).member_id
@@ -1243,7 +1324,7 @@ mod tests {
 
     #[test]
     fn bad_joins_are_refused() {
-        let mut g = Group::new("g", GroupConfig::default());
+        let mut g = Group::new("g", no_delay());
         let mut short = join_req("", None, "t");
         short.session_timeout_ms = 10;
         assert!(
@@ -1257,7 +1338,7 @@ mod tests {
         );
         let cfg = GroupConfig {
             max_members: 1,
-            ..GroupConfig::default()
+            ..no_delay()
         };
         let mut small = Group::new("s", cfg);
         joined(&small.join(0, join_req("", None, "t"), 1), 1);
@@ -1281,7 +1362,7 @@ mod tests {
 
     #[test]
     fn leaving_empties_the_group_and_keeps_offsets() {
-        let mut g = Group::new("g", GroupConfig::default());
+        let mut g = Group::new("g", no_delay());
         let r = one_stable_member(&mut g, 1);
         commit(
             &mut g,
@@ -1305,7 +1386,7 @@ mod tests {
 
     #[test]
     fn a_group_describes_its_protocol_members_and_assignments() {
-        let mut g = Group::new("g", GroupConfig::default());
+        let mut g = Group::new("g", no_delay());
         assert_eq!((g.protocol_type(), g.protocol()), (None, None));
         let (leader, follower) = two_members(&mut g);
         let out = g.sync(
@@ -1341,7 +1422,7 @@ mod tests {
     fn committed_offsets_per_group_are_bounded() {
         let cfg = GroupConfig {
             max_offsets: 3,
-            ..GroupConfig::default()
+            ..no_delay()
         };
         let mut g = Group::new("g", cfg);
         let o = PartitionOffset::new;
@@ -1364,7 +1445,7 @@ mod tests {
 
     #[test]
     fn a_commit_refreshes_the_members_session() {
-        let mut g = Group::new("g", GroupConfig::default());
+        let mut g = Group::new("g", no_delay());
         let r = one_stable_member(&mut g, 0);
         // Session 10 s: commits every 6 s keep the member without a heartbeat.
         for t in [6_000, 12_000, 18_000] {
