@@ -1,6 +1,8 @@
 //! Cluster metadata held by a Raft quorum (raft-rs).
 //!
 //! - [`metadata`]: the replicated state machine (brokers, topics, partition plans) and its rules.
+//! - [`cluster`]: membership (registration, fencing, controlled shutdown), placement and
+//!   leader elections of a cluster of brokers, and the active controller's heartbeat sessions.
 //! - [`raft_log`]: durable raft storage under `<data-dir>/controller/` (CRC32C records, fsync,
 //!   torn-tail truncation, snapshots + log compaction).
 //! - [`core`]: the sans-IO raft node: events in, [`Action`]s out; deterministic tests drive it.
@@ -13,6 +15,7 @@
 //! feed theirs to [`ControllerCore::step`], so `start` refuses more than one voter until it
 //! exists.
 
+pub mod cluster;
 pub mod core;
 pub mod metadata;
 pub mod raft_log;

@@ -50,6 +50,11 @@ pub enum ErrorCode {
     GroupMaxSizeReached = 81,
     FencedInstanceId = 82,
     UnknownTopicId = 100,
+    FencedLeaderEpoch = 74,
+    StaleBrokerEpoch = 77,
+    InvalidUpdateVersion = 95,
+    DuplicateBrokerRegistration = 101,
+    IneligibleReplica = 107,
 }
 
 impl ErrorCode {
@@ -95,6 +100,11 @@ impl ErrorCode {
         ErrorCode::GroupMaxSizeReached,
         ErrorCode::FencedInstanceId,
         ErrorCode::UnknownTopicId,
+        ErrorCode::FencedLeaderEpoch,
+        ErrorCode::StaleBrokerEpoch,
+        ErrorCode::InvalidUpdateVersion,
+        ErrorCode::DuplicateBrokerRegistration,
+        ErrorCode::IneligibleReplica,
     ];
 
     pub fn code(self) -> i16 {
@@ -172,6 +182,11 @@ impl ErrorCode {
             ErrorCode::InvalidCommitOffsetSize => "INVALID_COMMIT_OFFSET_SIZE",
             ErrorCode::FencedInstanceId => "FENCED_INSTANCE_ID",
             ErrorCode::UnknownTopicId => "UNKNOWN_TOPIC_ID",
+            ErrorCode::FencedLeaderEpoch => "FENCED_LEADER_EPOCH",
+            ErrorCode::StaleBrokerEpoch => "STALE_BROKER_EPOCH",
+            ErrorCode::InvalidUpdateVersion => "INVALID_UPDATE_VERSION",
+            ErrorCode::DuplicateBrokerRegistration => "DUPLICATE_BROKER_REGISTRATION",
+            ErrorCode::IneligibleReplica => "INELIGIBLE_REPLICA",
         }
     }
 }
