@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use protobuf::Message as PbMessage;
 use raft::eraftpb::{ConfChange, ConfChangeV2, Entry, EntryType, Message, Snapshot};
-use raft::{RawNode, StateRole};
+use raft::{ProgressState, RawNode, SnapshotStatus, StateRole};
 
 use super::metadata::{Applied, ClusterMetadata, Command, MetadataError, MetadataLimits};
 use super::raft_log::LogStore;
@@ -126,7 +126,17 @@ pub struct ControllerCore {
     leader_id: u64,
     init_proposed: bool,
     actions: Vec<Action>,
+    /// Peers this leader sent a snapshot to -> ticks since. raft-rs pauses a peer in
+    /// snapshot state until the transport reports the snapshot delivered or failed; a
+    /// snapshot lost in transit without a report would stall that peer for good (the
+    /// simulator found this), so after [`SNAPSHOT_TIMEOUT_TICKS`] the core reports the failure
+    /// itself and raft sends a fresh one. At most one entry per voter.
+    snapshots_in_flight: BTreeMap<u64, usize>,
+    election_tick: usize,
 }
+
+/// Ticks a sent snapshot may take before the core counts it lost, in election timeouts.
+pub const SNAPSHOT_TIMEOUT_ELECTIONS: usize = 2;
 
 fn storage_err(e: impl fmt::Display) -> ControllerError {
     ControllerError::Storage(e.to_string())
@@ -213,6 +223,8 @@ impl ControllerCore {
             leader_id: 0,
             init_proposed: false,
             actions: Vec::new(),
+            snapshots_in_flight: BTreeMap::new(),
+            election_tick: cfg.election_tick.max(1),
         })
     }
 
@@ -332,6 +344,42 @@ impl ControllerCore {
     /// Advances raft's logical clock by one tick.
     pub fn tick(&mut self) {
         self.raw.tick();
+        if self.snapshots_in_flight.is_empty() {
+            return;
+        }
+        let limit = self.election_tick * SNAPSHOT_TIMEOUT_ELECTIONS;
+        let mut lost = Vec::new();
+        let prs = self.raw.raft.prs();
+        self.snapshots_in_flight.retain(|&to, ticks| {
+            *ticks += 1;
+            let waiting = prs
+                .get(to)
+                .is_some_and(|p| p.state == ProgressState::Snapshot);
+            if waiting && *ticks >= limit {
+                lost.push(to);
+            }
+            waiting && *ticks < limit
+        });
+        for to in lost {
+            self.raw.report_snapshot(to, SnapshotStatus::Failure);
+        }
+    }
+
+    /// The transport's report on a snapshot sent to `to`: delivered, or failed (raft then
+    /// probes the peer and sends another).
+    pub fn report_snapshot(&mut self, to: u64, delivered: bool) {
+        self.snapshots_in_flight.remove(&to);
+        let status = if delivered {
+            SnapshotStatus::Finish
+        } else {
+            SnapshotStatus::Failure
+        };
+        self.raw.report_snapshot(to, status);
+    }
+
+    /// The transport could not reach `to`: raft slows appends to it down to probes.
+    pub fn report_unreachable(&mut self, to: u64) {
+        self.raw.report_unreachable(to);
     }
 
     /// Feeds a raft message from a peer. Messages addressed to another node and local message
@@ -411,6 +459,11 @@ impl ControllerCore {
     }
 
     fn send(&mut self, msgs: Vec<Message>) {
+        for m in &msgs {
+            if m.get_msg_type() == raft::eraftpb::MessageType::MsgSnapshot {
+                self.snapshots_in_flight.insert(m.to, 0);
+            }
+        }
         self.actions.extend(msgs.into_iter().map(Action::Send));
     }
 

@@ -581,4 +581,6 @@ fn random_cluster_id() -> String {
 #[cfg(test)]
 mod quorum_tests;
 #[cfg(test)]
+pub(crate) mod sim;
+#[cfg(test)]
 mod tests;
