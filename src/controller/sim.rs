@@ -176,7 +176,6 @@ impl Sim {
         let mut nodes = BTreeMap::new();
         for id in 1..=voters {
             let dir = base.path().join(format!("voter-{id}"));
-            std::fs::create_dir_all(&dir).expect("voter dir");
             nodes.insert(
                 id,
                 Node {
