@@ -251,6 +251,18 @@ impl ControllerCore {
         self.raw.raft.term
     }
 
+    /// Role, vote and election timer, for diagnostics.
+    pub fn raft_status(&self) -> String {
+        let r = &self.raw.raft;
+        format!(
+            "{:?} vote {} elapsed {}/{}",
+            r.state,
+            r.vote,
+            r.election_elapsed,
+            r.randomized_election_timeout()
+        )
+    }
+
     /// Raft commit index as this node knows it.
     pub fn committed_index(&self) -> u64 {
         self.raw.raft.raft_log.committed
