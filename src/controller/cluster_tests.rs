@@ -236,6 +236,32 @@ fn bad_replication_factor_and_min_insync_are_one_line_errors() {
     };
     assert_eq!(m.err(alter("3")).code, ErrorCode::InvalidConfig);
     m.ok(alter("1"));
+    // Kafka's AlterConfigs path (ChangeTopicConfig) checks and removes them the same way.
+    let change = |set: &[(&str, &str)], unset: &[&str]| Command::ChangeTopicConfig {
+        name: "t".into(),
+        set: set
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        unset: unset.iter().map(|k| k.to_string()).collect(),
+        replace: false,
+    };
+    assert_eq!(
+        m.err(change(&[(MIN_INSYNC_REPLICAS, "3")], &[])).code,
+        ErrorCode::InvalidConfig
+    );
+    m.ok(change(
+        &[(MIN_INSYNC_REPLICAS, "2")],
+        &[UNCLEAN_LEADER_ELECTION],
+    ));
+    assert_eq!(
+        m.topic("t")
+            .configs
+            .get(MIN_INSYNC_REPLICAS)
+            .map(String::as_str),
+        Some("2")
+    );
+    assert!(!m.topic("t").configs.contains_key(UNCLEAN_LEADER_ELECTION));
     // Other keys still go through topic_config.
     assert_eq!(
         m.err(create("u", 1, 1, &[("bogus", "1")])).code,
