@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use protobuf::Message as PbMessage;
 use raft::eraftpb::{ConfChange, ConfChangeV2, Entry, EntryType, Message, Snapshot};
-use raft::{RawNode, StateRole};
+use raft::{ProgressState, RawNode, SnapshotStatus, StateRole};
 
 use super::metadata::{Applied, ClusterMetadata, Command, MetadataError, MetadataLimits};
 use super::raft_log::LogStore;
@@ -44,6 +44,11 @@ pub struct CoreConfig {
     pub compact_every: u64,
     /// The id the first leader of an empty cluster proposes (random in production).
     pub cluster_id: String,
+    /// `Some(t)`: this node's election timeout is exactly `t` ticks (`t >= election_tick`)
+    /// instead of raft's random pick in `[election_tick, 2 * election_tick)`. raft-rs draws
+    /// that pick from `thread_rng`, which a seeded simulation cannot replay; the simulator
+    /// chooses `t` per node from its own seed instead. Production leaves `None`.
+    pub fixed_election_timeout: Option<usize>,
 }
 
 impl CoreConfig {
@@ -58,6 +63,15 @@ impl CoreConfig {
             max_pending: 1024,
             compact_every: 1024,
             cluster_id: cluster_id.into(),
+            fixed_election_timeout: None,
+        }
+    }
+
+    /// Defaults for node `node_id` of a quorum of `voters` (3 or 5, say).
+    pub fn voter(node_id: u64, voters: Vec<u64>, cluster_id: impl Into<String>) -> CoreConfig {
+        CoreConfig {
+            voters,
+            ..CoreConfig::single(node_id, cluster_id)
         }
     }
 }
@@ -66,16 +80,26 @@ impl CoreConfig {
 #[derive(Debug)]
 pub enum Action {
     /// A raft message for peer `msg.to` (multi-voter; never produced by a single voter).
+    /// Everything it depends on (hard state, entries, snapshot) is already durable when
+    /// [`ControllerCore::ready`] returns it, so the shell may send it at once.
     Send(Message),
     /// A command entry was applied. `proposal` is set when this core proposed it; `metadata` is
     /// the state right after it.
     Applied {
+        /// Raft index of the entry.
+        index: u64,
         proposal: Option<ProposalId>,
         result: Result<Applied, MetadataError>,
         metadata: Arc<ClusterMetadata>,
     },
     /// The proposal's entry was replaced by another leader's: it will never apply.
     Dropped { proposal: ProposalId },
+    /// A snapshot from the leader replaced the metadata (this voter was too far behind for
+    /// the leader's log); `metadata` is the state at raft index `index`.
+    SnapshotInstalled {
+        index: u64,
+        metadata: Arc<ClusterMetadata>,
+    },
     /// The raft leader changed (`leader_id` 0: unknown); `metadata.controller_id` follows it.
     LeaderChanged {
         leader_id: u64,
@@ -102,7 +126,17 @@ pub struct ControllerCore {
     leader_id: u64,
     init_proposed: bool,
     actions: Vec<Action>,
+    /// Peers this leader sent a snapshot to -> ticks since. raft-rs pauses a peer in
+    /// snapshot state until the transport reports the snapshot delivered or failed; a
+    /// snapshot lost in transit without a report would stall that peer for good (the
+    /// simulator found this), so after [`SNAPSHOT_TIMEOUT_TICKS`] the core reports the failure
+    /// itself and raft sends a fresh one. At most one entry per voter.
+    snapshots_in_flight: BTreeMap<u64, usize>,
+    election_tick: usize,
 }
+
+/// Ticks a sent snapshot may take before the core counts it lost, in election timeouts.
+pub const SNAPSHOT_TIMEOUT_ELECTIONS: usize = 2;
 
 fn storage_err(e: impl fmt::Display) -> ControllerError {
     ControllerError::Storage(e.to_string())
@@ -144,10 +178,20 @@ impl ControllerCore {
             && store.conf_state().learners.is_empty()
             && store.conf_state().voters_outgoing.is_empty();
 
+        // raft picks a timeout in [min, max): with max = min + 1 the pick is `t` itself.
+        let (min_election_tick, max_election_tick) = match cfg.fixed_election_timeout {
+            Some(t) => {
+                let t = t.max(cfg.election_tick);
+                (t, t + 1)
+            }
+            None => (0, 0),
+        };
         let raft_cfg = raft::Config {
             id: cfg.node_id,
             election_tick: cfg.election_tick,
             heartbeat_tick: cfg.heartbeat_tick,
+            min_election_tick,
+            max_election_tick,
             applied: snapshot_index,
             max_size_per_msg: 1 << 20,
             max_inflight_msgs: 256,
@@ -179,6 +223,8 @@ impl ControllerCore {
             leader_id: 0,
             init_proposed: false,
             actions: Vec::new(),
+            snapshots_in_flight: BTreeMap::new(),
+            election_tick: cfg.election_tick.max(1),
         })
     }
 
@@ -198,6 +244,33 @@ impl ControllerCore {
     /// Known leader (0: none).
     pub fn leader_id(&self) -> u64 {
         self.raw.raft.leader_id
+    }
+
+    /// Current raft term.
+    pub fn term(&self) -> u64 {
+        self.raw.raft.term
+    }
+
+    /// Role, vote and election timer, for diagnostics.
+    pub fn raft_status(&self) -> String {
+        let r = &self.raw.raft;
+        format!(
+            "{:?} vote {} elapsed {}/{}",
+            r.state,
+            r.vote,
+            r.election_elapsed,
+            r.randomized_election_timeout()
+        )
+    }
+
+    /// Raft commit index as this node knows it.
+    pub fn committed_index(&self) -> u64 {
+        self.raw.raft.raft_log.committed
+    }
+
+    /// The voters of the current configuration.
+    pub fn voters(&self) -> Vec<u64> {
+        self.raw.store().conf_state().voters.clone()
     }
 
     /// Raft index of the last applied entry.
@@ -231,9 +304,18 @@ impl ControllerCore {
 
     /// Validates `cmd` against the applied metadata and proposes it. The outcome comes later from
     /// [`ControllerCore::ready`] as [`Action::Applied`] (or [`Action::Dropped`]).
+    ///
+    /// Only the leader takes proposals: a follower refuses with
+    /// [`ControllerError::NotController`] naming the leader it knows (Kafka's NOT_CONTROLLER), so
+    /// the caller retries there. raft-rs could forward a follower's proposal to the leader, but
+    /// the follower would never learn the entry's index, so it could not tell the caller the
+    /// outcome; a refusal the caller can act on is the clean choice.
     pub fn propose(&mut self, cmd: &Command) -> Result<ProposalId, ControllerError> {
         if !self.is_leader() {
-            return Err(ControllerError::NotLeader);
+            return Err(ControllerError::NotController {
+                node_id: self.node_id,
+                leader_id: self.raw.raft.leader_id,
+            });
         }
         if self.pending.len() >= self.max_pending {
             return Err(ControllerError::Overloaded(format!(
@@ -274,10 +356,51 @@ impl ControllerCore {
     /// Advances raft's logical clock by one tick.
     pub fn tick(&mut self) {
         self.raw.tick();
+        if self.snapshots_in_flight.is_empty() {
+            return;
+        }
+        let limit = self.election_tick * SNAPSHOT_TIMEOUT_ELECTIONS;
+        let mut lost = Vec::new();
+        let prs = self.raw.raft.prs();
+        self.snapshots_in_flight.retain(|&to, ticks| {
+            *ticks += 1;
+            let waiting = prs
+                .get(to)
+                .is_some_and(|p| p.state == ProgressState::Snapshot);
+            if waiting && *ticks >= limit {
+                lost.push(to);
+            }
+            waiting && *ticks < limit
+        });
+        for to in lost {
+            self.raw.report_snapshot(to, SnapshotStatus::Failure);
+        }
     }
 
-    /// Feeds a raft message from a peer.
+    /// The transport's report on a snapshot sent to `to`: delivered, or failed (raft then
+    /// probes the peer and sends another).
+    pub fn report_snapshot(&mut self, to: u64, delivered: bool) {
+        self.snapshots_in_flight.remove(&to);
+        let status = if delivered {
+            SnapshotStatus::Finish
+        } else {
+            SnapshotStatus::Failure
+        };
+        self.raw.report_snapshot(to, status);
+    }
+
+    /// The transport could not reach `to`: raft slows appends to it down to probes.
+    pub fn report_unreachable(&mut self, to: u64) {
+        self.raw.report_unreachable(to);
+    }
+
+    /// Feeds a raft message from a peer. Messages addressed to another node and local message
+    /// types (which only this node may generate) are ignored: a misrouted or forged packet must
+    /// not make this node campaign or propose.
     pub fn step(&mut self, msg: Message) -> Result<(), ControllerError> {
+        if msg.to != self.node_id || raft::raw_node::is_local_msg(msg.get_msg_type()) {
+            return Ok(());
+        }
         match self.raw.step(msg) {
             Ok(()) => Ok(()),
             // Messages from unknown peers or stray local messages are ignored, as etcd does.
@@ -288,7 +411,24 @@ impl ControllerCore {
 
     /// Persists and applies everything raft has ready; returns what the shell must do.
     /// A storage error is fatal for this core (reopen from disk to recover).
+    ///
+    /// Ordering (raft's rule: persist, then send): messages are collected while the ready
+    /// states are handled and only returned when this function returns, after every entry, hard
+    /// state and snapshot of those ready states is durable in the [`LogStore`] (fsynced when
+    /// raft asks). raft-rs allows a leader to send its appends before persisting them, which
+    /// would save one fsync of latency; the controller's traffic is small, so it takes the
+    /// simpler rule that holds for every message type. On a storage error nothing is sent.
     pub fn ready(&mut self) -> Result<Vec<Action>, ControllerError> {
+        match self.ready_inner() {
+            Ok(()) => Ok(std::mem::take(&mut self.actions)),
+            Err(e) => {
+                self.actions.clear();
+                Err(e)
+            }
+        }
+    }
+
+    fn ready_inner(&mut self) -> Result<(), ControllerError> {
         loop {
             if !self.raw.has_ready() {
                 if self.maybe_init_cluster()? {
@@ -327,10 +467,15 @@ impl ControllerCore {
             self.raw.advance_apply_to(self.applied);
             self.maybe_compact()?;
         }
-        Ok(std::mem::take(&mut self.actions))
+        Ok(())
     }
 
     fn send(&mut self, msgs: Vec<Message>) {
+        for m in &msgs {
+            if m.get_msg_type() == raft::eraftpb::MessageType::MsgSnapshot {
+                self.snapshots_in_flight.insert(m.to, 0);
+            }
+        }
         self.actions.extend(msgs.into_iter().map(Action::Send));
     }
 
@@ -411,6 +556,7 @@ impl ControllerCore {
                     };
                     let proposal = self.take_pending(e.index, e.term);
                     self.actions.push(Action::Applied {
+                        index: e.index,
                         proposal,
                         result,
                         metadata: self.metadata.clone(),
@@ -455,6 +601,10 @@ impl ControllerCore {
         self.metadata = Arc::new(md);
         self.applied = index;
         self.snapshot_index = index;
+        self.actions.push(Action::SnapshotInstalled {
+            index,
+            metadata: self.metadata.clone(),
+        });
         let dropped: Vec<u64> = self.pending.range(..=index).map(|(&i, _)| i).collect();
         for i in dropped {
             if let Some((_, id)) = self.pending.remove(&i) {
@@ -585,6 +735,7 @@ mod tests {
                         proposal: Some(p),
                         result,
                         metadata,
+                        ..
                     } if p == id => {
                         assert!(Arc::ptr_eq(&metadata, core.metadata()));
                         return result.map_err(ControllerError::Metadata);

@@ -10,9 +10,11 @@
 //!   empty leader entries and rejected commands do not change it, so reopening a controller (which
 //!   appends a new empty leader entry) yields the same metadata, `applied_index` included.
 //! - Topic ids start at 1 and are never reused.
-//! - Placement: replicas go on distinct brokers, round-robin over the sorted broker ids starting at
-//!   `topic_id % brokers`; partition `p` starts one broker further than partition `p - 1`. The
-//!   leader is the first replica; its shard is `(topic_id + p) % leader.shards`.
+//! - Placement (`cluster.rs`): replicas go on distinct live brokers (distinct racks where set),
+//!   round-robin over the brokers in rack-alternating order (sorted ids without racks) starting
+//!   at `topic_id % brokers`; partition `p` starts one broker further than partition `p - 1`.
+//!   The leader is the first replica; the `k`-th partition of the topic it leads goes on its
+//!   shard `(topic_id + k) % leader.shards` (one broker: `(topic_id + p) % shards`).
 //! - A broker re-registering (a restart) with a different shard count keeps each partition it
 //!   leads on the same shard when that shard still exists; partitions whose shard is now out of
 //!   range are re-placed with the same formula, `(topic_id + p) % new_shards`, and their
@@ -23,6 +25,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use super::cluster::{split_cluster_configs, BrokerMember, BrokerRegistration};
 use crate::protocol::error_code::ErrorCode;
 use crate::topic_config::TopicConfigError;
 
@@ -41,6 +44,11 @@ pub struct ClusterMetadata {
     pub brokers: BTreeMap<u32, BrokerInfo>,
     pub topics: BTreeMap<String, TopicInfo>,
     pub next_topic_id: u64,
+    /// Membership of brokers registered with [`Command::RegisterMember`] (see `cluster.rs`);
+    /// empty for a single-node broker, and then left out of the JSON so its snapshots read as
+    /// before.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub members: BTreeMap<u32, BrokerMember>,
 }
 
 /// A registered broker.
@@ -74,6 +82,9 @@ pub struct PartitionInfo {
     pub replicas: Vec<u32>,
     pub isr: Vec<u32>,
     pub leader_epoch: u32,
+    /// Bumped by every leader or ISR change; an AlterPartition names the one it read.
+    #[serde(default)]
+    pub partition_epoch: u32,
     /// Writes stopped; readers drain it; its files go once its data is past retention.
     #[serde(default)]
     pub decommissioned: bool,
@@ -120,6 +131,34 @@ pub enum Command {
         unset: BTreeSet<String>,
         replace: bool,
     },
+    /// A broker of a cluster joins (or rejoins after a restart): it gets a membership record
+    /// with broker epoch = this entry's raft index, and leads the offline partitions it can.
+    RegisterMember(BrokerRegistration),
+    /// Proposed by the active controller when a broker's session ran out: it leads nothing any
+    /// more, and leaves every ISR where it is not the last member.
+    FenceBroker {
+        node_id: u32,
+        broker_epoch: u64,
+    },
+    /// Proposed by the active controller when a fenced broker heartbeats again.
+    UnfenceBroker {
+        node_id: u32,
+        broker_epoch: u64,
+    },
+    /// A broker asked to stop: leadership moves away first (as for a fence).
+    ControlledShutdown {
+        node_id: u32,
+        broker_epoch: u64,
+    },
+    /// A partition leader changes the ISR; accepted only for the current leader and epochs.
+    AlterPartition {
+        topic: String,
+        partition: u32,
+        leader: u32,
+        leader_epoch: u32,
+        partition_epoch: u32,
+        isr: Vec<u32>,
+    },
 }
 
 /// What an applied command did.
@@ -132,6 +171,17 @@ pub enum Applied {
     TopicConfigAltered(TopicInfo),
     PartitionsAdded(TopicInfo),
     PartitionDecommissioned(TopicInfo),
+    MemberRegistered {
+        node_id: u32,
+        broker_epoch: u64,
+        /// Offline partitions it now leads.
+        elected: usize,
+    },
+    BrokerStateChanged {
+        node_id: u32,
+        partitions_changed: usize,
+    },
+    PartitionAltered(PartitionInfo),
 }
 
 /// A command refused by validation.
@@ -246,47 +296,52 @@ impl ClusterMetadata {
                         format!("topic {name:?}: {partitions} partitions, must be 1..={max}"),
                     ));
                 }
-                let brokers = self.brokers.len();
+                let brokers = self.live_brokers().len();
                 if *replication_factor == 0 || usize::from(*replication_factor) > brokers {
                     return Err(MetadataError::new(
                         ErrorCode::InvalidReplicationFactor,
                         format!(
                             "topic {name:?}: replication factor {replication_factor} must be at \
-                             least 1 and at most the number of registered brokers, {brokers}"
+                             least 1 and at most the number of live brokers, {brokers}"
                         ),
                     ));
                 }
-                Ok(crate::topic_config::validate(configs)?)
+                let rest = split_cluster_configs(configs, usize::from(*replication_factor))?;
+                Ok(crate::topic_config::validate(&rest)?)
             }
             Command::AlterTopicConfig { name, configs } => {
-                if !self.topics.contains_key(name) {
+                let Some(t) = self.topics.get(name) else {
                     return Err(MetadataError::new(
                         ErrorCode::UnknownTopicOrPartition,
                         format!("unknown topic {name:?}"),
                     ));
-                }
-                Ok(crate::topic_config::validate(configs)?)
+                };
+                let rf = t.partitions.first().map_or(1, |p| p.replicas.len());
+                let rest = split_cluster_configs(configs, rf)?;
+                Ok(crate::topic_config::validate(&rest)?)
             }
             Command::ChangeTopicConfig {
                 name, set, unset, ..
             } => {
-                if !self.topics.contains_key(name) {
+                let Some(t) = self.topics.get(name) else {
                     return Err(MetadataError::new(
                         ErrorCode::UnknownTopicOrPartition,
                         format!("unknown topic {name:?}"),
                     ));
-                }
+                };
                 if let Some(key) = unset.iter().find(|k| set.contains_key(*k)) {
                     return Err(MetadataError::new(
                         ErrorCode::InvalidRequest,
                         format!("config {key:?} is both set and removed"),
                     ));
                 }
-                crate::topic_config::validate(set)?;
-                match unset
-                    .iter()
-                    .find(|k| !crate::topic_config::KNOWN.contains(&k.as_str()))
-                {
+                // The controller's own keys (min.insync.replicas, ...) are checked here.
+                let rf = t.partitions.first().map_or(1, |p| p.replicas.len());
+                crate::topic_config::validate(&split_cluster_configs(set, rf)?)?;
+                match unset.iter().find(|k| {
+                    !crate::topic_config::KNOWN.contains(&k.as_str())
+                        && !super::cluster::CLUSTER_TOPIC_KEYS.contains(&k.as_str())
+                }) {
                     Some(key) => {
                         Err(
                             crate::topic_config::TopicConfigError::Unknown { key: key.clone() }
@@ -341,6 +396,12 @@ impl ClusterMetadata {
                         format!("topic {name:?} has {have} partitions: the new count must be more, and at most {max} (partitions are never removed)"),
                     ));
                 }
+                if self.live_brokers().is_empty() {
+                    return Err(MetadataError::new(
+                        ErrorCode::InvalidReplicationFactor,
+                        format!("topic {name:?}: no live broker to place new partitions on"),
+                    ));
+                }
                 Ok(())
             }
             Command::DeleteTopic { name } => {
@@ -368,6 +429,11 @@ impl ClusterMetadata {
                 }
                 Ok(())
             }
+            Command::RegisterMember(_)
+            | Command::FenceBroker { .. }
+            | Command::UnfenceBroker { .. }
+            | Command::ControlledShutdown { .. }
+            | Command::AlterPartition { .. } => self.validate_cluster(cmd),
         }
     }
 
@@ -463,19 +529,25 @@ impl ClusterMetadata {
                     (t.id, t.partitions.len() as u32, rf)
                 };
                 // The same placement a topic created with `count` partitions would get.
-                let plan = self.place(id, *count, rf.min(self.brokers.len() as u16).max(1));
+                let live = self.live_brokers().len() as u16;
+                let plan = self.place(id, *count, rf.min(live).max(1));
                 let topic = self.topics.get_mut(name).expect("checked above");
                 topic
                     .partitions
                     .extend(plan.into_iter().skip(have as usize));
                 Applied::PartitionsAdded(topic.clone())
             }
+            Command::RegisterMember(_)
+            | Command::FenceBroker { .. }
+            | Command::UnfenceBroker { .. }
+            | Command::ControlledShutdown { .. }
+            | Command::AlterPartition { .. } => self.apply_cluster(index, cmd)?,
         };
         self.applied_index = index;
         Ok(applied)
     }
 
-    fn register_broker(&mut self, b: &BrokerInfo) {
+    pub(super) fn register_broker(&mut self, b: &BrokerInfo) {
         let shards = b.shards;
         self.brokers.insert(b.node_id, b.clone());
         for topic in self.topics.values_mut() {
@@ -486,31 +558,6 @@ impl ClusterMetadata {
                 }
             }
         }
-    }
-
-    /// Replica plan for a new topic; the caller checked `1 <= rf <= brokers`.
-    fn place(&self, topic_id: u64, partitions: u32, rf: u16) -> Vec<PartitionInfo> {
-        let ids: Vec<u32> = self.brokers.keys().copied().collect();
-        let n = ids.len() as u64;
-        let start = topic_id % n;
-        (0..partitions)
-            .map(|p| {
-                let replicas: Vec<u32> = (0..u64::from(rf))
-                    .map(|j| ids[((start + u64::from(p) + j) % n) as usize])
-                    .collect();
-                let leader = replicas[0];
-                let shards = self.brokers[&leader].shards;
-                PartitionInfo {
-                    partition: p,
-                    leader,
-                    shard: shard_for(topic_id, p, shards),
-                    isr: replicas.clone(),
-                    replicas,
-                    leader_epoch: 0,
-                    decommissioned: false,
-                }
-            })
-            .collect()
     }
 }
 

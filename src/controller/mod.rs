@@ -1,16 +1,21 @@
 //! Cluster metadata held by a Raft quorum (raft-rs).
 //!
 //! - [`metadata`]: the replicated state machine (brokers, topics, partition plans) and its rules.
+//! - [`cluster`]: membership (registration, fencing, controlled shutdown), placement and
+//!   leader elections of a cluster of brokers, and the active controller's heartbeat sessions.
 //! - [`raft_log`]: durable raft storage under `<data-dir>/controller/` (CRC32C records, fsync,
 //!   torn-tail truncation, snapshots + log compaction).
 //! - [`core`]: the sans-IO raft node: events in, [`Action`]s out; deterministic tests drive it.
 //! - this module: the thin shell, one `std::thread` running the core, ticking it every
 //!   [`ControllerConfig::tick`] and answering [`ControllerHandle`]s over bounded flume channels.
 //!
-//! Today the quorum is a single voter (the broker's embedded controller). Peers slot in later by
-//! delivering [`Action::Send`] messages to other voters and feeding theirs to
-//! [`ControllerCore::step`]; `start` refuses more than one voter until that transport exists.
+//! The core runs as a single voter (the broker's embedded controller) or as one voter of 3 or 5
+//! ([`CoreConfig::voter`]; `quorum_tests.rs` and the simulator drive such quorums). This thread
+//! shell has no transport yet: it would deliver [`Action::Send`] messages to other voters and
+//! feed theirs to [`ControllerCore::step`], so `start` refuses more than one voter until it
+//! exists.
 
+pub mod cluster;
 pub mod core;
 pub mod metadata;
 pub mod raft_log;
@@ -97,6 +102,14 @@ pub enum ControllerError {
     Storage(String),
     #[error("this node is not the controller leader")]
     NotLeader,
+    /// A proposal reached a voter that is not the raft leader; retry at `leader_id`.
+    #[error("{}", not_controller_text(*node_id, *leader_id))]
+    NotController {
+        /// The voter that refused.
+        node_id: u64,
+        /// The leader it knows (0: none known, an election is under way).
+        leader_id: u64,
+    },
     #[error("timed out waiting for the controller")]
     Timeout,
     #[error("the controller is stopped")]
@@ -115,10 +128,20 @@ impl ControllerError {
         match self {
             ControllerError::Metadata(e) => e.code,
             ControllerError::Storage(_) => ErrorCode::KafkaStorageError,
-            ControllerError::NotLeader | ControllerError::Stopped => ErrorCode::NotController,
+            ControllerError::NotLeader
+            | ControllerError::NotController { .. }
+            | ControllerError::Stopped => ErrorCode::NotController,
             ControllerError::Timeout | ControllerError::Overloaded(_) => ErrorCode::RequestTimedOut,
             ControllerError::Config(_) => ErrorCode::InvalidRequest,
         }
+    }
+}
+
+fn not_controller_text(node_id: u64, leader_id: u64) -> String {
+    if leader_id == 0 {
+        format!("controller node {node_id} is not the leader and no leader is known (an election is under way); retry")
+    } else {
+        format!("controller node {node_id} is not the leader; the leader is node {leader_id}")
     }
 }
 
@@ -214,6 +237,7 @@ pub fn start(cfg: ControllerConfig) -> Result<Controller, ControllerError> {
         max_pending: cfg.max_pending,
         compact_every: cfg.compact_every,
         cluster_id: cfg.cluster_id.clone().unwrap_or_else(random_cluster_id),
+        fixed_election_timeout: None,
     };
     let mut core = ControllerCore::new(core_cfg.clone(), store)?;
     let first = core.ready()?;
@@ -506,6 +530,7 @@ impl Worker {
                     proposal,
                     result,
                     metadata,
+                    ..
                 } => {
                     // Publish first: whoever gets the answer sees the change in metadata().
                     publish(&mut state, metadata);
@@ -518,7 +543,8 @@ impl Worker {
                         let _ = reply.send(Err(ControllerError::NotLeader));
                     }
                 }
-                Action::LeaderChanged { metadata, .. } => publish(&mut state, metadata),
+                Action::LeaderChanged { metadata, .. }
+                | Action::SnapshotInstalled { metadata, .. } => publish(&mut state, metadata),
             }
         }
         state.ready = self.core.is_ready();
@@ -552,5 +578,9 @@ fn random_cluster_id() -> String {
     format!("{id:032x}")
 }
 
+#[cfg(test)]
+mod quorum_tests;
+#[cfg(test)]
+pub(crate) mod sim;
 #[cfg(test)]
 mod tests;

@@ -51,6 +51,11 @@ pub enum ErrorCode {
     FencedInstanceId = 82,
     GroupSubscribedToTopic = 86,
     UnknownTopicId = 100,
+    FencedLeaderEpoch = 74,
+    StaleBrokerEpoch = 77,
+    InvalidUpdateVersion = 95,
+    DuplicateBrokerRegistration = 101,
+    IneligibleReplica = 107,
 }
 
 impl ErrorCode {
@@ -97,6 +102,11 @@ impl ErrorCode {
         ErrorCode::FencedInstanceId,
         ErrorCode::GroupSubscribedToTopic,
         ErrorCode::UnknownTopicId,
+        ErrorCode::FencedLeaderEpoch,
+        ErrorCode::StaleBrokerEpoch,
+        ErrorCode::InvalidUpdateVersion,
+        ErrorCode::DuplicateBrokerRegistration,
+        ErrorCode::IneligibleReplica,
     ];
 
     pub fn code(self) -> i16 {
@@ -175,6 +185,11 @@ impl ErrorCode {
             ErrorCode::FencedInstanceId => "FENCED_INSTANCE_ID",
             ErrorCode::GroupSubscribedToTopic => "GROUP_SUBSCRIBED_TO_TOPIC",
             ErrorCode::UnknownTopicId => "UNKNOWN_TOPIC_ID",
+            ErrorCode::FencedLeaderEpoch => "FENCED_LEADER_EPOCH",
+            ErrorCode::StaleBrokerEpoch => "STALE_BROKER_EPOCH",
+            ErrorCode::InvalidUpdateVersion => "INVALID_UPDATE_VERSION",
+            ErrorCode::DuplicateBrokerRegistration => "DUPLICATE_BROKER_REGISTRATION",
+            ErrorCode::IneligibleReplica => "INELIGIBLE_REPLICA",
         }
     }
 }
