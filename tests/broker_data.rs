@@ -304,14 +304,14 @@ fn long_poll_returns_the_message_produced_while_it_waits() {
 }
 
 /// A producer that never waits for answers (acks=0) is held to `--max-request-memory-bytes`
-/// until its writes are durable, and every record still lands: with a budget of a few
-/// requests (1 MiB, 64 KiB batches), a grant never given back would stall the connection
-/// for good.
+/// until its writes are durable, and every record still lands: with a budget (16 MiB, above
+/// the producer's largest request of 8 MiB) half of what is sent, a grant never given back
+/// would stall the connection for good.
 #[test]
 fn unanswered_produces_are_held_to_the_request_budget_and_all_land() {
     let b = TestBroker::start(
         1,
-        &["--fsync", "always", "--max-request-memory-bytes", "1048576"],
+        &["--fsync", "always", "--max-request-memory-bytes", "16777216"],
     );
     b.client().create_topic("fire", 1, 1, vec![]).unwrap();
     let p = Producer::new(
@@ -325,17 +325,17 @@ fn unanswered_produces_are_held_to_the_request_budget_and_all_land() {
     )
     .unwrap();
     let value = vec![b'x'; 4000];
-    for i in 0..2000u32 {
+    for i in 0..8000u32 {
         let mut v = i.to_be_bytes().to_vec();
         v.extend_from_slice(&value);
         p.send(ProducerRecord::new("fire", &v[..]).partition(0))
             .unwrap();
     }
     p.flush().unwrap();
-    let got = consume_exactly(&b, "fire", StartFrom::Beginning, 2000);
+    let got = consume_exactly(&b, "fire", StartFrom::Beginning, 8000);
     let ids: HashSet<u32> = got
         .iter()
         .map(|r| u32::from_be_bytes(r.value[..4].try_into().unwrap()))
         .collect();
-    assert_eq!(ids.len(), 2000);
+    assert_eq!(ids.len(), 8000);
 }

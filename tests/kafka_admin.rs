@@ -378,7 +378,7 @@ fn describe_configs_reports_what_was_set_and_the_broker_flags() {
         );
         assert_eq!(c["log.retention.ms"], ("1209600000".into(), DEFAULT_CONFIG));
         assert_eq!(c["num.partitions"].0, "1");
-        assert_eq!(c["auto.create.topics.enable"].0, "false");
+        assert_eq!(c["auto.create.topics.enable"].0, "true");
     }
     // Another broker's id (librdkafka would wait for that broker: sent raw) and a resource
     // type rill does not have (BROKER_LOGGER) get their own errors beside a good one.
