@@ -311,7 +311,12 @@ fn long_poll_returns_the_message_produced_while_it_waits() {
 fn unanswered_produces_are_held_to_the_request_budget_and_all_land() {
     let b = TestBroker::start(
         1,
-        &["--fsync", "always", "--max-request-memory-bytes", "16777216"],
+        &[
+            "--fsync",
+            "always",
+            "--max-request-memory-bytes",
+            "16777216",
+        ],
     );
     b.client().create_topic("fire", 1, 1, vec![]).unwrap();
     let p = Producer::new(

@@ -793,6 +793,36 @@ fn groups_and_their_offsets_are_deleted_for_good() {
         member.poll(std::time::Duration::from_millis(100)).unwrap();
     }
 
+    // ListGroups v5: state and type filters, case-insensitive as Kafka's.
+    let list = |states: &[&str], types: &[&str]| -> BTreeSet<String> {
+        let mut req = kafka_protocol::messages::ListGroupsRequest::default();
+        req.states_filter = states
+            .iter()
+            .map(|s| StrBytes::from_string(s.to_string()))
+            .collect();
+        req.types_filter = types
+            .iter()
+            .map(|s| StrBytes::from_string(s.to_string()))
+            .collect();
+        let r: kafka_protocol::messages::ListGroupsResponse =
+            call(&kafka, ApiKey::ListGroups, 5, &req);
+        assert_eq!(r.error_code, 0);
+        r.groups
+            .iter()
+            .inspect(|g| assert_eq!(g.group_type.as_str(), "classic"))
+            .map(|g| g.group_id.0.to_string())
+            .collect()
+    };
+    let all: BTreeSet<String> = ["busy", "gone", "kept"].map(String::from).into();
+    assert_eq!(list(&[], &[]), all);
+    assert_eq!(list(&[], &["Classic"]), all);
+    assert!(list(&[], &["consumer"]).is_empty());
+    assert_eq!(list(&["stable"], &[]), BTreeSet::from(["busy".to_string()]));
+    assert_eq!(
+        list(&["Empty"], &[]),
+        BTreeSet::from(["gone".to_string(), "kept".to_string()])
+    );
+
     let deleted = outcomes(&admin_py(&[
         "delete-groups",
         &kafka,

@@ -202,7 +202,11 @@ pub struct BrokerArgs {
     /// How long an empty group's first generation waits for more members after each join
     /// (Kafka's group.initial.rebalance.delay.ms), so consumers started together form one
     /// generation; never past the rebalance timeout.
-    #[arg(long, env = "RILL_GROUP_INITIAL_REBALANCE_DELAY_MS", default_value_t = 3_000)]
+    #[arg(
+        long,
+        env = "RILL_GROUP_INITIAL_REBALANCE_DELAY_MS",
+        default_value_t = 3_000
+    )]
     pub group_initial_rebalance_delay_ms: u64,
     /// Groups (with members or committed offsets) one shard coordinates at once; a join that
     /// would create one more gets GROUP_MAX_SIZE_REACHED, a commit INVALID_COMMIT_OFFSET_SIZE.

@@ -485,8 +485,12 @@ pub fn describe(shard: &Shard, version: i16, req: DescribeGroupsRequest) -> Desc
 pub fn list(shard: &Shard, req: ListGroupsRequest) -> ListGroupsResponse {
     let mut r = ListGroupsResponse::default();
     for g in groups::list(shard) {
-        if !req.states_filter.is_empty() && !req.states_filter.iter().any(|s| s.as_str() == g.state)
-        {
+        // Filters (v4 states, v5 types) match case-insensitively, as Kafka's do. Every rill
+        // group is a classic one (no KIP-848 groups yet).
+        let wanted = |filter: &[StrBytes], value: &str| {
+            filter.is_empty() || filter.iter().any(|f| f.eq_ignore_ascii_case(value))
+        };
+        if !wanted(&req.states_filter, &g.state) || !wanted(&req.types_filter, "classic") {
             continue;
         }
         let mut lg = ListedGroup::default();

@@ -24,7 +24,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::OffsetCommit, 2, 8),
     (ApiKey::OffsetFetch, 1, 8),
     (ApiKey::DescribeGroups, 0, 5),
-    (ApiKey::ListGroups, 0, 4),
+    (ApiKey::ListGroups, 0, 5),
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::DeleteRecords, 0, 2),
     (ApiKey::DescribeLogDirs, 1, 4),
