@@ -544,15 +544,7 @@ impl GroupConsumer {
     fn ensure_member(&mut self) -> Result<(), ClientError> {
         let fenced = lock(&self.shared).fenced.take();
         if let Some(code) = fenced {
-            let lost = self.owned.clone();
-            let list: Vec<TopicPartition> = lost.iter().cloned().collect();
-            log::warn!(
-                "group {}: this member was removed ({code}); {} partitions lost",
-                self.cfg.group,
-                list.len()
-            );
-            self.callback(|l| l.on_lost(&list));
-            self.release(&lost)?;
+            self.lose_all(code)?;
             let mut m = lock(&self.shared);
             m.generation = None;
             if code == ErrorCode::FencedInstanceId {
@@ -583,6 +575,24 @@ impl GroupConsumer {
             self.join()?;
         }
         Ok(())
+    }
+
+    /// The coordinator no longer counts this member in (removed, fenced, or a generation it
+    /// left): every owned partition may belong to another member already, so they are lost
+    /// (`on_lost`, nothing committed for them), not kept while the member rejoins.
+    fn lose_all(&mut self, code: ErrorCode) -> Result<(), ClientError> {
+        let lost = self.owned.clone();
+        if lost.is_empty() {
+            return Ok(());
+        }
+        let list: Vec<TopicPartition> = lost.iter().cloned().collect();
+        log::warn!(
+            "group {}: this member was removed ({code}); {} partitions lost",
+            self.cfg.group,
+            list.len()
+        );
+        self.callback(|l| l.on_lost(&list));
+        self.release(&lost)
     }
 
     /// Partition counts of the subscribed topics in the cached metadata.
@@ -723,11 +733,12 @@ impl GroupConsumer {
     /// After a failed join, sync or apply: `Ok` to try again, `Err` when it cannot work.
     fn retry_or_fail(&mut self, e: ClientError) -> Result<(), ClientError> {
         match e.code() {
-            Some(ErrorCode::UnknownMemberId) => {
+            Some(code @ ErrorCode::UnknownMemberId) => {
                 lock(&self.shared).member_id.clear();
-                Ok(())
+                self.lose_all(code)
             }
-            Some(ErrorCode::RebalanceInProgress | ErrorCode::IllegalGeneration) => Ok(()),
+            Some(code @ ErrorCode::IllegalGeneration) => self.lose_all(code),
+            Some(ErrorCode::RebalanceInProgress) => Ok(()),
             _ if coordinator_error(&e) => {
                 lock(&self.shared).coordinator = None;
                 std::thread::sleep(RETRY_BACKOFF);
