@@ -542,6 +542,7 @@ fn group_apis_on_a_non_coordinator_shard_answer_not_coordinator() {
             &native::HeartbeatRequest {
                 group: group.into(),
                 member_id: "m".into(),
+                group_instance_id: None,
                 generation: 1,
             },
             &[],

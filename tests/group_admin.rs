@@ -41,6 +41,7 @@ fn sync_req(
     SyncGroupRequest {
         group: group.into(),
         member_id: member.into(),
+        group_instance_id: None,
         generation,
         assignments,
     }

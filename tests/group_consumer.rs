@@ -906,7 +906,8 @@ fn static_member_restarts_without_a_rebalance(assignor: &str) {
     });
     {
         let v = s2.view.lock().unwrap();
-        assert_eq!(v.member_id, s_id, "the same member id");
+        // As Kafka does: a fresh member id takes the instance's membership over.
+        assert_ne!(v.member_id, s_id, "a fresh member id");
         assert_eq!(v.assignment, s_assignment, "the same assignment");
         assert_eq!(v.generation, generation, "the same generation");
         assert_eq!(
@@ -1038,6 +1039,7 @@ fn join_alone(client: &mut Client, at: std::net::SocketAddr, group: &str) -> (St
             &SyncGroupRequest {
                 group: group.into(),
                 member_id: joined.member_id.clone(),
+                group_instance_id: None,
                 generation: joined.generation,
                 assignments: vec![(joined.member_id.clone(), Vec::new())],
             },
@@ -1125,4 +1127,52 @@ fn a_member_keeps_consuming_across_a_coordinator_restart() {
     );
     let read: BTreeSet<String> = v.read.iter().cloned().collect();
     assert_eq!(read, all_values(2, 0..20));
+}
+
+/// Two processes started with one static instance id: the second takes the membership over
+/// with a fresh member id (as Kafka does), and the first is fenced for good
+/// (FENCED_INSTANCE_ID from its poll) instead of taking it back in turn.
+#[test]
+fn a_second_process_with_the_same_instance_id_fences_the_first() {
+    let b = TestBroker::start(1, &[]);
+    b.client().create_topic("t", 2, 1, vec![]).unwrap();
+    let mut cfg = config("g", Delivery::AtLeastOnce, "range");
+    cfg.group_instance_id = Some("one".into());
+    let settled = |c: &mut GroupConsumer| {
+        let start = Instant::now();
+        while c.assignment().is_empty() {
+            assert!(start.elapsed() < DEADLINE, "no assignment");
+            c.poll(Duration::from_millis(100)).unwrap();
+        }
+    };
+    let mut first = GroupConsumer::new(ClientConfig::new(b.bootstrap()), cfg.clone()).unwrap();
+    first.subscribe(&["t"]).unwrap();
+    settled(&mut first);
+    let mut second = GroupConsumer::new(ClientConfig::new(b.bootstrap()), cfg).unwrap();
+    second.subscribe(&["t"]).unwrap();
+    settled(&mut second);
+    assert_eq!(
+        second.assignment().len(),
+        2,
+        "the whole membership taken over"
+    );
+    let start = Instant::now();
+    let fenced = loop {
+        assert!(
+            start.elapsed() < DEADLINE,
+            "the first member was never fenced"
+        );
+        match first.poll(Duration::from_millis(100)) {
+            Ok(_) => continue,
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(fenced.code(), Some(ErrorCode::FencedInstanceId), "{fenced}");
+    // The second keeps its membership.
+    for _ in 0..20 {
+        second.poll(Duration::from_millis(50)).unwrap();
+    }
+    let described = b.client().describe_group("g").unwrap();
+    assert_eq!(described.members.len(), 1);
+    assert_eq!(described.state, "Stable");
 }

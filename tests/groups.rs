@@ -56,6 +56,7 @@ fn sync(
     let req = SyncGroupRequest {
         group: "g".into(),
         member_id: member.into(),
+        group_instance_id: None,
         generation,
         assignments,
     };
@@ -66,6 +67,7 @@ fn heartbeat(c: &mut Client, at: SocketAddr, member: &str, generation: u32) -> E
     let req = HeartbeatRequest {
         group: "g".into(),
         member_id: member.into(),
+        group_instance_id: None,
         generation,
     };
     let (r, _): (GroupStatusResponse, _) = c.call(at, ApiKey::Heartbeat, &req, &[]).unwrap();

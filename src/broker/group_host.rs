@@ -180,11 +180,12 @@ impl GroupHost {
         now_ms: u64,
         group: &str,
         member_id: &str,
+        instance: Option<&str>,
         generation: u32,
     ) -> Result<(), GroupError> {
         let mut groups = self.groups.borrow_mut();
         let g = groups.get_mut(group).ok_or_else(|| unknown_group(group))?;
-        g.heartbeat(now_ms, member_id, generation)
+        g.heartbeat(now_ms, member_id, instance, generation)
     }
 
     pub fn leave(&self, now_ms: u64, group: &str, member_id: &str) -> Result<(), GroupError> {
@@ -517,6 +518,7 @@ mod tests {
                 "g",
                 SyncRequest {
                     member_id: joined.member_id.clone(),
+                    group_instance_id: None,
                     generation: joined.generation,
                     assignments: vec![(joined.member_id.clone(), b"mine".to_vec())],
                 },

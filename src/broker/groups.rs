@@ -95,16 +95,19 @@ pub async fn sync(shard: &Shard, group: &str, req: SyncRequest) -> Result<Vec<u8
     wait(shard, rx, shard.cfg.max_produce_timeout).await
 }
 
+/// Heartbeat; `instance` is the static instance id the member joined with, if any (its old
+/// holder is told FENCED_INSTANCE_ID).
 pub fn heartbeat(
     shard: &Shard,
     group: &str,
     member_id: &str,
+    instance: Option<&str>,
     generation: u32,
 ) -> Result<(), OpError> {
     coordinated_here(shard, group)?;
     Ok(shard
         .groups
-        .heartbeat(now(), group, member_id, generation)?)
+        .heartbeat(now(), group, member_id, instance, generation)?)
 }
 
 /// Who leaves a group: a member by id, or a static member by its instance id.

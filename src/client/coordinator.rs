@@ -81,9 +81,23 @@ impl Client {
         member_id: &str,
         generation: u32,
     ) -> Result<(), ClientError> {
+        self.heartbeat_as(at, group, member_id, None, generation)
+    }
+
+    /// Heartbeat for a member that joined with static instance id `instance`: if a newer
+    /// member took the instance over, FENCED_INSTANCE_ID.
+    pub fn heartbeat_as(
+        &mut self,
+        at: SocketAddr,
+        group: &str,
+        member_id: &str,
+        instance: Option<&str>,
+        generation: u32,
+    ) -> Result<(), ClientError> {
         let req = HeartbeatRequest {
             group: group.to_string(),
             member_id: member_id.to_string(),
+            group_instance_id: instance.map(str::to_string),
             generation,
         };
         let (r, _): (GroupStatusResponse, _) = self.call(at, ApiKey::Heartbeat, &req, &[])?;

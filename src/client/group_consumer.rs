@@ -255,6 +255,7 @@ impl GroupConsumer {
             Ok(Background {
                 client: Client::connect(client_cfg.clone())?,
                 group: cfg.group.clone(),
+                instance: cfg.group_instance_id.clone(),
                 shared: shared.clone(),
                 interval: cfg.heartbeat_interval,
             })
@@ -720,6 +721,7 @@ impl GroupConsumer {
         let sync = SyncGroupRequest {
             group: self.cfg.group.clone(),
             member_id: joined.member_id.clone(),
+            group_instance_id: self.cfg.group_instance_id.clone(),
             generation: joined.generation,
             assignments,
         };
@@ -936,6 +938,8 @@ fn rebalance_error(e: &ClientError) -> bool {
 struct Background {
     client: Client,
     group: String,
+    /// The static instance id, if any (a heartbeat names it, to learn it was taken over).
+    instance: Option<String>,
     shared: Arc<Mutex<Membership>>,
     interval: Duration,
 }
@@ -999,10 +1003,13 @@ impl Background {
             Ok(at) => at,
             Err(_) => return,
         };
-        if let Err(e) = self
-            .client
-            .heartbeat(at, &self.group, &member_id, generation)
-        {
+        if let Err(e) = self.client.heartbeat_as(
+            at,
+            &self.group,
+            &member_id,
+            self.instance.as_deref(),
+            generation,
+        ) {
             self.note_refusal(&e, &member_id, generation);
         }
     }

@@ -110,6 +110,8 @@ pub struct JoinResult {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SyncRequest {
     pub member_id: String,
+    /// The static instance id the member joined with, if any.
+    pub group_instance_id: Option<String>,
     pub generation: u32,
     /// From the leader: every member's assignment; empty from the others.
     pub assignments: Vec<(String, Vec<u8>)>,
@@ -283,13 +285,21 @@ impl Group {
                 ));
             }
         }
-        if !self.members.is_empty() && !self.has_common_protocol(&req.protocols) {
+        // Checked against the other members: one rejoining (by member id, or as the holder of
+        // its static instance) may change its own assignors.
+        let own = match (&req.group_instance_id, req.member_id.is_empty()) {
+            (_, false) => Some(req.member_id.clone()),
+            (Some(instance), true) => self.instances.get(instance).cloned(),
+            (None, true) => None,
+        };
+        if !self.members.is_empty() && !self.has_common_protocol(&req.protocols, own.as_deref()) {
             return reply_err(err(
                 ErrorCode::InconsistentGroupProtocol,
                 "no assignor in common with the group's members",
             ));
         }
         // Resolve who this is.
+        let mut fenced = Vec::new();
         let member_id = match (&req.group_instance_id, req.member_id.is_empty()) {
             (Some(instance), _) => match self.instances.get(instance).cloned() {
                 Some(known) if !req.member_id.is_empty() && req.member_id != known => {
@@ -297,6 +307,15 @@ impl Group {
                         ErrorCode::FencedInstanceId,
                         format!("instance {instance:?} belongs to member {known:?} now"),
                     ));
+                }
+                // The instance comes back without its member id (a restarted process, or a
+                // second one started with the same instance id): as Kafka does, it gets a
+                // fresh member id and takes over the old membership, whose holder is fenced
+                // (FENCED_INSTANCE_ID from then on).
+                Some(known) if req.member_id.is_empty() => {
+                    let fresh = self.new_member_id(&req.client_id);
+                    fenced = self.replace_member(&known, &fresh, instance);
+                    fresh
                 }
                 Some(known) => known,
                 None => self.new_member_id(&req.client_id),
@@ -353,7 +372,7 @@ impl Group {
         member.session_timeout_ms = req.session_timeout_ms;
         member.rebalance_timeout_ms = req.rebalance_timeout_ms;
         member.last_heard_ms = now_ms;
-        let mut out = Vec::new();
+        let mut out = fenced;
         // A second join replaces the first: answer the old one so nothing dangles.
         if let Some(old) = member.pending_join.replace(token) {
             out.push(Action::JoinReply(
@@ -407,6 +426,48 @@ impl Group {
         self.initial_join_at_ms = Some(at);
     }
 
+    /// Moves the membership of `old` (a static member's) to `fresh`: its assignment,
+    /// leadership and generation stay; requests parked for `old` are answered
+    /// FENCED_INSTANCE_ID.
+    fn replace_member(&mut self, old: &str, fresh: &str, instance: &str) -> Vec<Action> {
+        let mut out = Vec::new();
+        let Some(mut m) = self.members.remove(old) else {
+            return out;
+        };
+        let fenced = || {
+            err(
+                ErrorCode::FencedInstanceId,
+                format!("instance {instance:?} joined again"),
+            )
+        };
+        if let Some(t) = m.pending_join.take() {
+            out.push(Action::JoinReply(t, Err(fenced())));
+        }
+        if let Some(t) = m.pending_sync.take() {
+            out.push(Action::SyncReply(t, Err(fenced())));
+        }
+        self.members.insert(fresh.to_string(), m);
+        self.instances
+            .insert(instance.to_string(), fresh.to_string());
+        if self.leader.as_deref() == Some(old) {
+            self.leader = Some(fresh.to_string());
+        }
+        out
+    }
+
+    /// A request naming a static instance that now belongs to another member comes from the
+    /// instance's old holder: FENCED_INSTANCE_ID (fatal to it, so two processes with one
+    /// instance id do not take the membership from each other in turn).
+    fn check_instance(&self, member_id: &str, instance: Option<&str>) -> Result<(), GroupError> {
+        match instance.and_then(|i| self.instances.get(i).map(|m| (i, m))) {
+            Some((i, holder)) if holder != member_id => Err(err(
+                ErrorCode::FencedInstanceId,
+                format!("instance {i:?} belongs to member {holder:?} now"),
+            )),
+            _ => Ok(()),
+        }
+    }
+
     fn new_member_id(&mut self, client_id: &str) -> String {
         self.next_member += 1;
         let client = if client_id.is_empty() {
@@ -417,11 +478,12 @@ impl Group {
         format!("{client}-{:x}-{}", self.cfg.incarnation, self.next_member)
     }
 
-    fn has_common_protocol(&self, protocols: &[(String, Vec<u8>)]) -> bool {
+    fn has_common_protocol(&self, protocols: &[(String, Vec<u8>)], own: Option<&str>) -> bool {
         protocols.iter().any(|(name, _)| {
             self.members
-                .values()
-                .all(|m| m.protocols.iter().any(|(n, _)| n == name))
+                .iter()
+                .filter(|(id, _)| Some(id.as_str()) != own)
+                .all(|(_, m)| m.protocols.iter().any(|(n, _)| n == name))
         })
     }
 
@@ -562,7 +624,10 @@ impl Group {
 
     /// SyncGroup: the leader hands in the assignment; everyone gets their share.
     pub fn sync(&mut self, now_ms: u64, req: SyncRequest, token: Token) -> Vec<Action> {
-        if let Err(e) = self.check_member(&req.member_id, req.generation) {
+        if let Err(e) = self
+            .check_instance(&req.member_id, req.group_instance_id.as_deref())
+            .and_then(|()| self.check_member(&req.member_id, req.generation))
+        {
             return vec![Action::SyncReply(token, Err(e))];
         }
         match self.state {
@@ -619,8 +684,10 @@ impl Group {
         &mut self,
         now_ms: u64,
         member_id: &str,
+        instance: Option<&str>,
         generation: u32,
     ) -> Result<(), GroupError> {
+        self.check_instance(member_id, instance)?;
         if !self.members.contains_key(member_id) {
             return Err(err(
                 ErrorCode::UnknownMemberId,
@@ -913,6 +980,7 @@ mod tests {
             1,
             SyncRequest {
                 member_id: ra.member_id.clone(),
+                group_instance_id: None,
                 generation: 1,
                 assignments: vec![(ra.member_id.clone(), b"all".to_vec())],
             },
@@ -923,7 +991,7 @@ mod tests {
         let b = g.join(2, join_req("", None, "t"), 3);
         assert!(b.is_empty(), "the join waits for the others");
         assert_eq!(
-            g.heartbeat(3, &ra.member_id, 1).unwrap_err().code,
+            g.heartbeat(3, &ra.member_id, None, 1).unwrap_err().code,
             ErrorCode::RebalanceInProgress
         );
         let a2 = g.join(4, join_req(&ra.member_id, None, "t"), 4);
@@ -990,6 +1058,7 @@ mod tests {
             5,
             SyncRequest {
                 member_id: leader.clone(),
+                group_instance_id: None,
                 generation: 2,
                 assignments: vec![
                     (leader.clone(), b"l".to_vec()),
@@ -1026,6 +1095,7 @@ mod tests {
                 5,
                 SyncRequest {
                     member_id: follower.clone(),
+                    group_instance_id: None,
                     generation: 2,
                     assignments: vec![]
                 },
@@ -1036,6 +1106,7 @@ mod tests {
             6,
             SyncRequest {
                 member_id: leader.clone(),
+                group_instance_id: None,
                 generation: 2,
                 assignments: vec![
                     (leader.clone(), b"p0".to_vec()),
@@ -1047,7 +1118,7 @@ mod tests {
         assert_eq!(synced(&out, 10), b"p1");
         assert_eq!(synced(&out, 11), b"p0");
         assert_eq!(g.state(), GroupState::Stable);
-        assert!(g.heartbeat(7, &follower, 2).is_ok());
+        assert!(g.heartbeat(7, &follower, None, 2).is_ok());
     }
 
     #[test]
@@ -1058,6 +1129,7 @@ mod tests {
             5,
             SyncRequest {
                 member_id: leader.clone(),
+                group_instance_id: None,
                 generation: 2,
                 assignments: vec![],
             },
@@ -1065,11 +1137,11 @@ mod tests {
         );
         synced(&out, 7);
         assert_eq!(
-            g.heartbeat(6, &follower, 1).unwrap_err().code,
+            g.heartbeat(6, &follower, None, 1).unwrap_err().code,
             ErrorCode::IllegalGeneration
         );
         assert_eq!(
-            g.heartbeat(6, "ghost", 2).unwrap_err().code,
+            g.heartbeat(6, "ghost", None, 2).unwrap_err().code,
             ErrorCode::UnknownMemberId
         );
         let e = commit(&mut g, 6, "ghost", 2, &[PartitionOffset::new("t", 0, 5)]).unwrap_err();
@@ -1112,6 +1184,7 @@ mod tests {
             5,
             SyncRequest {
                 member_id: leader.clone(),
+                group_instance_id: None,
                 generation: 2,
                 assignments: vec![],
             },
@@ -1120,15 +1193,15 @@ mod tests {
         synced(&out, 7);
         // The leader keeps heartbeating; the follower goes silent.
         for t in (1_000..=9_000).step_by(1_000) {
-            g.heartbeat(t, &leader, 2).unwrap();
+            g.heartbeat(t, &leader, None, 2).unwrap();
             assert!(g.tick(t).1.is_empty());
         }
-        g.heartbeat(10_000, &leader, 2).unwrap();
+        g.heartbeat(10_000, &leader, None, 2).unwrap();
         let (_, expired) = g.tick(10_006);
         assert_eq!(expired, vec![follower.clone()]);
         assert_eq!(g.state(), GroupState::PreparingRebalance);
         assert_eq!(
-            g.heartbeat(10_007, &follower, 2).unwrap_err().code,
+            g.heartbeat(10_007, &follower, None, 2).unwrap_err().code,
             ErrorCode::UnknownMemberId
         );
         // The survivor rejoins alone: generation 3 with one member.
@@ -1145,6 +1218,7 @@ mod tests {
             5,
             SyncRequest {
                 member_id: leader.clone(),
+                group_instance_id: None,
                 generation: 2,
                 assignments: vec![],
             },
@@ -1170,24 +1244,38 @@ mod tests {
             1,
             SyncRequest {
                 member_id: ra.member_id.clone(),
+                group_instance_id: None,
                 generation: 1,
                 assignments: vec![(ra.member_id.clone(), b"mine".to_vec())],
             },
             2,
         );
         synced(&s, 2);
-        // Restarted: it forgot its member id but has its instance id.
+        // Restarted: it forgot its member id but has its instance id. As Kafka does, it gets
+        // a fresh member id and the membership (generation, assignment); the old id is fenced.
         let out = g.join(5, join_req("", Some("host-a"), "t"), 3);
         let r = joined(&out, 3);
-        assert_eq!(
-            (r.member_id.as_str(), r.generation),
-            (ra.member_id.as_str(), 1)
-        );
+        assert_ne!(r.member_id, ra.member_id, "a fresh member id");
+        assert_eq!(r.generation, 1);
         assert_eq!(g.state(), GroupState::Stable);
+        assert_eq!(
+            g.member_ids(),
+            vec![r.member_id.clone()],
+            "one member, not two"
+        );
+        assert_eq!(
+            g.heartbeat(5, &ra.member_id, Some("host-a"), 1)
+                .unwrap_err()
+                .code,
+            ErrorCode::FencedInstanceId,
+            "the old holder of the instance is fenced"
+        );
+        g.heartbeat(5, &r.member_id, Some("host-a"), 1).unwrap();
         let s = g.sync(
             6,
             SyncRequest {
                 member_id: r.member_id.clone(),
+                group_instance_id: None,
                 generation: 1,
                 assignments: vec![],
             },
@@ -1224,6 +1312,7 @@ mod tests {
                 1,
                 SyncRequest {
                     member_id: ra.member_id.clone(),
+                    group_instance_id: None,
                     generation: 1,
                     assignments: vec![(ra.member_id.clone(), b"a".to_vec())],
                 },
@@ -1244,6 +1333,7 @@ mod tests {
             4,
             SyncRequest {
                 member_id: leader.clone(),
+                group_instance_id: None,
                 generation: 2,
                 assignments: vec![
                     (leader.clone(), b"a".to_vec()),
@@ -1265,16 +1355,18 @@ mod tests {
         // owned. Its protocol stays the group's: no rebalance.
         let out = g.join(10, join_req("", Some("host-a"), "t owns nothing"), 6);
         let r = joined(&out, 6);
-        assert_eq!((r.member_id.as_str(), r.generation), (leader.as_str(), 2));
+        assert_ne!(r.member_id, leader, "a fresh member id");
+        assert_eq!(r.generation, 2);
         assert_eq!(g.state(), GroupState::Stable);
         assert!(
-            g.heartbeat(11, &follower, 2).is_ok(),
+            g.heartbeat(11, &follower, None, 2).is_ok(),
             "the follower is not disturbed"
         );
         let s = g.sync(
             12,
             SyncRequest {
-                member_id: leader.clone(),
+                member_id: r.member_id.clone(),
+                group_instance_id: Some("host-a".into()),
                 generation: 2,
                 assignments: vec![],
             },
@@ -1287,23 +1379,17 @@ mod tests {
     #[test]
     fn a_static_member_restarting_into_another_protocol_rebalances() {
         let mut g = Group::new("g", no_delay());
-        let (leader, follower) = static_and_dynamic(&mut g, &["range", "roundrobin"]);
-        assert!(
-            leader < follower,
-            "the static member's list decides the protocol"
-        );
+        let (_, follower) = static_and_dynamic(&mut g, &["range", "roundrobin"]);
+        // Back with only another assignor: the group's protocol must change.
         let mut restarted = join_req("", Some("host-a"), "t");
-        restarted.protocols = vec![
-            ("roundrobin".into(), b"t".to_vec()),
-            ("range".into(), b"t".to_vec()),
-        ];
+        restarted.protocols = vec![("roundrobin".into(), b"t".to_vec())];
         assert!(
             g.join(10, restarted, 6).is_empty(),
             "waits for the follower"
         );
         assert_eq!(g.state(), GroupState::PreparingRebalance);
         assert_eq!(
-            g.heartbeat(11, &follower, 2).unwrap_err().code,
+            g.heartbeat(11, &follower, None, 2).unwrap_err().code,
             ErrorCode::RebalanceInProgress
         );
     }
@@ -1353,6 +1439,7 @@ mod tests {
         let r = joined(&g.join(now, join_req("", None, "t"), 1), 1);
         let sync = SyncRequest {
             member_id: r.member_id.clone(),
+            group_instance_id: None,
             generation: r.generation,
             assignments: vec![],
         };
@@ -1393,6 +1480,7 @@ mod tests {
             5,
             SyncRequest {
                 member_id: leader.clone(),
+                group_instance_id: None,
                 generation: 2,
                 assignments: vec![
                     (leader.clone(), b"p0".to_vec()),

@@ -181,6 +181,7 @@ pub async fn sync(shard: &Rc<Shard>, req: SyncGroupRequest) -> SyncGroupResponse
         Ok(generation) => {
             let sync = SyncRequest {
                 member_id: req.member_id.to_string(),
+                group_instance_id: req.group_instance_id.as_ref().map(|i| i.to_string()),
                 generation,
                 assignments: req
                     .assignments
@@ -206,7 +207,13 @@ pub fn heartbeat(shard: &Shard, req: HeartbeatRequest) -> HeartbeatResponse {
     let mut r = HeartbeatResponse::default();
     let group = req.group_id.0.to_string();
     let result = match u32::try_from(req.generation_id) {
-        Ok(g) => groups::heartbeat(shard, &group, &req.member_id, g),
+        Ok(g) => groups::heartbeat(
+            shard,
+            &group,
+            &req.member_id,
+            req.group_instance_id.as_deref(),
+            g,
+        ),
         Err(_) => Err(OpError::new(
             ErrorCode::IllegalGeneration,
             "negative generation",

@@ -83,6 +83,7 @@ pub async fn sync(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
     };
     let sync = SyncRequest {
         member_id: req.member_id,
+        group_instance_id: req.group_instance_id,
         generation: req.generation,
         assignments: req.assignments,
     };
@@ -175,6 +176,7 @@ pub fn heartbeat(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
         shard,
         &req.group,
         &req.member_id,
+        req.group_instance_id.as_deref(),
         req.generation,
     ))
 }

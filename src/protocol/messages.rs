@@ -328,6 +328,8 @@ pub struct JoinGroupResponse {
 pub struct SyncGroupRequest {
     pub group: String,
     pub member_id: String,
+    /// The static instance id the member joined with, if any.
+    pub group_instance_id: Option<String>,
     pub generation: u32,
     /// From the leader: every member's assignment.
     pub assignments: Vec<(String, Vec<u8>)>,
@@ -344,6 +346,9 @@ pub struct SyncGroupResponse {
 pub struct HeartbeatRequest {
     pub group: String,
     pub member_id: String,
+    /// The static instance id the member joined with, if any: a member whose instance was
+    /// taken over by a newer one is answered FENCED_INSTANCE_ID.
+    pub group_instance_id: Option<String>,
     pub generation: u32,
 }
 
