@@ -88,9 +88,10 @@ pub async fn replay(shard: &Rc<Shard>) {
                             continue;
                         }
                         at = r.offset + 1;
-                        if let Some(c) =
-                            CommitRecord::decode(r.key().unwrap_or_default(), r.value())
-                        {
+                        if let Some(c) = CommitRecord::decode(
+                            r.key().unwrap_or_default(),
+                            r.value().unwrap_or_default(),
+                        ) {
                             let time = r.timestamp_ms.max(0) as u64;
                             shard
                                 .groups
