@@ -31,7 +31,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 r.partition,
                 r.offset(),
                 String::from_utf8_lossy(r.key().unwrap_or_default()),
-                String::from_utf8_lossy(r.value())
+                String::from_utf8_lossy(r.value().unwrap_or_default())
             );
         }
     }

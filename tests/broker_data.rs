@@ -53,7 +53,10 @@ fn hundred_thousand_keyed_messages_come_back_complete_in_per_key_order() {
 
     let got = consume_exactly(&b, "keyed", StartFrom::Beginning, N);
     for r in &got {
-        assert_eq!(reported[&(r.partition, r.offset)].as_bytes(), &r.value[..]);
+        assert_eq!(
+            reported[&(r.partition, r.offset)].as_bytes(),
+            r.value.as_deref().unwrap_or_default()
+        );
     }
     let mut next_seq: HashMap<String, usize> = HashMap::new();
     let mut key_partition: HashMap<Vec<u8>, u32> = HashMap::new();
@@ -65,7 +68,7 @@ fn hundred_thousand_keyed_messages_come_back_complete_in_per_key_order() {
         let part = *key_partition.entry(key.clone()).or_insert(r.partition);
         assert_eq!(part, r.partition);
         assert_eq!(rill::partitioner::partition_for_key(&key, 4), r.partition);
-        let value = String::from_utf8(r.value.clone()).unwrap();
+        let value = String::from_utf8(r.value.clone().unwrap_or_default()).unwrap();
         let (k, seq) = value.split_once(':').unwrap();
         let want = next_seq.entry(k.to_string()).or_insert(0);
         assert_eq!(seq.parse::<usize>().unwrap(), *want, "key {k} out of order");
@@ -83,7 +86,10 @@ fn acknowledged_messages_survive_clean_restart_and_sigkill() {
     produce_values(&b, "durable", 1, (250..500).map(|i| format!("a{i}")));
     b.restart();
     let got = consume_exactly(&b, "durable", StartFrom::Beginning, 500);
-    let values: HashSet<_> = got.iter().map(|r| r.value.clone()).collect();
+    let values: HashSet<_> = got
+        .iter()
+        .map(|r| r.value.clone().unwrap_or_default())
+        .collect();
     assert_eq!(values.len(), 500);
 
     // Produce from a thread, recording what was acknowledged, and SIGKILL the broker mid-run.
@@ -135,7 +141,7 @@ fn acknowledged_messages_survive_clean_restart_and_sigkill() {
         }
         for r in batch {
             per_partition.entry(r.partition).or_default().push(r.offset);
-            seen.insert(r.value);
+            seen.insert(r.value.unwrap_or_default());
         }
         assert!(
             start.elapsed() < DEADLINE,
@@ -185,7 +191,7 @@ fn garbage_at_the_active_segment_tail_is_cut_and_appends_continue() {
         "recovery did not report the cut"
     );
     let got = consume_exactly(&b, "torn", StartFrom::Beginning, 100);
-    assert_eq!(got.last().unwrap().value, b"m99");
+    assert_eq!(got.last().unwrap().value.as_deref(), Some(&b"m99"[..]));
     produce_values(&b, "torn", 0, (100..110).map(|i| format!("m{i}")));
     let got = consume_exactly(&b, "torn", StartFrom::Beginning, 110);
     let want: Vec<String> = (0..110).map(|i| format!("m{i}")).collect();
@@ -286,7 +292,7 @@ fn long_poll_returns_the_message_produced_while_it_waits() {
                 b.unwrap()
                     .records()
                     .unwrap()
-                    .map(|r| r.value().to_vec())
+                    .map(|r| r.value().unwrap_or_default().to_vec())
                     .collect::<Vec<_>>()
             })
             .collect();
@@ -340,7 +346,13 @@ fn unanswered_produces_are_held_to_the_request_budget_and_all_land() {
     let got = consume_exactly(&b, "fire", StartFrom::Beginning, 8000);
     let ids: HashSet<u32> = got
         .iter()
-        .map(|r| u32::from_be_bytes(r.value[..4].try_into().unwrap()))
+        .map(|r| {
+            u32::from_be_bytes(
+                r.value.as_deref().unwrap_or_default()[..4]
+                    .try_into()
+                    .unwrap(),
+            )
+        })
         .collect();
     assert_eq!(ids.len(), 8000);
 }

@@ -77,7 +77,12 @@ fn per_key_order_and_delivery_reports_hold_across_a_broker_restart() {
     let got = consume_exactly(&b, "ordered", StartFrom::Beginning, total as usize);
     let at: HashMap<(u32, u64), &[u8]> = got
         .iter()
-        .map(|r| ((r.partition, r.offset), &r.value[..]))
+        .map(|r| {
+            (
+                (r.partition, r.offset),
+                r.value.as_deref().unwrap_or_default(),
+            )
+        })
         .collect();
     let mut last_offset: HashMap<usize, (u32, u64)> = HashMap::new();
     for (key, value, report) in &reports {
@@ -194,7 +199,7 @@ fn the_client_works_from_a_tokio_application() {
             values.extend(
                 records
                     .iter()
-                    .map(|r| String::from_utf8(r.value().to_vec()).unwrap()),
+                    .map(|r| String::from_utf8(r.value().unwrap_or_default().to_vec()).unwrap()),
             );
         }
         values
@@ -258,7 +263,7 @@ fn the_client_works_from_plain_threads() {
         let seq: Vec<usize> = got
             .iter()
             .filter_map(|r| {
-                std::str::from_utf8(&r.value)
+                std::str::from_utf8(r.value.as_deref().unwrap_or_default())
                     .unwrap()
                     .strip_prefix(&prefix)
                     .map(|s| s.parse().unwrap())

@@ -230,7 +230,7 @@ impl Ledger {
         let mut last_first = None;
         for (i, r) in got.iter().enumerate() {
             assert_eq!(r.offset, i as u64, "{when}: offsets are contiguous from 0");
-            let v = String::from_utf8(r.value.clone()).expect("UTF-8 value");
+            let v = String::from_utf8(r.value.clone().unwrap_or_default()).expect("UTF-8 value");
             let &k = self
                 .by_value
                 .get(&v)
@@ -253,7 +253,7 @@ impl Ledger {
                     "{when}: acknowledged {tag} at offset {o}, high watermark {hw}"
                 );
                 assert_eq!(
-                    got[o as usize].value,
+                    got[o as usize].value.as_deref().unwrap_or_default(),
                     s.value.as_bytes(),
                     "{when}: acknowledged {tag} is not at its offset {o}"
                 );

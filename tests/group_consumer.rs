@@ -110,7 +110,7 @@ fn spawn_member(
             let mut view = v.lock().unwrap();
             for r in records.iter() {
                 view.read
-                    .push(String::from_utf8(r.value().to_vec()).unwrap());
+                    .push(String::from_utf8(r.value().unwrap_or_default().to_vec()).unwrap());
             }
             view.assignment = c.assignment();
             view.generation = c.generation();
@@ -554,7 +554,7 @@ fn committed_offsets_survive_a_broker_restart() {
             first.extend(
                 records
                     .iter()
-                    .map(|r| String::from_utf8(r.value().to_vec()).unwrap()),
+                    .map(|r| String::from_utf8(r.value().unwrap_or_default().to_vec()).unwrap()),
             );
         }
         c.commit_sync().unwrap();
@@ -609,7 +609,7 @@ fn committed_offsets_survive_a_broker_restart() {
             (
                 r.partition,
                 r.offset(),
-                String::from_utf8(r.value().to_vec()).unwrap(),
+                String::from_utf8(r.value().unwrap_or_default().to_vec()).unwrap(),
             )
         }));
     }
@@ -740,7 +740,7 @@ fn read_values(c: &mut GroupConsumer, n: usize) -> Vec<String> {
         read.extend(
             records
                 .iter()
-                .map(|r| String::from_utf8(r.value().to_vec()).unwrap()),
+                .map(|r| String::from_utf8(r.value().unwrap_or_default().to_vec()).unwrap()),
         );
     }
     assert_eq!(read.len(), n, "more than expected: {read:?}");

@@ -470,7 +470,7 @@ fn an_idempotent_confluent_kafka_producer_writes_and_its_messages_read_back() {
     let mut last: BTreeMap<(String, String), i64> = BTreeMap::new();
     let mut values = BTreeSet::new();
     for r in &read {
-        let value = String::from_utf8(r.value.clone()).unwrap();
+        let value = String::from_utf8(r.value.clone().unwrap_or_default()).unwrap();
         let mut parts = value.split(':');
         let (run, key, seq) = (
             parts.next().unwrap(),

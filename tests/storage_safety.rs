@@ -122,7 +122,12 @@ fn a_hundred_thousand_single_record_batches_survive_sigterm_and_sigkill() {
         let got = consume_exactly(b, "many", StartFrom::Beginning, N);
         let mut seen: Vec<usize> = got
             .iter()
-            .map(|r| std::str::from_utf8(&r.value[..8]).unwrap().parse().unwrap())
+            .map(|r| {
+                std::str::from_utf8(&r.value.as_deref().unwrap_or_default()[..8])
+                    .unwrap()
+                    .parse()
+                    .unwrap()
+            })
             .collect();
         seen.sort_unstable();
         assert!(

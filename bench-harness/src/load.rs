@@ -408,7 +408,7 @@ pub fn run_consumer(
         idle_since = Instant::now();
         let now = Instant::now();
         for r in records.iter() {
-            tally.record(r.value(), now);
+            tally.record(r.value().unwrap_or_default(), now);
         }
         total.fetch_add(records.count() as u64, Ordering::Relaxed);
     }

@@ -4,8 +4,19 @@
 pub const HEADER_LEN: usize = 80;
 /// Marks a rill batch; a zeroed (preallocated) region never looks like one.
 pub const MAGIC: u16 = 0x5242;
-/// Version 2 added the header CRC (version 1's broker-stamped fields had no check).
-pub const VERSION: u16 = 2;
+/// The format version written. Version 2 added the header CRC (version 1's broker-stamped
+/// fields had no check); version 3 changed only the body: null values and null header values
+/// ([`crate::batch::RecordBody`]). Same header layout and CRCs.
+pub const VERSION: u16 = 3;
+/// The oldest version still read: version 2 bodies read as records without nulls, so data
+/// directories and clients from before version 3 keep working with no upgrade step.
+pub const OLDEST_READABLE_VERSION: u16 = 2;
+
+/// Whether this build reads batches of format `version` (their header layout and CRCs are the
+/// same; the body is archived by the version's own types).
+pub fn is_readable_version(version: u16) -> bool {
+    (OLDEST_READABLE_VERSION..=VERSION).contains(&version)
+}
 /// The body CRC covers everything from this offset on except the header CRC: the fields
 /// before it are the length, the body CRC itself and the two the broker fills in (base offset,
 /// append time).

@@ -11,7 +11,7 @@
 //!  8      8   base offset      (filled in by the broker)                      no
 //! 16      8   append time ms   (filled in by the broker)                      no
 //! 24      2   magic 0x5242 ("RB")                                             yes
-//! 26      2   format version (2)                                             yes
+//! 26      2   format version (3; 2 still read)                               yes
 //! 28      2   flags                                                          yes
 //! 30      2   reserved (0)                                                   yes
 //! 32      4   record count                                                   yes
@@ -30,20 +30,30 @@
 //! on disk is detected like a flipped payload byte.
 //! All integers are little-endian; the rkyv archive uses rkyv 0.8's default format (little
 //! endian, aligned, 32-bit relative pointers).
+//!
+//! The format version says how the body is archived: version 3 ([`RecordBody`]) has nullable
+//! values and header values; version 2 ([`v2::RecordBody`]) had neither and is still read (as
+//! non-null), so data written before version 3 needs no upgrade. Version 1 (no header CRC) is
+//! refused.
 
 mod aligned;
 mod builder;
 mod header;
 mod record;
+#[cfg(test)]
+pub(crate) mod test_support;
 mod view;
 
 pub use aligned::{aligned16, Aligned16};
 pub use builder::BatchBuilder;
 pub use header::{
-    checksum as body_checksum, stamp as stamp_batch, BatchHeader, HEADER_LEN, MAGIC, VERSION,
+    checksum as body_checksum, header_checksum, is_readable_version, stamp as stamp_batch,
+    BatchHeader, HEADER_LEN, MAGIC, OLDEST_READABLE_VERSION, VERSION,
 };
-pub use record::{ArchivedRecord, ArchivedRecordBody, Header, Record, RecordBody};
-pub use view::{BatchError, BatchIter, BatchView, RecordView};
+pub use record::{
+    v2, ArchivedHeader, ArchivedRecord, ArchivedRecordBody, Header, Record, RecordBody,
+};
+pub use view::{BatchError, BatchIter, BatchView, HeaderIter, RecordIter, RecordView};
 
 /// Batches and frames are padded to this many bytes so archives stay aligned.
 pub const ALIGN: usize = 16;

@@ -88,7 +88,9 @@ pub async fn replay(shard: &Rc<Shard>) {
                             continue;
                         }
                         at = r.offset + 1;
-                        match OffsetsRecord::decode(r.key().unwrap_or_default(), r.value()) {
+                        // A tombstone's value is empty (or null, as a Kafka-style one would be).
+                        let value = r.value().unwrap_or_default();
+                        match OffsetsRecord::decode(r.key().unwrap_or_default(), value) {
                             Some(OffsetsRecord::Commit(c)) => {
                                 let time = r.timestamp_ms.max(0) as u64;
                                 shard

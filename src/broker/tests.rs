@@ -140,7 +140,7 @@ fn read_values(chunks: &[ReadChunk]) -> Vec<(u64, String)> {
         let bytes = crate::batch::aligned16(c.as_slice().expect("copied bytes"));
         for b in BatchIter::new(&bytes) {
             for r in b.expect("valid batch").records().expect("records") {
-                let v = String::from_utf8(r.value().to_vec()).expect("utf-8");
+                let v = String::from_utf8(r.value().unwrap_or_default().to_vec()).expect("utf-8");
                 out.push((r.offset, v));
             }
         }

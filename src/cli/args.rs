@@ -280,7 +280,8 @@ pub struct ProduceArgs {
     pub acks: String,
     #[arg(long)]
     pub partition: Option<u32>,
-    /// K=V header for every message (repeatable).
+    /// K=V header for every message (repeatable; sent in the order given, repeated names
+    /// kept; a bare K sends a null header value, K= an empty one).
     #[arg(long = "header", value_name = "K=V")]
     pub headers: Vec<String>,
     #[arg(long, value_delimiter = ',')]

@@ -151,13 +151,6 @@ fn cluster_info(mut client: Client) -> Result<(), String> {
     Ok(())
 }
 
-fn parse_kv(flag: &str, v: &str) -> Result<(String, Vec<u8>), String> {
-    let (k, val) = v
-        .split_once('=')
-        .ok_or_else(|| format!("--{flag} '{v}': expected K=V"))?;
-    Ok((k.to_string(), val.as_bytes().to_vec()))
-}
-
 fn produce(bootstrap: &str, a: ProduceArgs) -> Result<(), String> {
     if a.delay_ms.is_some() {
         return Err("--delay-ms: delayed messages are not supported by this build yet".into());
@@ -166,11 +159,16 @@ fn produce(bootstrap: &str, a: ProduceArgs) -> Result<(), String> {
     if a.batch_bytes == 0 {
         return Err("--batch-bytes must be at least 1".into());
     }
-    let headers: Vec<(String, Vec<u8>)> = a
+    // In the order given, repeated names kept: Kafka headers are a list. A bare `K` is a
+    // header with a null value (as kcat's -H), `K=` one with an empty value.
+    let headers: Vec<(String, Option<Vec<u8>>)> = a
         .headers
         .iter()
-        .map(|h| parse_kv("header", h))
-        .collect::<Result<_, _>>()?;
+        .map(|h| match h.split_once('=') {
+            Some((k, v)) => (k.to_string(), Some(v.as_bytes().to_vec())),
+            None => (h.clone(), None),
+        })
+        .collect();
     let cfg = ProducerConfig {
         acks,
         linger: Duration::from_millis(a.linger_ms),
@@ -299,7 +297,9 @@ fn print_record(
             .map_err(|e| e.to_string())?;
         out.write_all(b"\t").map_err(|e| e.to_string())?;
     }
-    out.write_all(r.value()).map_err(|e| e.to_string())?;
+    // A null value prints as an empty line, as kcat prints it.
+    out.write_all(r.value().unwrap_or_default())
+        .map_err(|e| e.to_string())?;
     out.write_all(b"\n").map_err(|e| e.to_string())
 }
 

@@ -114,12 +114,14 @@ impl<'a> ConsumerRecord<'a> {
     pub fn key(&self) -> Option<&'a [u8]> {
         self.record.key()
     }
-    /// The record's value (its payload).
-    pub fn value(&self) -> &'a [u8] {
+    /// The record's value (its payload); `None` for a null value (a Kafka tombstone), which
+    /// an empty value is not.
+    pub fn value(&self) -> Option<&'a [u8]> {
         self.record.value()
     }
-    /// The record's headers as (name, value) pairs, as Kafka headers.
-    pub fn headers(&self) -> impl Iterator<Item = (&'a str, &'a [u8])> + 'a {
+    /// The record's headers as (name, value) pairs, as Kafka headers: in the order sent,
+    /// repeated names included; a value `None` is null.
+    pub fn headers(&self) -> impl ExactSizeIterator<Item = (&'a str, Option<&'a [u8]>)> + 'a {
         self.record.headers()
     }
     /// The record's tags: string labels stored beside the payload.
@@ -134,10 +136,10 @@ impl<'a> ConsumerRecord<'a> {
             offset: self.offset(),
             timestamp_ms: self.timestamp_ms(),
             key: self.key().map(<[u8]>::to_vec),
-            value: self.value().to_vec(),
+            value: self.value().map(<[u8]>::to_vec),
             headers: self
                 .headers()
-                .map(|(k, v)| (k.to_string(), v.to_vec()))
+                .map(|(k, v)| (k.to_string(), v.map(<[u8]>::to_vec)))
                 .collect(),
             tags: self.tags().map(str::to_string).collect(),
         }
@@ -157,10 +159,11 @@ pub struct ConsumedRecord {
     pub timestamp_ms: i64,
     /// The record's key, if it has one.
     pub key: Option<Vec<u8>>,
-    /// The record's value (its payload).
-    pub value: Vec<u8>,
-    /// The record's headers as (name, value) pairs, as Kafka headers.
-    pub headers: Vec<(String, Vec<u8>)>,
+    /// The record's value (its payload); `None` for a null value (a Kafka tombstone).
+    pub value: Option<Vec<u8>>,
+    /// The record's headers as (name, value) pairs, as Kafka headers: in the order sent,
+    /// repeated names included; a value `None` is null.
+    pub headers: Vec<(String, Option<Vec<u8>>)>,
     /// The record's tags: string labels stored beside the payload.
     pub tags: Vec<String>,
 }

@@ -112,10 +112,12 @@ pub struct ProducerRecord<'a> {
     pub partition: Option<u32>,
     /// The record's key; without a partition, its murmur2 hash picks one (as in Kafka).
     pub key: Option<&'a [u8]>,
-    /// The record's value (its payload).
-    pub value: &'a [u8],
-    /// Headers as (name, value) pairs, as Kafka headers.
-    pub headers: &'a [(String, Vec<u8>)],
+    /// The record's value (its payload); `None` sends a null value (a Kafka tombstone), which
+    /// an empty value is not.
+    pub value: Option<&'a [u8]>,
+    /// Headers as (name, value) pairs, as Kafka headers: a list, sent in this order, repeated
+    /// names included; a value `None` is a null header value.
+    pub headers: &'a [(String, Option<Vec<u8>>)],
     /// Tags: string labels stored beside the payload.
     pub tags: &'a [String],
     /// Milliseconds since the epoch; now when `None`.
@@ -129,11 +131,18 @@ impl<'a> ProducerRecord<'a> {
             topic,
             partition: None,
             key: None,
-            value,
+            value: Some(value),
             headers: &[],
             tags: &[],
             timestamp_ms: None,
         }
+    }
+    /// A tombstone for `key` in `topic`: a record with a null value, which compacted topics
+    /// and changelog readers take as "deleted".
+    pub fn tombstone(topic: &'a str, key: &'a [u8]) -> Self {
+        let mut r = ProducerRecord::new(topic, &[]).key(key);
+        r.value = None;
+        r
     }
     /// Sets the key.
     pub fn key(mut self, key: &'a [u8]) -> Self {
@@ -146,7 +155,7 @@ impl<'a> ProducerRecord<'a> {
         self
     }
     /// Sets the headers.
-    pub fn headers(mut self, h: &'a [(String, Vec<u8>)]) -> Self {
+    pub fn headers(mut self, h: &'a [(String, Option<Vec<u8>>)]) -> Self {
         self.headers = h;
         self
     }
@@ -162,11 +171,11 @@ impl<'a> ProducerRecord<'a> {
     }
     fn size(&self) -> usize {
         self.key.map_or(0, <[u8]>::len)
-            + self.value.len()
+            + self.value.map_or(0, <[u8]>::len)
             + self
                 .headers
                 .iter()
-                .map(|(k, v)| k.len() + v.len())
+                .map(|(k, v)| k.len() + v.as_ref().map_or(0, Vec::len))
                 .sum::<usize>()
             + self.tags.iter().map(String::len).sum::<usize>()
             + 32
@@ -559,11 +568,14 @@ impl Producer {
                 }
             });
             let index = open.builder.len() as u32;
-            open.builder.push(
+            open.builder.push_record(
                 timestamp_ms,
                 record.key,
                 record.value,
-                record.headers,
+                record
+                    .headers
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), v.as_deref())),
                 record.tags,
             );
             open.bytes += size;

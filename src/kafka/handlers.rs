@@ -385,8 +385,9 @@ async fn fetch(shard: &Rc<Shard>, version: i16, req: FetchRequest) -> FetchRespo
                     pd.log_start_offset = read.log_start_offset as i64;
                     let mut out = BytesMut::new();
                     for c in &read.chunks {
-                        if let Err(e) = to_kafka_batches(c.as_slice().unwrap_or_default(), &mut out)
-                        {
+                        let from = u64::try_from(p.fetch_offset).unwrap_or(0);
+                        let rill = c.as_slice().unwrap_or_default();
+                        if let Err(e) = to_kafka_batches(rill, from, &mut out) {
                             log::error!("kafka fetch {:?}-{}: {e}", t.topic, p.partition);
                             pd.error_code = ErrorCode::CorruptMessage.code();
                             break;

@@ -1,18 +1,25 @@
 //! Record conversion at the Kafka edge: Kafka RecordBatch v2 <-> rill batches.
 //!
-//! Kept per record: offset, timestamp, key, value and headers, so a message reads the same
-//! through either protocol. Not kept: a null value (a Kafka tombstone) reads back as an empty
-//! value, a null header value as an empty one; producer ids and sequences (no idempotence yet).
+//! Kept per record: offset, timestamp, key, value and headers exactly, so a message reads the
+//! same through either protocol: a null value (a tombstone) stays null and an empty one empty,
+//! the same for header values, and headers stay a list (order and repeated names kept, as
+//! KIP-82 specifies). A produced RecordBatch becomes one rill batch with its producer id, epoch
+//! and base sequence (not checked: no idempotence yet); a stored rill batch is served as one
+//! RecordBatch.
+//!
+//! The record level of the format is coded here, not by kafka-protocol: its `Record` keeps
+//! headers in a map (duplicates collapse: `a=1, a=2, b=x, a=3` read back as `a=3, b=x`), and
+//! its encoder wants owned records and splits a batch wherever offset - sequence changes
+//! (every record, with no sequences). kafka-protocol still does what it can: the batch header
+//! and CRC check of produced batches (`decode_batch_info`) and decompression (with the bound
+//! rill's patch adds); its decoder is the oracle the tests compare against.
 
-use bytes::{Bytes, BytesMut};
-use kafka_protocol::indexmap::IndexMap;
-use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::compression::{self as codec, Decompressor};
+use kafka_protocol::records::{BatchDecodeInfo, Compression, RecordBatchDecoder};
 use rkyv::util::AlignedVec;
 
-use crate::batch::{aligned16, BatchBuilder, BatchError, BatchIter};
+use crate::batch::{aligned16, BatchBuilder, BatchError, BatchIter, BatchView};
 use crate::protocol::ErrorCode;
 
 /// Why produced Kafka records were refused.
@@ -28,48 +35,188 @@ pub enum ConvertError {
     Batch(#[from] BatchError),
 }
 
+fn bad(why: impl Into<String>) -> ConvertError {
+    ConvertError::Kafka(why.into())
+}
+
 /// The most records one produced partition may carry (a bound on the decoded size).
 pub const MAX_RECORDS: usize = 1 << 20;
 
 /// Decodes the RecordBatches a Kafka producer sent for one partition (decompressing them) into
-/// one rill batch. Control records (transaction markers) are dropped.
+/// one rill batch. Control records (transaction markers) are dropped. The producer id, epoch
+/// and base sequence are kept when the records came as one batch (as Produce v3+ requires).
 pub fn to_rill_batch(records: &Bytes) -> Result<(AlignedVec<16>, u32), ConvertError> {
-    let mut buf = records.clone();
-    // The decoder is third-party code fed with network bytes: a panic in it must not take the
-    // shard down.
-    let sets = std::panic::catch_unwind(move || RecordBatchDecoder::decode_all(&mut buf))
-        .map_err(|_| ConvertError::Kafka("undecodable record batch".into()))?
-        .map_err(|e| ConvertError::Kafka(e.to_string()))?;
-    let count: usize = sets.iter().map(|s| s.records.len()).sum();
-    if count > MAX_RECORDS {
-        return Err(ConvertError::TooMany(count, MAX_RECORDS));
-    }
+    let records = records.clone();
+    // Decompression is third-party code fed with network bytes: a panic in it must not take
+    // the shard down.
+    std::panic::catch_unwind(move || decode_batches(records))
+        .map_err(|_| bad("undecodable record batch"))?
+}
+
+fn decode_batches(mut rest: Bytes) -> Result<(AlignedVec<16>, u32), ConvertError> {
     let mut builder = BatchBuilder::new();
-    let mut n = 0u32;
-    for r in sets.iter().flat_map(|s| &s.records).filter(|r| !r.control) {
-        let headers: Vec<(String, Vec<u8>)> = r
-            .headers
-            .iter()
-            .map(|(k, v)| {
-                (
-                    k.to_string(),
-                    v.as_ref().map(|b| b.to_vec()).unwrap_or_default(),
-                )
-            })
-            .collect();
-        builder.push(
-            r.timestamp,
-            r.key.as_deref(),
-            r.value.as_deref().unwrap_or_default(),
-            &headers,
-            &[],
-        );
-        n += 1;
+    let mut n = 0usize;
+    let mut batches = 0usize;
+    let mut producer = None;
+    while rest.has_remaining() {
+        if rest.len() < 12 {
+            return Err(bad(format!("{} bytes after the last batch", rest.len())));
+        }
+        let batch_len = i32::from_be_bytes([rest[8], rest[9], rest[10], rest[11]]);
+        let total = usize::try_from(batch_len)
+            .ok()
+            .and_then(|l| l.checked_add(12))
+            .filter(|t| *t <= rest.len() && *t >= BATCH_HEADER_LEN)
+            .ok_or_else(|| {
+                bad(format!(
+                    "batch length {batch_len} with {} bytes",
+                    rest.len()
+                ))
+            })?;
+        let batch = rest.split_to(total);
+        // Magic, CRC, attributes and the header fields, checked by kafka-protocol.
+        let info = RecordBatchDecoder::decode_batch_info(&mut batch.clone())
+            .map_err(|e| bad(e.to_string()))?
+            .pop()
+            .ok_or_else(|| {
+                bad(format!(
+                    "record batch magic {} (only v2 is read)",
+                    batch[16]
+                ))
+            })?;
+        let count = usize::try_from(info.record_count).unwrap_or(0);
+        if n + count > MAX_RECORDS {
+            return Err(ConvertError::TooMany(n + count, MAX_RECORDS));
+        }
+        batches += 1;
+        if info.control {
+            continue;
+        }
+        producer = Some((info.producer_id, info.producer_epoch, info.base_sequence));
+        let mut body = batch.slice(BATCH_HEADER_LEN..);
+        // The codecs' closures answer anyhow's `Result`: the records' own error rides inside it.
+        let mut parse = |b: &mut Bytes| Ok(decode_records(b, &info, &mut builder));
+        match info.compression {
+            Compression::None => parse(&mut body),
+            Compression::Gzip => codec::Gzip::decompress(&mut body, parse),
+            Compression::Snappy => codec::Snappy::decompress(&mut body, parse),
+            Compression::Lz4 => codec::Lz4::decompress(&mut body, parse),
+            Compression::Zstd => codec::Zstd::decompress(&mut body, parse),
+        }
+        .map_err(|e| bad(format!("{e:#}")))??;
+        n += count;
     }
     if n == 0 {
         return Err(ConvertError::Empty);
     }
-    Ok((builder.build()?, n))
+    if let (1, Some((id, epoch, sequence))) = (batches, producer) {
+        builder = builder.producer(id, epoch, sequence);
+    }
+    Ok((builder.build()?, n as u32))
+}
+
+/// Reads a batch's (decompressed) records into `builder`.
+fn decode_records(
+    buf: &mut Bytes,
+    info: &BatchDecodeInfo,
+    builder: &mut BatchBuilder,
+) -> Result<(), ConvertError> {
+    let mut r = Reader(&buf[..]);
+    let mut headers: Vec<(&str, Option<&[u8]>)> = Vec::new();
+    for _ in 0..info.record_count {
+        let len = r.length("record")?.ok_or_else(|| bad("null record"))?;
+        let mut rec = Reader(r.take(len)?);
+        let _attributes = rec.take(1)?;
+        let timestamp_delta = rec.varint()?;
+        let _offset_delta = rec.varint()?;
+        let key = rec.nullable("key")?;
+        let value = rec.nullable("value")?;
+        let header_count = rec.length("header count")?.unwrap_or(0);
+        // Every header takes at least two bytes: a count larger than that is a lie.
+        if header_count > rec.0.len() / 2 {
+            return Err(bad(format!(
+                "{header_count} headers in {} bytes",
+                rec.0.len()
+            )));
+        }
+        headers.clear();
+        for _ in 0..header_count {
+            let name_len = rec
+                .length("header name")?
+                .ok_or_else(|| bad("null header name"))?;
+            let name = std::str::from_utf8(rec.take(name_len)?)
+                .map_err(|_| bad("header name is not UTF-8"))?;
+            headers.push((name, rec.nullable("header value")?));
+        }
+        if !rec.0.is_empty() {
+            return Err(bad(format!(
+                "{} bytes after a record's headers",
+                rec.0.len()
+            )));
+        }
+        let timestamp = info
+            .min_timestamp
+            .checked_add(timestamp_delta)
+            .ok_or_else(|| bad(format!("timestamp delta {timestamp_delta} overflows")))?;
+        builder.push_record(timestamp, key, value, headers.iter().copied(), &[]);
+    }
+    if !r.0.is_empty() {
+        return Err(bad(format!(
+            "{} bytes after the batch's records",
+            r.0.len()
+        )));
+    }
+    Ok(())
+}
+
+/// A cursor over a record's bytes: Kafka's zigzag varints and length-prefixed byte strings.
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], ConvertError> {
+        if n > self.0.len() {
+            return Err(bad(format!("{n} bytes needed, {} left", self.0.len())));
+        }
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Ok(head)
+    }
+
+    /// A varlong (at most 10 bytes).
+    fn varint(&mut self) -> Result<i64, ConvertError> {
+        let mut z = 0u64;
+        for i in 0..10 {
+            let b = *self.0.first().ok_or_else(|| bad("truncated varint"))?;
+            self.0 = &self.0[1..];
+            z |= u64::from(b & 0x7f) << (7 * i);
+            if b & 0x80 == 0 {
+                return Ok((z >> 1) as i64 ^ -((z & 1) as i64));
+            }
+        }
+        Err(bad("varint longer than 10 bytes"))
+    }
+
+    /// A length: `None` for -1 (null), refused if below -1 or above what is left.
+    fn length(&mut self, what: &str) -> Result<Option<usize>, ConvertError> {
+        match self.varint()? {
+            -1 => Ok(None),
+            n if n < -1 => Err(bad(format!("{what} length {n}"))),
+            n => {
+                let n = n as u64;
+                if n > self.0.len() as u64 {
+                    return Err(bad(format!(
+                        "{what} length {n} with {} bytes left",
+                        self.0.len()
+                    )));
+                }
+                Ok(Some(n as usize))
+            }
+        }
+    }
+
+    fn nullable(&mut self, what: &str) -> Result<Option<&'a [u8]>, ConvertError> {
+        self.length(what)?.map(|n| self.take(n)).transpose()
+    }
 }
 
 /// The rill batch stored for one partition's produced Kafka records, checked against the
@@ -86,16 +233,38 @@ pub fn to_stored_batch(
     Ok(batch)
 }
 
+/// The partition leader epoch written into served batches. rill has no leader epochs yet
+/// (no replication); Metadata answers the same 0, so clients that validate epochs agree.
+const PARTITION_LEADER_EPOCH: i32 = 0;
+/// RecordBatch v2 magic.
+const KAFKA_MAGIC: i8 = 2;
+/// Bytes of a RecordBatch v2 before its records: base offset (8), batch length (4), leader
+/// epoch (4), magic (1), CRC (4), attributes (2), last offset delta (4), first and max
+/// timestamps (8 + 8), producer id (8), epoch (2), base sequence (4), record count (4).
+const BATCH_HEADER_LEN: usize = 61;
+/// Where the bytes the CRC covers start (the attributes).
+const CRC_FROM: usize = 21;
+
 /// Appends rill batches (as read from a partition: whole batches, the last one possibly cut
 /// short by the read limit) to `out` as uncompressed Kafka RecordBatch v2, one Kafka batch per
-/// rill batch. Returns the offset after the last record converted.
-pub fn to_kafka_batches(rill: &[u8], out: &mut BytesMut) -> Result<Option<u64>, ConvertError> {
+/// rill batch, with the stored batch's base offset, timestamps and producer fields. Batches
+/// that end before `fetch_offset` are skipped: Kafka never answers with a batch wholly below
+/// the fetch offset, and clients (aiokafka) trust that and would deliver its records again.
+/// A batch holding `fetch_offset` is served whole, as Kafka does; clients drop its records
+/// below their position. Returns the offset after the last record converted.
+///
+/// The records are written straight into `out`, read in place from the rill batch: no
+/// per-record allocation. (kafka-protocol's encoder takes owned `Record`s, splits a batch
+/// wherever offset - sequence changes, which with no sequences is every record, and keeps
+/// headers in a map.)
+pub fn to_kafka_batches(
+    rill: &[u8],
+    fetch_offset: u64,
+    out: &mut BytesMut,
+) -> Result<Option<u64>, ConvertError> {
     let aligned = aligned16(rill);
     let mut next = None;
-    let options = RecordEncodeOptions {
-        version: 2,
-        compression: Compression::None,
-    };
+    out.reserve(rill.len());
     for batch in BatchIter::new(&aligned) {
         let batch = match batch {
             Ok(b) => b,
@@ -103,44 +272,114 @@ pub fn to_kafka_batches(rill: &[u8], out: &mut BytesMut) -> Result<Option<u64>, 
             Err(BatchError::Truncated { .. }) => break,
             Err(e) => return Err(e.into()),
         };
-        let records: Vec<Record> = batch
-            .records()?
-            .map(|r| Record {
-                transactional: false,
-                control: false,
-                delete_horizon: false,
-                partition_leader_epoch: 0,
-                producer_id: -1,
-                producer_epoch: -1,
-                timestamp_type: TimestampType::Creation,
-                offset: r.offset as i64,
-                sequence: -1,
-                timestamp: r.timestamp_ms,
-                key: r.key().map(Bytes::copy_from_slice),
-                value: Some(Bytes::copy_from_slice(r.value())),
-                headers: r
-                    .headers()
-                    .map(|(k, v)| {
-                        (
-                            StrBytes::from_string(k.to_string()),
-                            Some(Bytes::copy_from_slice(v)),
-                        )
-                    })
-                    .collect::<IndexMap<_, _>>(),
-            })
-            .collect();
-        if let Some(last) = records.last() {
-            next = Some(last.offset as u64 + 1);
+        if batch.header().next_offset() <= fetch_offset {
+            continue;
         }
-        RecordBatchEncoder::encode(out, &records, &options)
-            .map_err(|e| ConvertError::Kafka(e.to_string()))?;
+        encode_batch(&batch, out)?;
+        next = Some(batch.header().next_offset());
     }
     Ok(next)
+}
+
+/// Writes one rill batch as one RecordBatch v2.
+fn encode_batch(batch: &BatchView<'_>, out: &mut BytesMut) -> Result<(), ConvertError> {
+    let h = batch.header();
+    let count = i32::try_from(h.record_count)
+        .map_err(|_| ConvertError::Kafka(format!("{} records in one batch", h.record_count)))?;
+    let start = out.len();
+    out.put_i64(h.base_offset as i64);
+    out.put_i32(0); // batch length, filled in below
+    out.put_i32(PARTITION_LEADER_EPOCH);
+    out.put_i8(KAFKA_MAGIC);
+    out.put_u32(0); // CRC, filled in below
+                    // Attributes: no compression, create time, neither transactional nor control.
+    out.put_i16(0);
+    out.put_i32(count - 1);
+    out.put_i64(h.first_timestamp_ms);
+    out.put_i64(h.max_timestamp_ms);
+    out.put_i64(h.producer_id);
+    out.put_i16(h.producer_epoch);
+    out.put_i32(h.base_sequence);
+    out.put_i32(count);
+    debug_assert_eq!(out.len() - start, BATCH_HEADER_LEN);
+    for (delta, r) in batch.records()?.enumerate() {
+        let timestamp_delta = r.timestamp_ms - h.first_timestamp_ms;
+        let offset_delta = delta as i64;
+        let key = r.key();
+        let value = r.value();
+        let header_count = r.headers().len() as i64;
+        let len = 1
+            + varint_len(timestamp_delta)
+            + varint_len(offset_delta)
+            + nullable_len(key)
+            + nullable_len(value)
+            + varint_len(header_count)
+            + r.headers()
+                .map(|(k, v)| varint_len(k.len() as i64) + k.len() + nullable_len(v))
+                .sum::<usize>();
+        put_varint(out, len as i64);
+        out.put_i8(0); // record attributes: unused
+        put_varint(out, timestamp_delta);
+        put_varint(out, offset_delta);
+        put_nullable(out, key);
+        put_nullable(out, value);
+        put_varint(out, header_count);
+        for (k, v) in r.headers() {
+            put_varint(out, k.len() as i64);
+            out.put_slice(k.as_bytes());
+            put_nullable(out, v);
+        }
+    }
+    let batch_len = out.len() - start - 12;
+    let batch_len = i32::try_from(batch_len)
+        .map_err(|_| ConvertError::Kafka(format!("batch of {batch_len} bytes")))?;
+    out[start + 8..start + 12].copy_from_slice(&batch_len.to_be_bytes());
+    let crc = crc32c::crc32c(&out[start + CRC_FROM..]);
+    out[start + 17..start + 21].copy_from_slice(&crc.to_be_bytes());
+    Ok(())
+}
+
+/// Kafka's varint/varlong: zigzag, then 7 bits a byte, low first.
+fn put_varint(out: &mut BytesMut, v: i64) {
+    let mut z = ((v << 1) ^ (v >> 63)) as u64;
+    while z >= 0x80 {
+        out.put_u8((z as u8) | 0x80);
+        z >>= 7;
+    }
+    out.put_u8(z as u8);
+}
+
+fn varint_len(v: i64) -> usize {
+    let z = ((v << 1) ^ (v >> 63)) as u64;
+    (64 - z.max(1).leading_zeros() as usize).div_ceil(7)
+}
+
+/// Bytes a nullable byte string takes: its varint length (-1 for null), then the bytes.
+fn nullable_len<B: AsRef<[u8]>>(b: Option<B>) -> usize {
+    match b {
+        Some(b) => varint_len(b.as_ref().len() as i64) + b.as_ref().len(),
+        None => varint_len(-1),
+    }
+}
+
+fn put_nullable<B: AsRef<[u8]>>(out: &mut BytesMut, b: Option<B>) {
+    match b {
+        Some(b) => {
+            put_varint(out, b.as_ref().len() as i64);
+            out.put_slice(b.as_ref());
+        }
+        None => put_varint(out, -1),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kafka_protocol::indexmap::IndexMap;
+    use kafka_protocol::protocol::StrBytes;
+    use kafka_protocol::records::{
+        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+    };
 
     fn kafka_record(offset: i64, key: &str, value: &str, header: (&str, &str)) -> Record {
         let mut headers = IndexMap::new();
@@ -193,7 +432,7 @@ mod tests {
             let mut stored = rill.to_vec();
             crate::batch::stamp_batch(&mut stored, 100, 1);
             let mut out = BytesMut::new();
-            assert_eq!(to_kafka_batches(&stored, &mut out).unwrap(), Some(150));
+            assert_eq!(to_kafka_batches(&stored, 0, &mut out).unwrap(), Some(150));
             let got = RecordBatchDecoder::decode_all(&mut out.freeze()).unwrap();
             let got: Vec<&Record> = got.iter().flat_map(|s| &s.records).collect();
             assert_eq!(got.len(), 50);
@@ -204,6 +443,155 @@ mod tests {
                 assert_eq!(r.value, sent[i].value);
                 assert_eq!(r.headers, sent[i].headers);
             }
+        }
+    }
+
+    /// `count` records stored at `base` as one rill batch.
+    fn stored(base: u64, count: usize) -> Vec<u8> {
+        let mut b = BatchBuilder::new();
+        for i in 0..count {
+            b.push(1_000 + i as i64, None, format!("v{i}").as_bytes(), &[], &[]);
+        }
+        let mut bytes = b.build().unwrap().to_vec();
+        crate::batch::stamp_batch(&mut bytes, base, 1);
+        bytes
+    }
+
+    #[test]
+    fn one_rill_batch_is_one_kafka_batch_and_batches_below_the_fetch_offset_are_skipped() {
+        let mut read = stored(0, 100);
+        read.extend_from_slice(&stored(100, 100));
+        for (from, bases) in [
+            (0u64, vec![0i64, 100]),
+            (37, vec![0, 100]),
+            (99, vec![0, 100]),
+        ]
+        .into_iter()
+        .chain([
+            (100, vec![100]),
+            (137, vec![100]),
+            (199, vec![100]),
+            (200, vec![]),
+        ]) {
+            let mut out = BytesMut::new();
+            let next = to_kafka_batches(&read, from, &mut out).unwrap();
+            assert_eq!(next, (!bases.is_empty()).then_some(200), "from {from}");
+            let infos = RecordBatchDecoder::decode_batch_info(&mut out.clone().freeze()).unwrap();
+            let got: Vec<i64> = infos.iter().map(|i| i.min_offset).collect();
+            assert_eq!(got, bases, "from {from}");
+            let sets = RecordBatchDecoder::decode_all(&mut out.freeze()).unwrap();
+            for (set, base) in sets.iter().zip(&bases) {
+                assert_eq!(set.records.len(), 100);
+                for (i, r) in set.records.iter().enumerate() {
+                    assert_eq!(r.offset, base + i as i64);
+                    assert_eq!(r.timestamp, 1_000 + i as i64);
+                    assert_eq!(r.value.as_deref(), Some(format!("v{i}").as_bytes()));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn random_records_round_trip_through_kafka_both_ways_exactly() {
+        use crate::batch::test_support::{build_random, random_records, read_back, Rng};
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        for round in 0..300u64 {
+            let n = 1 + rng.below(40) as usize;
+            let records = random_records(&mut rng, n);
+            let mut rill = build_random(&records).to_vec();
+            let base = 500 + round * 100;
+            crate::batch::stamp_batch(&mut rill, base, 1);
+            let mut kafka = BytesMut::new();
+            assert_eq!(
+                to_kafka_batches(&rill, base, &mut kafka).unwrap(),
+                Some(base + n as u64)
+            );
+            let kafka = kafka.freeze();
+
+            // kafka-protocol reads it as one valid batch with the same records (its map of
+            // headers keeps the last value of a repeated name at the name's first place).
+            let sets = RecordBatchDecoder::decode_all(&mut kafka.clone()).unwrap();
+            assert_eq!(sets.len(), 1, "round {round}");
+            assert_eq!(sets[0].records.len(), n);
+            for (i, (r, want)) in sets[0].records.iter().zip(&records).enumerate() {
+                assert_eq!(r.offset, (base + i as u64) as i64);
+                assert_eq!(r.timestamp, want.0);
+                assert_eq!(r.key.as_deref(), want.1.as_deref());
+                assert_eq!(r.value.as_deref(), want.2.as_deref());
+                let mut headers = IndexMap::new();
+                for (k, v) in &want.3 {
+                    headers.insert(StrBytes::from_string(k.clone()), v.clone().map(Bytes::from));
+                }
+                assert_eq!(r.headers, headers);
+            }
+
+            // Produced back: the same records exactly, repeated and null headers included,
+            // and served again the same bytes.
+            let (again, count) = to_rill_batch(&kafka).unwrap();
+            assert_eq!(count as usize, n);
+            let mut again = again.to_vec();
+            crate::batch::stamp_batch(&mut again, base, 1);
+            let aligned = crate::batch::aligned16(&again);
+            let view = BatchView::validate(&aligned).unwrap();
+            assert_eq!(read_back(&view), records, "round {round}");
+            let mut served = BytesMut::new();
+            to_kafka_batches(&again, base, &mut served).unwrap();
+            assert_eq!(served.freeze(), kafka, "round {round}");
+        }
+    }
+
+    #[test]
+    fn duplicate_and_null_headers_and_a_tombstone_survive_a_produce() {
+        let mut b = BatchBuilder::new();
+        let headers = [
+            ("a", Some(&b"1"[..])),
+            ("a", Some(&b"2"[..])),
+            ("b", Some(&b"x"[..])),
+            ("a", Some(&b"3"[..])),
+            ("n", None),
+            ("e", Some(&b""[..])),
+        ];
+        b.push_record(7, Some(b"k"), None, headers, &[]);
+        b.push_record(8, Some(b"k"), Some(b""), [], &[]);
+        let mut rill = b.build().unwrap().to_vec();
+        crate::batch::stamp_batch(&mut rill, 0, 1);
+        let mut kafka = BytesMut::new();
+        to_kafka_batches(&rill, 0, &mut kafka).unwrap();
+        let (stored, _) = to_rill_batch(&kafka.freeze()).unwrap();
+        let view = BatchView::validate(&stored).unwrap();
+        let recs: Vec<_> = view.records().unwrap().collect();
+        assert_eq!(recs[0].headers().collect::<Vec<_>>(), headers);
+        assert_eq!(recs[0].value(), None, "a tombstone stays null");
+        assert_eq!(
+            recs[1].value(),
+            Some(&b""[..]),
+            "an empty value stays empty"
+        );
+    }
+
+    #[test]
+    fn damaged_records_under_a_right_crc_are_refused_not_panicked() {
+        use crate::batch::test_support::{build_random, random_records, Rng};
+        let mut rng = Rng(5);
+        for _ in 0..2_000 {
+            let records = random_records(&mut rng, 5);
+            let mut rill = build_random(&records).to_vec();
+            crate::batch::stamp_batch(&mut rill, 0, 1);
+            let mut kafka = BytesMut::new();
+            to_kafka_batches(&rill, 0, &mut kafka).unwrap();
+            let at = BATCH_HEADER_LEN + rng.below((kafka.len() - BATCH_HEADER_LEN) as u64) as usize;
+            kafka[at] ^= 1 << rng.below(8);
+            if rng.below(4) == 0 {
+                let cut =
+                    BATCH_HEADER_LEN + rng.below((kafka.len() - BATCH_HEADER_LEN) as u64) as usize;
+                kafka.truncate(cut);
+                let len = (kafka.len() - 12) as i32;
+                kafka[8..12].copy_from_slice(&len.to_be_bytes());
+            }
+            let crc = crc32c::crc32c(&kafka[CRC_FROM..]);
+            kafka[17..21].copy_from_slice(&crc.to_be_bytes());
+            // No catch_unwind here: a panic fails the test.
+            let _ = decode_batches(kafka.freeze());
         }
     }
 
@@ -271,6 +659,6 @@ mod tests {
             assert!(to_rill_batch(&bytes).is_err());
         }
         let mut out = BytesMut::new();
-        assert!(to_kafka_batches(&[7u8; 300], &mut out).is_err());
+        assert!(to_kafka_batches(&[7u8; 300], 0, &mut out).is_err());
     }
 }

@@ -10,7 +10,7 @@ use super::error::LogError;
 use super::index::SparseIndex;
 use super::scan::{ScanStep, ScanStop, SegmentScan};
 use super::segment::{allocation_for, index_paths, Segment, SegmentConfig};
-use crate::batch::{BatchError, MAGIC, VERSION};
+use crate::batch::{BatchError, MAGIC, OLDEST_READABLE_VERSION, VERSION};
 
 /// What [`Segment::open`] found.
 #[derive(Debug, Default)]
@@ -93,13 +93,20 @@ impl Segment {
             // Another build's batch format is not damage: cutting it would delete data. A
             // version 1 batch is whole under version 1's CRC (bytes 24..length); a flipped
             // version field of a version 2 batch is not, and is damage like any other.
-            if *magic == MAGIC && *version == 1 && scan.is_whole_v1_batch(end) {
+            // A batch of a version newer than this build reads (a later build wrote it, and
+            // this one was started on its data) is whole under today's CRCs: refused alike.
+            let whole = match *version {
+                1 => scan.is_whole_v1_batch(end),
+                v if v > VERSION => scan.is_whole_checksummed_batch(end),
+                _ => false,
+            };
+            if *magic == MAGIC && whole {
                 return Err(LogError::Corrupt {
                     path,
                     position: end,
                     what: format!(
                         "batch format version {version} is not supported by this build \
-                         (version {VERSION}); the file is left untouched"
+                         (it reads versions {OLDEST_READABLE_VERSION} to {VERSION}); the file is left untouched"
                     ),
                 });
             }

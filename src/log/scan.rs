@@ -320,6 +320,26 @@ impl<'f> SegmentScan<'f> {
                 .is_some_and(|b| crc32c::crc32c(&b[24..]) == h.crc)
     }
 
+    /// Whether the bytes at `position` (in the window) are a whole batch under the CRCs of
+    /// version 2 and later (header CRC and body CRC both match): a batch of a newer format
+    /// version, written by a later build, is whole by this test.
+    pub fn is_whole_checksummed_batch(&self, position: u64) -> bool {
+        let Some(w) = &self.window else { return false };
+        if position < self.window_start {
+            return false;
+        }
+        let at = (position - self.window_start) as usize;
+        let Some(h) = w.get(at..).and_then(crate::batch::BatchHeader::decode) else {
+            return false;
+        };
+        let len = h.length as usize;
+        len >= HEADER_LEN
+            && w.get(at..at + len).is_some_and(|b| {
+                crate::batch::header_checksum(b) == h.header_crc
+                    && crate::batch::body_checksum(b) == h.crc
+            })
+    }
+
     /// Non-zero bytes from `position` to the end of the window: how much garbage (as opposed
     /// to preallocated zeros) follows where the data ends.
     pub fn garbage_after(&self, position: u64) -> u64 {

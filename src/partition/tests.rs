@@ -92,7 +92,10 @@ async fn read_all(f: &Fixture, end: u64) -> u64 {
                         continue;
                     }
                     assert_eq!(r.offset, at);
-                    assert!(r.value().starts_with(format!("v{at}-").as_bytes()));
+                    assert!(r
+                        .value()
+                        .unwrap_or_default()
+                        .starts_with(format!("v{at}-").as_bytes()));
                     at += 1;
                 }
             }

@@ -419,10 +419,10 @@ pub fn consume_exactly(
     out
 }
 
-/// The values of records as strings.
+/// The values of records as strings (a null value fails: these tests send none).
 pub fn values(records: &[ConsumedRecord]) -> Vec<String> {
     records
         .iter()
-        .map(|r| String::from_utf8(r.value.clone()).unwrap())
+        .map(|r| String::from_utf8(r.value.clone().expect("a non-null value")).unwrap())
         .collect()
 }

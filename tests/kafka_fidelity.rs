@@ -1,0 +1,493 @@
+//! Record fidelity on the Kafka listener, checked on the wire with raw requests: what a fetch
+//! inside a stored batch returns, and records (null values, empty values, duplicate and null
+//! headers) read back exactly as written through either protocol.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use bytes::{Buf, Bytes, BytesMut};
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::{
+    ApiKey, FetchRequest, FetchResponse, RequestHeader, ResponseHeader, TopicName,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kafka_protocol::records::{BatchDecodeInfo, RecordBatchDecoder};
+use rill::client::{Acks, ClientConfig, Producer, ProducerConfig, ProducerRecord};
+use rill_testkit::{TestBroker, DEADLINE};
+
+/// One raw Kafka request on its own connection.
+fn call<Req: Encodable, Resp: Decodable>(addr: &str, api: ApiKey, version: i16, req: &Req) -> Resp {
+    let mut header = RequestHeader::default();
+    header.request_api_key = api as i16;
+    header.request_api_version = version;
+    header.correlation_id = 7;
+    header.client_id = Some(StrBytes::from_static_str("kafka_fidelity-test"));
+    let mut body = BytesMut::new();
+    header
+        .encode(&mut body, api.request_header_version(version))
+        .unwrap();
+    req.encode(&mut body, version).unwrap();
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(DEADLINE)).unwrap();
+    s.write_all(&(body.len() as i32).to_be_bytes()).unwrap();
+    s.write_all(&body).unwrap();
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len)
+        .unwrap_or_else(|e| panic!("{api:?} v{version}: no answer ({e})"));
+    let mut resp = vec![0u8; i32::from_be_bytes(len) as usize];
+    s.read_exact(&mut resp).unwrap();
+    let mut resp = Bytes::from(resp);
+    let h = ResponseHeader::decode(&mut resp, api.response_header_version(version)).unwrap();
+    assert_eq!(h.correlation_id, 7);
+    let r = Resp::decode(&mut resp, version).unwrap();
+    assert_eq!(
+        resp.remaining(),
+        0,
+        "{api:?} v{version}: bytes after the body"
+    );
+    r
+}
+
+/// The raw `records` bytes of one partition fetched from `offset` (Fetch v12, by name).
+fn fetch_records(addr: &str, topic: &str, partition: i32, offset: i64) -> Bytes {
+    let mut p = FetchPartition::default();
+    p.partition = partition;
+    p.fetch_offset = offset;
+    p.current_leader_epoch = -1;
+    p.last_fetched_epoch = -1;
+    p.log_start_offset = -1;
+    p.partition_max_bytes = 1 << 20;
+    let mut t = FetchTopic::default();
+    t.topic = TopicName(StrBytes::from_string(topic.to_string()));
+    t.partitions = vec![p];
+    let mut req = FetchRequest::default();
+    req.replica_id = (-1).into();
+    req.max_wait_ms = 0;
+    req.min_bytes = 1;
+    req.max_bytes = 16 << 20;
+    req.session_epoch = -1;
+    req.topics = vec![t];
+    let r: FetchResponse = call(addr, ApiKey::Fetch, 12, &req);
+    let pd = &r.responses[0].partitions[0];
+    assert_eq!(pd.error_code, 0, "fetch {topic}-{partition} at {offset}");
+    pd.records.clone().unwrap_or_default()
+}
+
+/// The batch headers (offsets, counts, CRCs checked by kafka-protocol) of fetched records.
+fn batches(records: &Bytes) -> Vec<BatchDecodeInfo> {
+    RecordBatchDecoder::decode_batch_info(&mut records.clone()).expect("valid record batches")
+}
+
+/// A producer whose batches close only at `flush`: each call of `produce_batch` stores one
+/// rill batch.
+fn batch_producer(b: &TestBroker) -> Producer {
+    Producer::new(
+        ClientConfig::new(b.bootstrap()),
+        ProducerConfig {
+            acks: Acks::All,
+            linger: Duration::from_secs(3600),
+            batch_bytes: 8 << 20,
+            ..ProducerConfig::default()
+        },
+    )
+    .unwrap()
+}
+
+fn produce_batch(p: &Producer, topic: &str, first: usize, count: usize) {
+    let values: Vec<String> = (first..first + count).map(|i| format!("v{i}")).collect();
+    let reports: Vec<_> = values
+        .iter()
+        .map(|v| {
+            p.send(ProducerRecord::new(topic, v.as_bytes()).partition(0))
+                .unwrap()
+        })
+        .collect();
+    p.flush().unwrap();
+    for r in reports {
+        r.wait().unwrap();
+    }
+}
+
+#[test]
+fn a_fetch_inside_a_batch_returns_that_batch_whole_and_nothing_wholly_below_the_offset() {
+    let b = TestBroker::start_kafka(1, &[]);
+    b.client().create_topic("t", 1, 1, vec![]).unwrap();
+    let p = batch_producer(&b);
+    produce_batch(&p, "t", 0, 100);
+    let kafka = b.kafka_bootstrap();
+
+    // One stored batch of 100 records comes back as one RecordBatch, from anywhere inside it.
+    for at in [0i64, 37, 99] {
+        let records = fetch_records(&kafka, "t", 0, at);
+        let got = batches(&records);
+        assert_eq!(got.len(), 1, "fetch at {at}: {got:?}");
+        assert_eq!(got[0].min_offset, 0);
+        assert_eq!(got[0].record_count, 100);
+        let decoded = RecordBatchDecoder::decode_all(&mut records.clone()).unwrap();
+        let offsets: Vec<i64> = decoded[0].records.iter().map(|r| r.offset).collect();
+        assert_eq!(offsets, (0..100).collect::<Vec<_>>());
+        assert!(*offsets.last().unwrap() >= at);
+    }
+
+    // Two more batches: a fetch inside the second skips the first, which ends below it.
+    produce_batch(&p, "t", 100, 100);
+    produce_batch(&p, "t", 200, 100);
+    for (at, want) in [
+        (37i64, vec![0i64, 100, 200]),
+        (137, vec![100, 200]),
+        (200, vec![200]),
+    ] {
+        let got = batches(&fetch_records(&kafka, "t", 0, at));
+        let bases: Vec<i64> = got.iter().map(|b| b.min_offset).collect();
+        assert_eq!(bases, want, "fetch at {at}");
+        for b in &got {
+            assert_eq!(b.record_count, 100);
+            let last = b.min_offset + i64::from(b.record_count) - 1;
+            assert!(last >= at, "fetch at {at}: {b:?}");
+        }
+    }
+    // At the log end: nothing.
+    assert!(fetch_records(&kafka, "t", 0, 300).is_empty());
+}
+
+#[test]
+fn null_and_empty_values_and_header_values_stay_apart_through_both_protocols() {
+    use kafka_protocol::indexmap::IndexMap;
+    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
+    use kafka_protocol::records::{
+        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+    };
+    use rill::client::StartFrom;
+
+    let b = TestBroker::start_kafka(1, &[]);
+    b.client().create_topic("t", 1, 1, vec![]).unwrap();
+    let kafka = b.kafka_bootstrap();
+
+    // Native in, Kafka out: a tombstone, an empty value, a null and an empty header value.
+    let p = batch_producer(&b);
+    let headers = vec![("n".to_string(), None), ("e".to_string(), Some(Vec::new()))];
+    let sent = [
+        p.send(
+            ProducerRecord::tombstone("t", b"k")
+                .partition(0)
+                .headers(&headers),
+        )
+        .unwrap(),
+        p.send(ProducerRecord::new("t", b"").key(b"k").partition(0))
+            .unwrap(),
+    ];
+    p.flush().unwrap();
+    for r in sent {
+        r.wait().unwrap();
+    }
+    let sets = RecordBatchDecoder::decode_all(&mut fetch_records(&kafka, "t", 0, 0)).unwrap();
+    let got: Vec<&Record> = sets.iter().flat_map(|s| &s.records).collect();
+    assert_eq!(got.len(), 2);
+    assert_eq!(got[0].value, None, "a tombstone reads as null");
+    assert_eq!(
+        got[1].value.as_deref(),
+        Some(&b""[..]),
+        "an empty value reads as empty"
+    );
+    let h: Vec<(&str, Option<&[u8]>)> = got[0]
+        .headers
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_deref()))
+        .collect();
+    assert_eq!(h, vec![("n", None), ("e", Some(&b""[..]))]);
+
+    // Kafka in, native out.
+    let record = |offset: i64, value: Option<&'static [u8]>, header: Option<&'static [u8]>| {
+        let mut headers = IndexMap::new();
+        headers.insert(
+            StrBytes::from_static_str("h"),
+            header.map(Bytes::from_static),
+        );
+        Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: -1,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: TimestampType::Creation,
+            offset,
+            // kafka-protocol's encoder starts a new batch wherever offset - sequence changes.
+            sequence: offset as i32,
+            timestamp: 1_700_000_000_000,
+            key: Some(Bytes::from_static(b"k")),
+            value: value.map(Bytes::from_static),
+            headers,
+        }
+    };
+    let records = [record(0, None, Some(b"")), record(1, Some(b""), None)];
+    let mut wire = BytesMut::new();
+    let options = RecordEncodeOptions {
+        version: 2,
+        compression: Compression::None,
+    };
+    RecordBatchEncoder::encode(&mut wire, &records, &options).unwrap();
+    let mut partition = PartitionProduceData::default();
+    partition.index = 0;
+    partition.records = Some(wire.freeze());
+    let mut topic = TopicProduceData::default();
+    topic.name = TopicName(StrBytes::from_static_str("t"));
+    topic.partition_data = vec![partition];
+    let mut req = ProduceRequest::default();
+    req.acks = -1;
+    req.timeout_ms = 10_000;
+    req.topic_data = vec![topic];
+    let r: ProduceResponse = call(&kafka, ApiKey::Produce, 9, &req);
+    let pr = &r.responses[0].partition_responses[0];
+    assert_eq!(pr.error_code, 0, "{:?}", pr.error_message);
+    assert_eq!(pr.base_offset, 2);
+    let native = rill_testkit::consume_exactly(&b, "t", StartFrom::Offset(2), 2);
+    assert_eq!(native[0].value, None);
+    assert_eq!(native[0].headers, vec![("h".to_string(), Some(Vec::new()))]);
+    assert_eq!(native[1].value, Some(Vec::new()));
+    assert_eq!(native[1].headers, vec![("h".to_string(), None)]);
+}
+
+/// One line a client script printed: a record it read in some phase.
+#[derive(Debug, serde::Deserialize)]
+struct ClientRead {
+    phase: String,
+    partition: u32,
+    offset: u64,
+    key: Option<String>,
+    value: Option<String>,
+    headers: Vec<(String, Option<String>)>,
+}
+
+/// What record `i` of a script's produce is (the scripts' docs say the same).
+type Expected = (String, Option<String>, Vec<(String, Option<String>)>);
+
+/// The headers record `i` gets (or is read back with), by client.
+type HeadersOf = fn(u64) -> Vec<(&'static str, Option<String>)>;
+
+fn expected_record(i: u64, headers: HeadersOf) -> Expected {
+    let value = match i % 5 {
+        0 => None,
+        1 => Some(String::new()),
+        _ => Some(format!("v{i}")),
+    };
+    let headers = if i % 4 == 3 {
+        Vec::new()
+    } else {
+        headers(i)
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect()
+    };
+    (format!("k{}", i % 7), value, headers)
+}
+
+/// kafka-python sends headers as the list given: repeated names interleaved (it takes no
+/// null header value).
+fn kafka_python_headers(i: u64) -> Vec<(&'static str, Option<String>)> {
+    let s = |v: &str| Some(v.to_string());
+    vec![
+        ("a", s("1")),
+        ("a", s("2")),
+        ("b", s("x")),
+        ("a", Some(i.to_string())),
+        ("e", s("")),
+    ]
+}
+
+/// kafkajs sends headers from an object: a name's values together (it takes no null header
+/// value either).
+fn kafkajs_headers(i: u64) -> Vec<(&'static str, Option<String>)> {
+    let s = |v: &str| Some(v.to_string());
+    vec![
+        ("a", s("1")),
+        ("a", s("2")),
+        ("a", Some(i.to_string())),
+        ("b", s("x")),
+        ("e", s("")),
+    ]
+}
+
+/// What the test produces natively for the clients to read: repeated names interleaved, a
+/// null and an empty header value.
+fn native_headers(i: u64) -> Vec<(&'static str, Option<String>)> {
+    let s = |v: &str| Some(v.to_string());
+    vec![
+        ("a", s("1")),
+        ("a", s("2")),
+        ("b", s("x")),
+        ("a", Some(i.to_string())),
+        ("n", None),
+        ("e", s("")),
+    ]
+}
+
+/// The native records as kafkajs hands them back: an object, a repeated name's values in one
+/// array at the name's first place.
+fn native_headers_grouped(i: u64) -> Vec<(&'static str, Option<String>)> {
+    let s = |v: &str| Some(v.to_string());
+    vec![
+        ("a", s("1")),
+        ("a", s("2")),
+        ("a", Some(i.to_string())),
+        ("b", s("x")),
+        ("n", None),
+        ("e", s("")),
+    ]
+}
+
+/// Produces records 0..20 of `native_headers` to partition 0 of `topic` with rill's client.
+fn produce_native(b: &TestBroker, topic: &str) {
+    let p = batch_producer(b);
+    let records: Vec<Expected> = (0..20)
+        .map(|i| expected_record(i, native_headers))
+        .collect();
+    let headers: Vec<Vec<(String, Option<Vec<u8>>)>> = records
+        .iter()
+        .map(|(_, _, h)| {
+            h.iter()
+                .map(|(k, v)| (k.clone(), v.clone().map(String::into_bytes)))
+                .collect()
+        })
+        .collect();
+    let reports: Vec<_> = records
+        .iter()
+        .zip(&headers)
+        .map(|((key, value, _), h)| {
+            let mut r = ProducerRecord::tombstone(topic, key.as_bytes())
+                .partition(0)
+                .headers(h);
+            r.value = value.as_deref().map(str::as_bytes);
+            p.send(r).unwrap()
+        })
+        .collect();
+    p.flush().unwrap();
+    for r in reports {
+        r.wait().unwrap();
+    }
+}
+
+/// Runs a client script against a fresh broker and checks every record it read, in each
+/// phase, and every record as stored (read natively), against what it produced.
+fn client_matrix(
+    program: &str,
+    script: &str,
+    install: &str,
+    headers: HeadersOf,
+    native_seen_as: HeadersOf,
+) {
+    let b = TestBroker::start_kafka(1, &[]);
+    b.client().create_topic("fid", 1, 1, vec![]).unwrap();
+    b.client().create_topic("native", 1, 1, vec![]).unwrap();
+    produce_native(&b, "native");
+    let kafka = b.kafka_bootstrap();
+    let path = format!("{}/tests/kafka/{script}", env!("CARGO_MANIFEST_DIR"));
+    let out = std::process::Command::new(program)
+        .args([path.as_str(), &kafka, "fid", "g", "native"])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {program} ({e}): {install}"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "{script} failed ({install} if a module is missing): {stderr}"
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let mut lines = stdout.lines();
+    let version = lines.next().expect("a version line");
+    eprintln!("{script}: {version}");
+    let reads: Vec<ClientRead> = lines
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+
+    let phase =
+        |name: &str| -> Vec<&ClientRead> { reads.iter().filter(|r| r.phase == name).collect() };
+    for (name, from) in [("group1", 0u64), ("group2", 37), ("seek", 50)] {
+        let got = phase(name);
+        let to = if name == "group1" { 37 } else { 100 };
+        let offsets: Vec<u64> = got.iter().map(|r| r.offset).collect();
+        assert_eq!(
+            offsets,
+            (from..to).collect::<Vec<_>>(),
+            "{script} {name}: every record once, none below the position"
+        );
+        for r in got {
+            assert_eq!(r.partition, 0);
+            let want = expected_record(r.offset, headers);
+            assert_eq!(
+                (
+                    r.key.clone().unwrap_or_default(),
+                    r.value.clone(),
+                    r.headers.clone()
+                ),
+                want,
+                "{script} {name} offset {}",
+                r.offset
+            );
+        }
+    }
+
+    let offsets: Vec<u64> = phase("native").iter().map(|r| r.offset).collect();
+    assert_eq!(offsets, (0..20).collect::<Vec<_>>(), "{script} native");
+    for r in phase("native") {
+        let want = expected_record(r.offset, native_seen_as);
+        assert_eq!(
+            (
+                r.key.clone().unwrap_or_default(),
+                r.value.clone(),
+                r.headers.clone()
+            ),
+            want,
+            "{script} reading native offset {}",
+            r.offset
+        );
+    }
+
+    // The produce was one batch, so the commit and the seek fell inside it.
+    let stored = batches(&fetch_records(&kafka, "fid", 0, 50));
+    assert_eq!(stored.len(), 1, "{stored:?}");
+    assert_eq!((stored[0].min_offset, stored[0].record_count), (0, 100));
+
+    // As stored, read natively: headers in the order sent, repeated names and nulls kept.
+    let native = rill_testkit::consume_exactly(&b, "fid", rill::client::StartFrom::Beginning, 100);
+    for r in &native {
+        let text = |v: &Option<Vec<u8>>| v.as_ref().map(|v| String::from_utf8(v.clone()).unwrap());
+        let got: Expected = (
+            text(&r.key).unwrap_or_default(),
+            text(&r.value),
+            r.headers
+                .iter()
+                .map(|(k, v)| (k.clone(), text(v)))
+                .collect(),
+        );
+        assert_eq!(
+            got,
+            expected_record(r.offset, headers),
+            "native read of {}",
+            r.offset
+        );
+    }
+}
+
+#[test]
+fn kafka_python_keeps_every_record_offset_header_and_null() {
+    client_matrix(
+        "python3",
+        "fidelity_kafka_python.py",
+        "run .ci/run, or pip install kafka-python==3.0.12",
+        kafka_python_headers,
+        native_headers,
+    );
+}
+
+#[test]
+fn kafkajs_keeps_every_record_offset_header_and_null() {
+    client_matrix(
+        "node",
+        "fidelity_kafkajs.js",
+        "run .ci/run, or npm ci --prefix tests/kafka",
+        kafkajs_headers,
+        native_headers_grouped,
+    );
+}
