@@ -491,3 +491,34 @@ fn kafkajs_keeps_every_record_offset_header_and_null() {
         native_headers_grouped,
     );
 }
+
+#[test]
+fn cli_headers_go_in_order_with_repeats_and_a_bare_name_is_a_null_value() {
+    let b = TestBroker::start(1, &[]);
+    b.client().create_topic("h", 1, 1, vec![]).unwrap();
+    let out = b.cli(
+        &[
+            "produce", "h", "--header", "a=1", "--header", "b=x", "--header", "a=2", "--header",
+            "n", "--header", "e=",
+        ],
+        Some("one\n"),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got = rill_testkit::consume_exactly(&b, "h", rill::client::StartFrom::Beginning, 1);
+    let s = |v: &str| Some(v.as_bytes().to_vec());
+    assert_eq!(
+        got[0].headers,
+        vec![
+            ("a".to_string(), s("1")),
+            ("b".to_string(), s("x")),
+            ("a".to_string(), s("2")),
+            ("n".to_string(), None),
+            ("e".to_string(), s("")),
+        ]
+    );
+    assert_eq!(got[0].value.as_deref(), Some(&b"one"[..]));
+}
