@@ -924,6 +924,11 @@ impl Worker {
     /// past its deadline is answered with a timeout.
     fn on_tick(&mut self, now: Instant) {
         for p in std::mem::take(&mut self.parked) {
+            if p.reply.is_disconnected() {
+                // The caller gave up (its own timeout): proposing it later would apply a
+                // change whose requester was told it failed.
+                continue;
+            }
             if now >= p.deadline {
                 let _ = p.reply.send(Err(ControllerError::Timeout));
             } else if self.core.leader_id() != 0 {
