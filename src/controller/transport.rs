@@ -998,60 +998,74 @@ mod tests {
         }
     }
 
+    /// Sends what `make` builds from `t` to `to` until `rx` yields an event `want` accepts:
+    /// a message queued while a connection attempt fails is dropped (raft resends; so does
+    /// this test).
+    fn deliver<T>(
+        t: &Transport,
+        to: u64,
+        make: impl Fn() -> Outgoing,
+        rx: &flume::Receiver<NetEvent>,
+        want: impl Fn(NetEvent) -> Option<T>,
+    ) -> T {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            assert!(Instant::now() < deadline, "never delivered");
+            t.send(to, make()).unwrap();
+            let round = Instant::now() + Duration::from_millis(500);
+            while let Ok(ev) = rx.recv_deadline(round) {
+                if let Some(x) = want(ev) {
+                    return x;
+                }
+            }
+        }
+    }
+
     #[test]
     fn two_nodes_exchange_raft_messages_and_forwards() {
         let voters = vec![(1, free_addr()), (2, free_addr()), (3, free_addr())];
         let (t1, rx1) = Transport::start(cfg(1, &voters)).unwrap();
         let (t2, rx2) = Transport::start(cfg(2, &voters)).unwrap();
-        t1.send(2, Outgoing::Raft(raft_msg(1, 2))).unwrap();
-        let m = next_raft(&rx2);
+        let raft = |ev| match ev {
+            NetEvent::Raft(m) => Some(m),
+            _ => None,
+        };
+        let m = deliver(&t1, 2, || Outgoing::Raft(raft_msg(1, 2)), &rx2, raft);
         assert_eq!((m.from, m.to, m.term), (1, 2, 7));
-        t2.send(1, Outgoing::Raft(raft_msg(2, 1))).unwrap();
-        assert_eq!(next_raft(&rx1).from, 2);
-        t2.send(
-            1,
-            Outgoing::Forward {
-                id: 9,
-                cmd: Command::DeleteTopic { name: "t".into() },
-            },
-        )
-        .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let NetEvent::Forward { from, id, cmd } = rx1.recv_deadline(deadline).unwrap() {
-                assert_eq!((from, id), (2, 9));
-                assert_eq!(cmd, Command::DeleteTopic { name: "t".into() });
-                break;
-            }
-        }
-        t1.send(
-            2,
-            Outgoing::ForwardReply {
-                id: 9,
-                index: 5,
-                result: Err(ControllerError::NotController {
-                    node_id: 1,
-                    leader_id: 3,
-                }),
-            },
-        )
-        .unwrap();
-        loop {
-            if let NetEvent::ForwardReply {
+        let m = deliver(&t2, 1, || Outgoing::Raft(raft_msg(2, 1)), &rx1, raft);
+        assert_eq!(m.from, 2);
+        let forward = || Outgoing::Forward {
+            id: 9,
+            cmd: Command::DeleteTopic { name: "t".into() },
+        };
+        let (from, id, cmd) = deliver(&t2, 1, forward, &rx1, |ev| match ev {
+            NetEvent::Forward { from, id, cmd } => Some((from, id, cmd)),
+            _ => None,
+        });
+        assert_eq!((from, id), (2, 9));
+        assert_eq!(cmd, Command::DeleteTopic { name: "t".into() });
+        let reply = || Outgoing::ForwardReply {
+            id: 9,
+            index: 5,
+            result: Err(ControllerError::NotController {
+                node_id: 1,
+                leader_id: 3,
+            }),
+        };
+        let (id, index, result) = deliver(&t1, 2, reply, &rx2, |ev| match ev {
+            NetEvent::ForwardReply {
                 id, index, result, ..
-            } = rx2.recv_deadline(deadline).unwrap()
-            {
-                assert_eq!((id, index), (9, 5));
-                assert_eq!(
-                    result,
-                    Err(ControllerError::NotController {
-                        node_id: 1,
-                        leader_id: 3
-                    })
-                );
-                break;
-            }
-        }
+            } => Some((id, index, result)),
+            _ => None,
+        });
+        assert_eq!((id, index), (9, 5));
+        assert_eq!(
+            result,
+            Err(ControllerError::NotController {
+                node_id: 1,
+                leader_id: 3
+            })
+        );
         t1.stop();
         t2.stop();
     }
