@@ -88,6 +88,15 @@ pub struct BrokerConfig {
     pub max_offsets_per_group: usize,
     pub io_memory_bytes: usize,
     pub spin_before_park: Option<Duration>,
+    /// The controller quorum (`--controller-voters`); empty: an embedded single voter.
+    pub controller_voters: Vec<(u64, String)>,
+    /// Where the controller transport listens (`--controller-listen`; `None`: this node's
+    /// address in the voters list).
+    pub controller_listen: Option<String>,
+    /// `--controller-max-message-bytes`.
+    pub controller_max_message_bytes: usize,
+    /// `--process-roles`: false for `controller` alone (no shards, no listeners).
+    pub broker_role: bool,
 }
 
 impl BrokerConfig {
@@ -132,6 +141,10 @@ impl BrokerConfig {
             max_offsets_per_group: 100_000,
             io_memory_bytes: 10 << 20,
             spin_before_park: None,
+            controller_voters: Vec::new(),
+            controller_listen: None,
+            controller_max_message_bytes: crate::controller::transport::DEFAULT_MAX_MESSAGE_BYTES,
+            broker_role: true,
         }
     }
 }

@@ -68,11 +68,24 @@ pub struct BrokerArgs {
     /// Cores to run shards on, e.g. 0,2,4 or 0-3.
     #[arg(long, env = "RILL_CORES")]
     pub cores: Option<String>,
+    /// Where this voter's controller transport listens (default: its own address in
+    /// --controller-voters).
     #[arg(long, env = "RILL_CONTROLLER_LISTEN")]
     pub controller_listen: Option<String>,
-    /// ID@HOST:PORT,... of the controller quorum (default: this broker alone).
+    /// ID@HOST:PORT,... of the controller quorum: 3 or 5 voters, the same list on every one
+    /// (default: this broker alone, an embedded single voter).
     #[arg(long, env = "RILL_CONTROLLER_VOTERS")]
     pub controller_voters: Option<String>,
+    /// What this process runs, as KRaft's process.roles: broker,controller (a broker with a
+    /// controller voter) or controller (a voter only). broker alone (following a quorum it
+    /// is not part of) is not built yet.
+    #[arg(long, env = "RILL_PROCESS_ROLES", default_value = "broker,controller")]
+    pub process_roles: String,
+    /// Largest message between controller voters (a raft append or snapshot, a forwarded
+    /// proposal), sent or accepted; a larger one is not sent, and a connection announcing
+    /// one is closed.
+    #[arg(long, env = "RILL_CONTROLLER_MAX_MESSAGE_BYTES", default_value_t = crate::controller::transport::DEFAULT_MAX_MESSAGE_BYTES)]
+    pub controller_max_message_bytes: usize,
     /// Kafka protocol address of shard 0, or `off`.
     #[arg(long, env = "RILL_KAFKA_LISTEN", default_value = "127.0.0.1:9092")]
     pub kafka_listen: String,

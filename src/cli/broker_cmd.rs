@@ -59,15 +59,10 @@ pub fn config_from_args(a: &BrokerArgs) -> Result<BrokerConfig, String> {
         "off" => None,
         v => Some(parse_addr("kafka-listen", v)?),
     };
-    if let Some(v) = &a.controller_voters {
-        let voters: Vec<&str> = v.split(',').filter(|s| !s.trim().is_empty()).collect();
-        let me = format!("{}@", a.node_id);
-        if voters.len() > 1 || voters.iter().any(|s| !s.trim().starts_with(&me)) {
-            return Err(format!(
-                "--controller-voters '{v}': a multi-voter controller quorum is not supported yet; leave it unset for a single-node cluster"
-            ));
-        }
+    if a.node_id == 0 {
+        return Err("--node-id must be at least 1".into());
     }
+    let quorum = parse_quorum(a)?;
     if a.segment_bytes < 64 << 10 {
         return Err(format!(
             "--segment-bytes {} is below the minimum of 65536",
@@ -83,9 +78,6 @@ pub fn config_from_args(a: &BrokerArgs) -> Result<BrokerConfig, String> {
     }
     if a.max_frame_bytes < 4096 {
         return Err("--max-frame-bytes must be at least 4096".into());
-    }
-    if a.node_id == 0 {
-        return Err("--node-id must be at least 1".into());
     }
     let mut c = BrokerConfig::new(a.data_dir.clone(), listen, cores);
     c.advertised_host = a
@@ -203,7 +195,139 @@ pub fn config_from_args(a: &BrokerArgs) -> Result<BrokerConfig, String> {
     c.io_memory_bytes = a.io_memory_bytes;
     c.spin_before_park =
         (a.spin_before_park_us > 0).then(|| Duration::from_micros(a.spin_before_park_us));
+    c.controller_voters = quorum.voters;
+    c.controller_listen = quorum.listen;
+    c.controller_max_message_bytes = a.controller_max_message_bytes;
+    c.broker_role = quorum.broker;
     Ok(c)
+}
+
+/// The controller flags, checked together.
+struct Quorum {
+    voters: Vec<(u64, String)>,
+    listen: Option<String>,
+    broker: bool,
+}
+
+/// `HOST:PORT` with a non-empty host and a port 1..65535 (resolved only when connecting, so
+/// a name that is not resolvable yet at start is fine).
+fn check_host_port(flag: &str, entry: &str, addr: &str) -> Result<(), String> {
+    let bad = |why: &str| format!("{flag} '{entry}': {why}");
+    let Some((host, port)) = addr.rsplit_once(':') else {
+        return Err(bad("expected HOST:PORT"));
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if host.is_empty() || host.contains(char::is_whitespace) {
+        return Err(bad("the host is empty or has spaces"));
+    }
+    match port.parse::<u16>() {
+        Ok(p) if p > 0 => Ok(()),
+        _ => Err(bad("the port must be a number from 1 to 65535")),
+    }
+}
+
+/// Parses `ID@HOST:PORT,...`: ids from 1, no id or address twice.
+pub fn parse_voters(v: &str) -> Result<Vec<(u64, String)>, String> {
+    let mut out: Vec<(u64, String)> = Vec::new();
+    for entry in v.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let Some((id, addr)) = entry.split_once('@') else {
+            return Err(format!(
+                "--controller-voters '{entry}': expected ID@HOST:PORT (e.g. 1@10.0.0.1:9393)"
+            ));
+        };
+        let id: u32 = id.trim().parse().ok().filter(|&i| i > 0).ok_or_else(|| {
+            format!("--controller-voters '{entry}': the id must be a node id from 1")
+        })?;
+        let addr = addr.trim();
+        check_host_port("--controller-voters", entry, addr)?;
+        if out.iter().any(|(i, _)| *i == u64::from(id)) {
+            return Err(format!(
+                "--controller-voters '{v}': node id {id} is listed twice"
+            ));
+        }
+        if out.iter().any(|(_, a)| a == addr) {
+            return Err(format!(
+                "--controller-voters '{v}': address {addr} is listed twice"
+            ));
+        }
+        out.push((u64::from(id), addr.to_string()));
+    }
+    if out.is_empty() {
+        return Err(format!("--controller-voters '{v}' names no voter"));
+    }
+    Ok(out)
+}
+
+fn parse_quorum(a: &BrokerArgs) -> Result<Quorum, String> {
+    let mut broker = false;
+    let mut controller = false;
+    for role in a.process_roles.split(',').map(str::trim) {
+        match role {
+            "broker" => broker = true,
+            "controller" => controller = true,
+            other => {
+                return Err(format!(
+                    "--process-roles '{}': unknown role '{other}' (broker, controller or \
+                     broker,controller)",
+                    a.process_roles
+                ))
+            }
+        }
+    }
+    if !controller {
+        return Err(format!(
+            "--process-roles '{}': a broker that is not a controller voter (following the \
+             quorum's metadata) is not supported yet; use broker,controller",
+            a.process_roles
+        ));
+    }
+    let voters = match &a.controller_voters {
+        None => Vec::new(),
+        Some(v) => parse_voters(v)?,
+    };
+    let me = u64::from(a.node_id);
+    if !voters.is_empty() {
+        if !voters.iter().any(|(id, _)| *id == me) {
+            return Err(format!(
+                "--controller-voters '{}' does not list this node (--node-id {me}); every \
+                 controller voter must be in the list",
+                a.controller_voters.as_deref().unwrap_or_default()
+            ));
+        }
+        if ![1, 3, 5].contains(&voters.len()) {
+            return Err(format!(
+                "--controller-voters lists {} voters: a quorum has 3 or 5 (2 tolerate no \
+                 failure, 4 no more than 3 do)",
+                voters.len()
+            ));
+        }
+    }
+    if let Some(l) = &a.controller_listen {
+        if voters.len() <= 1 {
+            return Err(
+                "--controller-listen needs --controller-voters with 3 or 5 voters (a single \
+                 voter has no transport)"
+                    .into(),
+            );
+        }
+        check_host_port("--controller-listen", l, l)?;
+    }
+    if !broker && voters.len() <= 1 {
+        return Err(
+            "--process-roles controller needs --controller-voters (a controller alone serves \
+             no one)"
+                .into(),
+        );
+    }
+    Ok(Quorum {
+        voters: if voters.len() == 1 {
+            Vec::new()
+        } else {
+            voters
+        },
+        listen: a.controller_listen.clone(),
+        broker,
+    })
 }
 
 pub fn run(a: BrokerArgs) -> Result<(), String> {
@@ -221,5 +345,33 @@ mod tests {
         assert!(parse_cores("3-1").is_err());
         assert!(parse_cores("x").is_err());
         assert!(parse_cores("").is_err());
+    }
+
+    #[test]
+    fn voters() {
+        assert_eq!(
+            parse_voters("1@h:1, 2@[::1]:2,3@10.0.0.3:3").unwrap(),
+            vec![
+                (1, "h:1".to_string()),
+                (2, "[::1]:2".to_string()),
+                (3, "10.0.0.3:3".to_string())
+            ]
+        );
+        for bad in [
+            "1@h:1,1@h:2",
+            "1@h:1,2@h:1",
+            "0@h:1",
+            "x@h:1",
+            "1h:1",
+            "1@h",
+            "1@:1",
+            "1@h:0",
+            "1@h:99999",
+            ",",
+        ] {
+            let e = parse_voters(bad).expect_err(bad);
+            assert!(e.starts_with("--controller-voters"), "{e}");
+            assert!(!e.contains('\n'));
+        }
     }
 }

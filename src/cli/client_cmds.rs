@@ -137,6 +137,7 @@ fn describe(client: &mut Client, name: &str) -> Result<(), String> {
 fn cluster_info(mut client: Client) -> Result<(), String> {
     let info = client.cluster_info().map_err(|e| e.to_string())?;
     println!("cluster {}", info.cluster_id);
+    println!("controller {}", info.controller_id);
     for b in &info.brokers {
         println!(
             "broker {} host {} shards {} ports {}-{}",

@@ -78,6 +78,8 @@ pub struct Route {
 pub struct MetadataCache {
     /// The cluster's id.
     pub cluster_id: String,
+    /// The controller quorum's leader as the answering broker knows it (0: none known).
+    pub controller_id: u64,
     /// The brokers, by node id.
     pub brokers: HashMap<u32, BrokerMeta>,
     /// The topics and their partitions' leaders and replicas, by name.
@@ -181,6 +183,8 @@ pub struct PartitionDescription {
 pub struct ClusterInfo {
     /// The cluster's id.
     pub cluster_id: String,
+    /// The controller quorum's leader as the answering broker knows it (0: none known).
+    pub controller_id: u64,
     /// The brokers, sorted by node id.
     pub brokers: Vec<BrokerMeta>,
     /// How many topics the cluster has.
@@ -299,6 +303,7 @@ impl Client {
         let (resp, _): (MetadataResponse, _) = self.call(addr, ApiKey::Metadata, &req, &[])?;
         self.metadata = MetadataCache {
             cluster_id: resp.cluster_id,
+            controller_id: resp.controller_id,
             brokers: resp.brokers.into_iter().map(|b| (b.node_id, b)).collect(),
             topics: resp
                 .topics
@@ -519,6 +524,7 @@ impl Client {
         brokers.sort_by_key(|b| b.node_id);
         Ok(ClusterInfo {
             cluster_id: self.metadata.cluster_id.clone(),
+            controller_id: self.metadata.controller_id,
             brokers,
             topics: self.metadata.topics.len(),
         })

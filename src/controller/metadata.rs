@@ -161,8 +161,8 @@ pub enum Command {
     },
 }
 
-/// What an applied command did.
-#[derive(Clone, Debug, PartialEq)]
+/// What an applied command did (serde: a leader answers a forwarded proposal with it).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Applied {
     BrokerRegistered,
     TopicCreated(TopicInfo),

@@ -9,18 +9,24 @@
 //! - this module: the thin shell, one `std::thread` running the core, ticking it every
 //!   [`ControllerConfig::tick`] and answering [`ControllerHandle`]s over bounded flume channels.
 //!
-//! The core runs as a single voter (the broker's embedded controller) or as one voter of 3 or 5
-//! ([`CoreConfig::voter`]; `quorum_tests.rs` and the simulator drive such quorums). This thread
-//! shell has no transport yet: it would deliver [`Action::Send`] messages to other voters and
-//! feed theirs to [`ControllerCore::step`], so `start` refuses more than one voter until it
-//! exists.
+//! - [`transport`]: the voters' TCP transport (raft messages, forwarded proposals).
+//!
+//! The core runs as a single voter (the broker's embedded controller, no transport) or as one
+//! voter of 3 or 5 ([`CoreConfig::voter`]): then this shell delivers [`Action::Send`] messages
+//! over the [`transport`] and feeds the peers' to [`ControllerCore::step`]. A proposal made on a
+//! follower is **forwarded** to the leader over the same transport; the leader answers with the
+//! outcome and its raft index, and the follower answers its caller once it has applied that
+//! index itself, so "answered" still means "visible in this node's metadata". While no leader
+//! is known (an election), proposals wait (parked) until one is, up to
+//! [`ControllerConfig::forward_timeout`].
 
 pub mod cluster;
 pub mod core;
 pub mod metadata;
 pub mod raft_log;
+pub mod transport;
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -32,6 +38,7 @@ pub use self::metadata::{
     TopicInfo,
 };
 pub use self::raft_log::{LogStore, StoreError};
+use self::transport::{NetEvent, Outgoing, Tag, Transport, TransportConfig};
 use crate::protocol::error_code::ErrorCode;
 
 /// Default capacity of the proposal queue into the controller thread.
@@ -42,6 +49,12 @@ pub const DEFAULT_MAX_PENDING: usize = 1024;
 pub const DEFAULT_COMPACT_EVERY: u64 = 1024;
 /// Requests taken from the queue per loop turn (they share one fsync).
 const MAX_BATCH: usize = 256;
+/// Default [`ControllerConfig::forward_timeout`].
+pub const DEFAULT_FORWARD_TIMEOUT: Duration = Duration::from_secs(30);
+/// A forwarded proposal refused as "not the leader" is sent on to the leader named in the
+/// refusal at most this many times (leadership moving while it travels); then the refusal is
+/// the answer.
+const MAX_FORWARD_HOPS: u32 = 8;
 
 /// Controller settings.
 #[derive(Clone, Debug)]
@@ -50,8 +63,19 @@ pub struct ControllerConfig {
     pub dir: PathBuf,
     /// This node's raft id (non-zero).
     pub node_id: u64,
-    /// Voters as (node id, `host:port`). Empty, or only this node: a single voter.
+    /// Voters as (node id, `host:port`). Empty, or only this node: a single voter with no
+    /// transport. Otherwise 3 or 5 voters, this node among them.
     pub voters: Vec<(u64, String)>,
+    /// Where the transport listens (`--controller-listen`); `None`: this node's address in
+    /// `voters`.
+    pub listen: Option<String>,
+    /// Largest transport frame sent or accepted (`--controller-max-message-bytes`).
+    pub max_message_bytes: usize,
+    /// Messages queued per peer before the oldest is dropped.
+    pub peer_queue: usize,
+    /// How long a follower holds a proposal it forwarded (or parked while no leader is
+    /// known) before answering [`ControllerError::Timeout`].
+    pub forward_timeout: Duration,
     /// Raft tick; elections take 10 ticks, heartbeats 3.
     pub tick: Duration,
     pub limits: MetadataLimits,
@@ -75,6 +99,10 @@ impl ControllerConfig {
             dir: dir.into(),
             node_id,
             voters: Vec::new(),
+            listen: None,
+            max_message_bytes: transport::DEFAULT_MAX_MESSAGE_BYTES,
+            peer_queue: transport::DEFAULT_PEER_QUEUE,
+            forward_timeout: DEFAULT_FORWARD_TIMEOUT,
             tick: Duration::from_millis(100),
             limits: MetadataLimits::default(),
             queue_capacity: DEFAULT_QUEUE_CAPACITY,
@@ -88,6 +116,36 @@ impl ControllerConfig {
     /// The directory holding the controller's files.
     pub fn controller_dir(&self) -> PathBuf {
         self.dir.join("controller")
+    }
+
+    /// The voter ids, checked: this node among them, no id twice, and 1 (this node alone),
+    /// 3 or 5 of them (an even count tolerates no more failures than one fewer voter, and two
+    /// voters none at all).
+    pub fn voter_ids(&self) -> Result<Vec<u64>, ControllerError> {
+        if self.voters.is_empty() {
+            return Ok(vec![self.node_id]);
+        }
+        let mut ids: Vec<u64> = self.voters.iter().map(|(id, _)| *id).collect();
+        ids.sort_unstable();
+        if let Some(w) = ids.windows(2).find(|w| w[0] == w[1]) {
+            return Err(ControllerError::Config(format!(
+                "voter id {} is listed twice",
+                w[0]
+            )));
+        }
+        if !ids.contains(&self.node_id) {
+            return Err(ControllerError::Config(format!(
+                "this node ({}) is not one of the voters {ids:?}",
+                self.node_id
+            )));
+        }
+        if ![1, 3, 5].contains(&ids.len()) {
+            return Err(ControllerError::Config(format!(
+                "{} voters: a controller quorum has 1, 3 or 5 voters",
+                ids.len()
+            )));
+        }
+        Ok(ids)
     }
 }
 
@@ -120,6 +178,14 @@ pub enum ControllerError {
     /// Bad [`ControllerConfig`].
     #[error("controller configuration: {0}")]
     Config(String),
+    /// The leader a proposal was forwarded to could not be reached, or the proposal could
+    /// not be sent: its outcome is unknown (as after a timeout).
+    #[error("{0}")]
+    Unreachable(String),
+    /// Other voters refused this node's handshake (voters lists that disagree, another
+    /// cluster) before it ever joined a quorum.
+    #[error("{0}")]
+    Refused(String),
 }
 
 impl ControllerError {
@@ -131,8 +197,10 @@ impl ControllerError {
             ControllerError::NotLeader
             | ControllerError::NotController { .. }
             | ControllerError::Stopped => ErrorCode::NotController,
-            ControllerError::Timeout | ControllerError::Overloaded(_) => ErrorCode::RequestTimedOut,
-            ControllerError::Config(_) => ErrorCode::InvalidRequest,
+            ControllerError::Timeout
+            | ControllerError::Overloaded(_)
+            | ControllerError::Unreachable(_) => ErrorCode::RequestTimedOut,
+            ControllerError::Config(_) | ControllerError::Refused(_) => ErrorCode::InvalidRequest,
         }
     }
 }
@@ -211,26 +279,34 @@ pub struct ControllerHandle {
     shared: Arc<Shared>,
 }
 
-/// Opens the controller's storage under `<cfg.dir>/controller/`, starts its thread and campaigns.
+/// Opens the controller's storage under `<cfg.dir>/controller/`, starts its thread (and, with
+/// several voters, the transport) and campaigns.
 pub fn start(cfg: ControllerConfig) -> Result<Controller, ControllerError> {
     if cfg.node_id == 0 {
         return Err(ControllerError::Config("node id must be non-zero".into()));
     }
-    if cfg.voters.iter().any(|(id, _)| *id != cfg.node_id) {
-        return Err(ControllerError::Config(format!(
-            "multi-voter quorum not supported yet (voters {:?}, this node {})",
-            cfg.voters.iter().map(|(id, _)| *id).collect::<Vec<_>>(),
-            cfg.node_id
-        )));
-    }
+    let ids = cfg.voter_ids()?;
     if cfg.tick.is_zero() {
         return Err(ControllerError::Config("tick must be positive".into()));
     }
     let store = LogStore::open(&cfg.controller_dir())
         .map_err(|e| ControllerError::Storage(e.to_string()))?;
+    if store.is_initialized() {
+        // The voters of an existing cluster live in its log; raft-rs would silently keep
+        // them, so a changed flag is refused rather than half obeyed.
+        let mut stored = store.conf_state().voters.clone();
+        stored.sort_unstable();
+        if stored != ids {
+            return Err(ControllerError::Config(format!(
+                "{} holds a quorum of voters {stored:?}, but this node was started with voters \
+                 {ids:?} (changing the voters of a cluster is not supported)",
+                cfg.controller_dir().display()
+            )));
+        }
+    }
     let core_cfg = CoreConfig {
         node_id: cfg.node_id,
-        voters: vec![cfg.node_id],
+        voters: ids.clone(),
         election_tick: 10,
         heartbeat_tick: 3,
         limits: cfg.limits.clone(),
@@ -238,6 +314,31 @@ pub fn start(cfg: ControllerConfig) -> Result<Controller, ControllerError> {
         compact_every: cfg.compact_every,
         cluster_id: cfg.cluster_id.clone().unwrap_or_else(random_cluster_id),
         fixed_election_timeout: None,
+    };
+    let (transport, net_rx, net_tx) = if ids.len() > 1 {
+        let listen = match &cfg.listen {
+            Some(l) => l.clone(),
+            None => cfg
+                .voters
+                .iter()
+                .find(|(id, _)| *id == cfg.node_id)
+                .map(|(_, a)| a.clone())
+                .unwrap_or_default(),
+        };
+        let (t, rx) = Transport::start(TransportConfig {
+            node_id: cfg.node_id,
+            voters: cfg.voters.clone(),
+            listen,
+            max_message_bytes: cfg.max_message_bytes,
+            peer_queue: cfg.peer_queue,
+        })
+        .map_err(|e| ControllerError::Config(e.to_string()))?;
+        (Some(t), rx, None)
+    } else {
+        // A single voter has no transport; its event channel never yields (the sender is
+        // kept so it never disconnects either).
+        let (tx, rx) = flume::bounded(1);
+        (None, rx, Some(tx))
     };
     let mut core = ControllerCore::new(core_cfg.clone(), store)?;
     let first = core.ready()?;
@@ -262,6 +363,19 @@ pub fn start(cfg: ControllerConfig) -> Result<Controller, ControllerError> {
         dir: cfg.controller_dir(),
         core_cfg,
         storage_retry: cfg.storage_retry,
+        transport,
+        net_rx,
+        _net_tx: net_tx,
+        voters: ids.len(),
+        forward_timeout: cfg.forward_timeout,
+        max_pending: cfg.max_pending.max(1),
+        forwarded: HashMap::new(),
+        next_forward: 1,
+        parked: VecDeque::new(),
+        deferred: Vec::new(),
+        refused_by: BTreeSet::new(),
+        ever_ready: false,
+        fatal: None,
     };
     worker.handle_actions(first);
     let thread = std::thread::Builder::new()
@@ -351,8 +465,9 @@ impl ControllerHandle {
         rx
     }
 
-    /// Waits until this node is the leader and every committed entry is applied; returns the
-    /// metadata then.
+    /// Waits until the metadata is current and returns it: a single voter is the leader with
+    /// every committed entry applied; a voter of a quorum knows a leader (or is it) and has
+    /// applied every entry it knows committed, so proposals made through it are answered.
     pub fn wait_ready(&self, timeout: Duration) -> Result<Arc<ClusterMetadata>, ControllerError> {
         let deadline = Instant::now() + timeout;
         let mut state = self.shared.lock();
@@ -377,16 +492,74 @@ impl ControllerHandle {
     }
 }
 
+/// Who waits for a proposal's outcome.
+enum Waiter {
+    /// A caller on this node.
+    Local(Reply),
+    /// A follower that forwarded it: answered over the transport with its id.
+    Remote { peer: u64, id: u64 },
+}
+
+/// A proposal this follower forwarded to the leader `to`.
+struct Forwarded {
+    reply: Reply,
+    cmd: Command,
+    to: u64,
+    deadline: Instant,
+    hops: u32,
+}
+
+/// A proposal waiting for a leader to be known.
+struct Parked {
+    reply: Reply,
+    cmd: Command,
+    deadline: Instant,
+    hops: u32,
+}
+
+/// A forwarded proposal the leader applied at `index`, answered once this node applied it too.
+struct Deferred {
+    index: u64,
+    reply: Reply,
+    result: Result<Applied, ControllerError>,
+    deadline: Instant,
+}
+
 struct Worker {
     core: ControllerCore,
     rx: flume::Receiver<Request>,
     shared: Arc<Shared>,
     tick: Duration,
-    waiters: HashMap<ProposalId, Reply>,
+    waiters: HashMap<ProposalId, Waiter>,
     /// To reopen the core from its files after a storage failure.
     dir: PathBuf,
     core_cfg: CoreConfig,
     storage_retry: Duration,
+    /// `None` for a single voter.
+    transport: Option<Transport>,
+    net_rx: flume::Receiver<NetEvent>,
+    /// Keeps a single voter's (empty) event channel connected.
+    _net_tx: Option<flume::Sender<NetEvent>>,
+    voters: usize,
+    forward_timeout: Duration,
+    /// Forwarded + parked + deferred proposals at most (past it: Overloaded).
+    max_pending: usize,
+    forwarded: HashMap<u64, Forwarded>,
+    next_forward: u64,
+    parked: VecDeque<Parked>,
+    deferred: Vec<Deferred>,
+    /// Voters that refused this node's handshake or sent one this node refused.
+    refused_by: BTreeSet<u64>,
+    /// Set once this node's metadata was current: refusals after that are only logged.
+    ever_ready: bool,
+    /// Set when the worker must stop (a quorum refused this node).
+    fatal: Option<ControllerError>,
+}
+
+/// One input to the loop.
+enum Input {
+    Request(Result<Request, flume::RecvError>),
+    Net(Result<NetEvent, flume::RecvError>),
 }
 
 impl Worker {
@@ -403,15 +576,14 @@ impl Worker {
                 "controller storage failed: {msg}; reopening it every {:?}",
                 self.storage_retry
             );
-            for (_, reply) in self.waiters.drain() {
-                let _ = reply.send(Err(reason.clone()));
-            }
+            self.answer_all(&reason);
             if !self.recover(&reason) {
                 break ControllerError::Stopped;
             }
         };
-        for (_, reply) in self.waiters.drain() {
-            let _ = reply.send(Err(reason.clone()));
+        self.answer_all(&reason);
+        if let Some(t) = self.transport.take() {
+            t.stop();
         }
         let mut state = self.shared.lock();
         state.ready = false;
@@ -428,30 +600,66 @@ impl Worker {
         }
     }
 
-    /// Runs until shutdown (`Stopped`) or a storage error.
+    /// Answers every proposal waiting on this node (local, forwarded, parked, deferred) with
+    /// `reason`. Followers whose proposals this leader held learn by their own timeout.
+    fn answer_all(&mut self, reason: &ControllerError) {
+        for (_, w) in self.waiters.drain() {
+            if let Waiter::Local(reply) = w {
+                let _ = reply.send(Err(reason.clone()));
+            }
+        }
+        for (_, f) in self.forwarded.drain() {
+            let _ = f.reply.send(Err(reason.clone()));
+        }
+        for p in self.parked.drain(..) {
+            let _ = p.reply.send(Err(reason.clone()));
+        }
+        for d in self.deferred.drain(..) {
+            let _ = d.reply.send(Err(reason.clone()));
+        }
+    }
+
+    /// Runs until shutdown (`Stopped`), a storage error or a fatal refusal.
     fn run_loop(&mut self) -> ControllerError {
         let mut next_tick = Instant::now() + self.tick;
         loop {
             let now = Instant::now();
             if now >= next_tick {
                 self.core.tick();
+                self.on_tick(now);
                 next_tick = now + self.tick;
             } else {
-                match self.rx.recv_deadline(next_tick) {
-                    Ok(req) => {
-                        if self.handle_request(req) {
-                            return ControllerError::Stopped;
-                        }
-                        for _ in 0..MAX_BATCH {
-                            let Ok(req) = self.rx.try_recv() else { break };
+                let input = flume::Selector::new()
+                    .recv(&self.rx, Input::Request)
+                    .recv(&self.net_rx, Input::Net)
+                    .wait_deadline(next_tick);
+                // A timeout is the tick.
+                let mut next = input.ok();
+                for _ in 0..MAX_BATCH {
+                    let Some(input) = next.take() else { break };
+                    match input {
+                        Input::Request(Ok(req)) => {
                             if self.handle_request(req) {
                                 return ControllerError::Stopped;
                             }
                         }
+                        Input::Request(Err(_)) => return ControllerError::Stopped,
+                        Input::Net(Ok(ev)) => {
+                            if let Err(e) = self.handle_net(ev) {
+                                return e;
+                            }
+                        }
+                        // Only when the transport is gone, which the worker alone stops.
+                        Input::Net(Err(_)) => {}
                     }
-                    Err(flume::RecvTimeoutError::Timeout) => {}
-                    Err(flume::RecvTimeoutError::Disconnected) => return ControllerError::Stopped,
+                    next = match self.rx.try_recv() {
+                        Ok(r) => Some(Input::Request(Ok(r))),
+                        Err(_) => self.net_rx.try_recv().ok().map(|e| Input::Net(Ok(e))),
+                    };
                 }
+            }
+            if let Some(e) = self.fatal.take() {
+                return e;
             }
             match self.core.ready() {
                 Ok(actions) => self.handle_actions(actions),
@@ -478,6 +686,8 @@ impl Worker {
                     Err(flume::RecvTimeoutError::Timeout) => break,
                 }
             }
+            // What the peers sent meanwhile is stale: raft resends.
+            for _ in self.net_rx.drain() {}
             match self.reopen() {
                 Ok(first) => {
                     log::info!("controller storage recovered: {}", self.dir.display());
@@ -504,51 +714,332 @@ impl Worker {
     fn handle_request(&mut self, req: Request) -> bool {
         match req {
             Request::Propose { cmd, reply } => {
-                match self.core.propose(&cmd) {
-                    Ok(id) => {
-                        self.waiters.insert(id, reply);
-                    }
-                    Err(e) => {
-                        let _ = reply.send(Err(e));
-                    }
-                }
+                let deadline = Instant::now() + self.forward_timeout;
+                self.submit(cmd, reply, deadline, 0);
                 false
             }
             Request::Shutdown => true,
         }
     }
 
+    /// Proposes `cmd` here if this node leads, else forwards it to the leader, else (no leader
+    /// known) parks it until one is.
+    fn submit(&mut self, cmd: Command, reply: Reply, deadline: Instant, hops: u32) {
+        match self.core.propose(&cmd) {
+            Ok(id) => {
+                self.waiters.insert(id, Waiter::Local(reply));
+            }
+            Err(ControllerError::NotController { node_id, leader_id })
+                if self.transport.is_some() && hops < MAX_FORWARD_HOPS =>
+            {
+                if self.forwarded.len() + self.parked.len() + self.deferred.len()
+                    >= self.max_pending
+                {
+                    let _ = reply.send(Err(ControllerError::Overloaded(format!(
+                        "{} proposals already forwarded or waiting for a controller leader",
+                        self.max_pending
+                    ))));
+                } else if leader_id != 0 && leader_id != node_id {
+                    self.forward(leader_id, cmd, reply, deadline, hops);
+                } else {
+                    self.parked.push_back(Parked {
+                        reply,
+                        cmd,
+                        deadline,
+                        hops,
+                    });
+                }
+            }
+            Err(e) => {
+                let _ = reply.send(Err(e));
+            }
+        }
+    }
+
+    fn forward(&mut self, to: u64, cmd: Command, reply: Reply, deadline: Instant, hops: u32) {
+        let Some(t) = &self.transport else { return };
+        let id = self.next_forward;
+        self.next_forward += 1;
+        let sent = t.send(
+            to,
+            Outgoing::Forward {
+                id,
+                cmd: cmd.clone(),
+            },
+        );
+        match sent {
+            Ok(dropped) => {
+                self.forwarded.insert(
+                    id,
+                    Forwarded {
+                        reply,
+                        cmd,
+                        to,
+                        deadline,
+                        hops: hops + 1,
+                    },
+                );
+                self.account_dropped(to, dropped);
+            }
+            Err(e) => {
+                let _ = reply.send(Err(ControllerError::Unreachable(e.to_string())));
+            }
+        }
+    }
+
+    /// Messages to `to` that were dropped unsent: a snapshot is reported failed (raft sends
+    /// another), a forwarded proposal waits for the next leader.
+    fn account_dropped(&mut self, to: u64, tags: Vec<Tag>) {
+        for tag in tags {
+            match tag {
+                Tag::Plain => {}
+                Tag::Snapshot => self.core.report_snapshot(to, false),
+                Tag::Forward(id) => {
+                    if let Some(f) = self.forwarded.remove(&id) {
+                        // Never sent, so never applied: safe to send again.
+                        self.parked.push_back(Parked {
+                            reply: f.reply,
+                            cmd: f.cmd,
+                            deadline: f.deadline,
+                            hops: f.hops,
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    fn send(&mut self, to: u64, msg: Outgoing) {
+        let Some(t) = &self.transport else {
+            // A single voter has no one to send to (raft never asks it to).
+            return;
+        };
+        let is_snapshot = matches!(&msg, Outgoing::Raft(m)
+            if m.get_msg_type() == raft::eraftpb::MessageType::MsgSnapshot);
+        match t.send(to, msg) {
+            Ok(dropped) => self.account_dropped(to, dropped),
+            Err(e) => {
+                log::error!("controller: {e}");
+                if is_snapshot {
+                    self.core.report_snapshot(to, false);
+                }
+                self.core.report_unreachable(to);
+            }
+        }
+    }
+
+    /// One event from the transport. An error stops the worker (a storage error reopens).
+    fn handle_net(&mut self, ev: NetEvent) -> Result<(), ControllerError> {
+        match ev {
+            NetEvent::Raft(msg) => {
+                let from = msg.from;
+                // raft-rs panics on some inconsistent messages (a peer's bug or a forged
+                // frame from a voter's address): start over from the files rather than die.
+                let stepped =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.core.step(msg)));
+                match stepped {
+                    Ok(r) => r?,
+                    Err(_) => {
+                        return Err(ControllerError::Storage(format!(
+                            "raft panicked on a message from node {from}; restarting the \
+                             controller from its files"
+                        )))
+                    }
+                }
+            }
+            NetEvent::Forward { from, id, cmd } => match self.core.propose(&cmd) {
+                Ok(pid) => {
+                    self.waiters.insert(pid, Waiter::Remote { peer: from, id });
+                }
+                Err(e) => self.send(
+                    from,
+                    Outgoing::ForwardReply {
+                        id,
+                        index: 0,
+                        result: Err(e),
+                    },
+                ),
+            },
+            NetEvent::ForwardReply {
+                id, index, result, ..
+            } => {
+                let Some(f) = self.forwarded.remove(&id) else {
+                    return Ok(()); // answered already (timed out)
+                };
+                match result {
+                    Ok(applied) if index > self.core.applied_index() => {
+                        self.deferred.push(Deferred {
+                            index,
+                            reply: f.reply,
+                            result: Ok(applied),
+                            deadline: f.deadline,
+                        })
+                    }
+                    // Refused before proposing, or dropped by a deposed leader: never
+                    // applied, so it may go to the leader now known.
+                    Err(ControllerError::NotController { .. })
+                    | Err(ControllerError::NotLeader) => {
+                        self.submit(f.cmd, f.reply, f.deadline, f.hops)
+                    }
+                    other => {
+                        let _ = f.reply.send(other);
+                    }
+                }
+            }
+            NetEvent::Unreachable(peer) => {
+                self.core.report_unreachable(peer);
+                // Sent, then the connection failed: the leader may or may not have it.
+                let lost: Vec<u64> = self
+                    .forwarded
+                    .iter()
+                    .filter(|(_, f)| f.to == peer)
+                    .map(|(&id, _)| id)
+                    .collect();
+                for id in lost {
+                    if let Some(f) = self.forwarded.remove(&id) {
+                        let _ = f.reply.send(Err(ControllerError::Unreachable(format!(
+                            "the controller leader (node {peer}) became unreachable after the \
+                             proposal was sent; its outcome is unknown"
+                        ))));
+                    }
+                }
+            }
+            NetEvent::Snapshot { to, delivered } => self.core.report_snapshot(to, delivered),
+            NetEvent::Dropped { to, tag } => self.account_dropped(to, vec![tag]),
+            NetEvent::Refused { peer, reason } => {
+                self.refused_by.insert(peer);
+                let majority = self.voters / 2 + 1;
+                // Refused by so many voters that the rest cannot make a quorum: this node's
+                // configuration is the odd one out. A node that already served keeps going
+                // (the refusals are logged by the transport).
+                if !self.ever_ready && self.voters - self.refused_by.len() < majority {
+                    self.fatal = Some(ControllerError::Refused(reason));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Every tick: parked proposals try again (a leader may be known now); whatever waited
+    /// past its deadline is answered with a timeout.
+    fn on_tick(&mut self, now: Instant) {
+        for p in std::mem::take(&mut self.parked) {
+            if p.reply.is_disconnected() {
+                // The caller gave up (its own timeout): proposing it later would apply a
+                // change whose requester was told it failed.
+                continue;
+            }
+            if now >= p.deadline {
+                let _ = p.reply.send(Err(ControllerError::Timeout));
+            } else if self.core.leader_id() != 0 {
+                self.submit(p.cmd, p.reply, p.deadline, p.hops);
+            } else {
+                self.parked.push_back(p);
+            }
+        }
+        let expired: Vec<u64> = self
+            .forwarded
+            .iter()
+            .filter(|(_, f)| now >= f.deadline)
+            .map(|(&id, _)| id)
+            .collect();
+        for id in expired {
+            if let Some(f) = self.forwarded.remove(&id) {
+                let _ = f.reply.send(Err(ControllerError::Timeout));
+            }
+        }
+        let (late, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut self.deferred)
+            .into_iter()
+            .partition(|d| now >= d.deadline);
+        self.deferred = keep;
+        for d in late {
+            // Applied by the leader, not yet here: the change is made, this node lags.
+            let _ = d.reply.send(Err(ControllerError::Timeout));
+        }
+    }
+
     fn handle_actions(&mut self, actions: Vec<Action>) {
-        let mut state = self.shared.lock();
         for action in actions {
             match action {
                 Action::Send(msg) => {
-                    // No transport yet (single voter): nothing to send to.
-                    log::debug!("controller: no transport for raft message to {}", msg.to);
+                    let to = msg.to;
+                    self.send(to, Outgoing::Raft(msg));
                 }
                 Action::Applied {
+                    index,
                     proposal,
                     result,
                     metadata,
-                    ..
                 } => {
                     // Publish first: whoever gets the answer sees the change in metadata().
-                    publish(&mut state, metadata);
-                    if let Some(reply) = proposal.and_then(|id| self.waiters.remove(&id)) {
-                        let _ = reply.send(result.map_err(ControllerError::Metadata));
+                    publish(&mut self.shared.lock(), metadata);
+                    match proposal.and_then(|id| self.waiters.remove(&id)) {
+                        Some(Waiter::Local(reply)) => {
+                            let _ = reply.send(result.map_err(ControllerError::Metadata));
+                        }
+                        Some(Waiter::Remote { peer, id }) => self.send(
+                            peer,
+                            Outgoing::ForwardReply {
+                                id,
+                                index,
+                                result: result.map_err(ControllerError::Metadata),
+                            },
+                        ),
+                        None => {}
                     }
                 }
-                Action::Dropped { proposal } => {
-                    if let Some(reply) = self.waiters.remove(&proposal) {
+                Action::Dropped { proposal } => match self.waiters.remove(&proposal) {
+                    Some(Waiter::Local(reply)) => {
                         let _ = reply.send(Err(ControllerError::NotLeader));
                     }
-                }
+                    Some(Waiter::Remote { peer, id }) => self.send(
+                        peer,
+                        Outgoing::ForwardReply {
+                            id,
+                            index: 0,
+                            result: Err(ControllerError::NotLeader),
+                        },
+                    ),
+                    None => {}
+                },
                 Action::LeaderChanged { metadata, .. }
-                | Action::SnapshotInstalled { metadata, .. } => publish(&mut state, metadata),
+                | Action::SnapshotInstalled { metadata, .. } => {
+                    publish(&mut self.shared.lock(), metadata)
+                }
             }
         }
-        state.ready = self.core.is_ready();
+        // Forwarded proposals the leader applied, now applied here too.
+        let applied = self.core.applied_index();
+        if self.deferred.iter().any(|d| d.index <= applied) {
+            let (done, wait): (Vec<_>, Vec<_>) = std::mem::take(&mut self.deferred)
+                .into_iter()
+                .partition(|d| d.index <= applied);
+            self.deferred = wait;
+            for d in done {
+                let _ = d.reply.send(d.result);
+            }
+        }
+        let ready = self.core.is_ready() || (self.voters > 1 && self.follower_current());
+        self.ever_ready |= ready;
+        if let Some(t) = &self.transport {
+            let id = &self.core.metadata().cluster_id;
+            if !id.is_empty() {
+                t.set_cluster_id(id);
+            }
+        }
+        let mut state = self.shared.lock();
+        state.ready = ready;
         self.shared.changed.notify_all();
+    }
+
+    /// A follower's metadata is current: it knows a leader, has applied all it knows
+    /// committed, and the cluster is named.
+    fn follower_current(&self) -> bool {
+        let leader = self.core.leader_id();
+        leader != 0
+            && leader != self.core.node_id()
+            && self.core.applied_index() >= self.core.committed_index()
+            && !self.core.metadata().cluster_id.is_empty()
     }
 }
 

@@ -128,19 +128,125 @@ fn slow_subscriber_keeps_the_latest() {
 }
 
 #[test]
-fn multi_voter_is_refused() {
+fn bad_voter_lists_are_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let mut cfg = config(dir.path());
-    cfg.voters = vec![(1, "127.0.0.1:9393".into()), (2, "127.0.0.1:9394".into())];
-    let err = start(cfg).err().unwrap();
-    assert!(
-        err.to_string()
-            .contains("multi-voter quorum not supported yet"),
-        "{err}"
-    );
+    let two = vec![(1, "127.0.0.1:9393".into()), (2, "127.0.0.1:9394".into())];
+    let missing = vec![
+        (2, "127.0.0.1:9393".into()),
+        (3, "127.0.0.1:9394".into()),
+        (4, "127.0.0.1:9395".into()),
+    ];
+    let twice = vec![
+        (1, "127.0.0.1:9393".into()),
+        (1, "127.0.0.1:9394".into()),
+        (2, "127.0.0.1:9395".into()),
+    ];
+    for (voters, want) in [
+        (two, "2 voters"),
+        (missing, "is not one of the voters"),
+        (twice, "listed twice"),
+    ] {
+        let mut cfg = config(dir.path());
+        cfg.voters = voters;
+        let err = start(cfg).err().unwrap();
+        assert!(matches!(err, ControllerError::Config(_)), "{err}");
+        assert!(err.to_string().contains(want), "{err}");
+    }
     let mut cfg = config(dir.path());
     cfg.voters = vec![(1, "127.0.0.1:9393".into())];
     start(cfg).unwrap().shutdown();
+    // That directory now holds a single-voter cluster: it cannot become one of three.
+    let mut cfg = config(dir.path());
+    cfg.voters = free_voters(3);
+    let err = start(cfg).err().unwrap();
+    assert!(err.to_string().contains("changing the voters"), "{err}");
+}
+
+fn free_voters(n: u64) -> Vec<(u64, String)> {
+    // Bound and released at once: another process could take a port meanwhile, which only
+    // makes this test fail to listen, never pass wrongly.
+    (1..=n)
+        .map(|id| {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            (id, l.local_addr().unwrap().to_string())
+        })
+        .collect()
+}
+
+/// Waits until `f` holds, polling.
+fn until(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while !f() {
+        assert!(std::time::Instant::now() < deadline, "timed out: {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn three_voters_over_tcp_elect_forward_and_fail_over() {
+    let voters = free_voters(3);
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let open = |i: usize| {
+        let mut cfg = ControllerConfig::new(dirs[i].path(), i as u64 + 1);
+        cfg.voters = voters.clone();
+        cfg.tick = Duration::from_millis(20);
+        start(cfg).unwrap()
+    };
+    let mut nodes: Vec<Option<Controller>> = (0..3).map(|i| Some(open(i))).collect();
+    let handles: Vec<ControllerHandle> = nodes.iter().flatten().map(|c| c.handle()).collect();
+    for h in &handles {
+        h.wait_ready(Duration::from_secs(120)).unwrap();
+    }
+    let leader = handles[0].metadata().controller_id;
+    assert!((1..=3).contains(&leader));
+    let follower = (0..3).find(|&i| i as u64 + 1 != leader).unwrap();
+
+    // Proposals through a follower are forwarded, and answered once the follower applied them.
+    let fh = &handles[follower];
+    fh.propose(broker(1)).recv_timeout(WAIT).unwrap().unwrap();
+    let created = fh.propose(create("t")).recv_timeout(WAIT).unwrap().unwrap();
+    assert!(matches!(created, Applied::TopicCreated(_)), "{created:?}");
+    assert!(fh.metadata().topic("t").is_some());
+    // A refusal comes back typed.
+    let err = fh
+        .propose(create("t"))
+        .recv_timeout(WAIT)
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(err.code(), ErrorCode::TopicAlreadyExists, "{err}");
+    for h in &handles {
+        until("every voter applies t", || {
+            h.metadata().topic("t").is_some()
+        });
+    }
+
+    // The leader stops: the others elect a new one and take proposals again.
+    nodes[leader as usize - 1].take().unwrap().shutdown();
+    let rest: Vec<&ControllerHandle> = (0..3)
+        .filter(|&i| i as u64 + 1 != leader)
+        .map(|i| &handles[i])
+        .collect();
+    until("a new leader", || {
+        rest.iter().all(|h| {
+            let c = h.metadata().controller_id;
+            c != 0 && c != leader
+        })
+    });
+    rest[0]
+        .propose(create("after"))
+        .recv_timeout(Duration::from_secs(120))
+        .unwrap()
+        .unwrap();
+    until("both apply it", || {
+        rest.iter().all(|h| h.metadata().topic("after").is_some())
+    });
+
+    // Back: the old leader catches up.
+    nodes[leader as usize - 1] = Some(open(leader as usize - 1));
+    let back = nodes[leader as usize - 1].as_ref().unwrap().handle();
+    until("the old leader catches up", || {
+        back.metadata().topic("after").is_some()
+    });
 }
 
 #[test]

@@ -17,6 +17,7 @@ use crate::controller::{self, ControllerConfig, ControllerError};
 use crate::log::{FileReads, FsyncPolicy};
 use crate::net::sendfile::SendfileWorker;
 use crate::partition::group_commit::GroupCommit;
+use crate::protocol::error_code::ErrorCode;
 
 #[derive(Debug, thiserror::Error)]
 pub enum BrokerError {
@@ -111,6 +112,10 @@ pub fn run_broker(cfg: BrokerConfig) -> Result<(), BrokerError> {
         max_partitions_per_topic: cfg.max_partitions_per_topic,
     };
     ccfg.storage_retry = cfg.storage_retry_interval;
+    ccfg.voters = cfg.controller_voters.clone();
+    ccfg.listen = cfg.controller_listen.clone();
+    ccfg.max_message_bytes = cfg.controller_max_message_bytes;
+    let quorum = ccfg.voters.len() > 1;
     // Topic directories without any controller state mean the metadata was lost, not that
     // this is a new broker: refuse before the controller creates a fresh log.
     let topic_dirs = stray::topic_dirs(&cfg.data_dir).map_err(dir_err)?.len();
@@ -126,7 +131,21 @@ pub fn run_broker(cfg: BrokerConfig) -> Result<(), BrokerError> {
     }
     let controller = controller::start(ccfg)?;
     let handle = controller.handle();
-    let md = handle.wait_ready(Duration::from_secs(60))?;
+    let md = if quorum {
+        match wait_for_quorum(&handle, &cfg, &signals)? {
+            Some(md) => md,
+            None => {
+                controller.shutdown();
+                eprintln!("rill: stopped before the controller quorum formed");
+                return Ok(());
+            }
+        }
+    } else {
+        handle.wait_ready(Duration::from_secs(60))?
+    };
+    if !cfg.broker_role {
+        return run_controller_only(&cfg, controller, &signals);
+    }
     // Every broker registers before it creates any topic: a metadata without brokers is a
     // fresh one (a log recreated from nothing), whatever the files look like.
     if topic_dirs > 0 && md.brokers.is_empty() {
@@ -140,10 +159,7 @@ pub fn run_broker(cfg: BrokerConfig) -> Result<(), BrokerError> {
         shards: shards as u32,
         kafka_port: cfg.kafka_listen.map(|a| a.port()),
     });
-    handle
-        .propose(registration)
-        .recv_timeout(Duration::from_secs(60))
-        .map_err(|_| ControllerError::Timeout)??;
+    propose_at_start(&handle, registration, quorum)?;
     if handle.metadata().topic(OFFSETS_TOPIC).is_none() {
         // The internal topic whose partitions place group coordinators.
         let create = Command::CreateTopic {
@@ -158,10 +174,13 @@ pub fn run_broker(cfg: BrokerConfig) -> Result<(), BrokerError> {
             .into_iter()
             .collect(),
         };
-        handle
-            .propose(create)
-            .recv_timeout(Duration::from_secs(60))
-            .map_err(|_| ControllerError::Timeout)??;
+        match propose_at_start(&handle, create, quorum) {
+            // Another broker of the cluster created it first.
+            Err(ControllerError::Metadata(e)) if e.code == ErrorCode::TopicAlreadyExists => {}
+            other => {
+                other?;
+            }
+        }
     }
     let md = handle.metadata();
     stray::set_aside_unknown_topic_dirs(&cfg.data_dir, &md, crate::clock::now_ms())?;
@@ -232,6 +251,108 @@ pub fn run_broker(cfg: BrokerConfig) -> Result<(), BrokerError> {
     stray_sweeper.stop();
     controller.shutdown();
     eprintln!("rill: broker {} stopped cleanly", cfg.node_id);
+    Ok(())
+}
+
+/// How long a starting broker keeps proposing its registration (and the internal topic)
+/// while a quorum elects a leader.
+const START_PROPOSAL_WAIT: Duration = Duration::from_secs(120);
+
+/// Proposes `cmd` at start. With a quorum, refusals that only mean "no leader yet" (an
+/// election, a leader just gone, a forwarded proposal whose outcome got lost) are retried
+/// until [`START_PROPOSAL_WAIT`]: registration is idempotent and the internal topic's
+/// creation tolerates "already exists". A single voter answers once, as before.
+fn propose_at_start(
+    handle: &controller::ControllerHandle,
+    cmd: Command,
+    quorum: bool,
+) -> Result<controller::Applied, ControllerError> {
+    let deadline = std::time::Instant::now() + START_PROPOSAL_WAIT;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let result = handle
+            .propose(cmd.clone())
+            .recv_timeout(if quorum {
+                left
+            } else {
+                Duration::from_secs(60)
+            })
+            .map_err(|_| ControllerError::Timeout)?;
+        let retriable = matches!(
+            result,
+            Err(ControllerError::NotController { .. }
+                | ControllerError::NotLeader
+                | ControllerError::Timeout
+                | ControllerError::Unreachable(_)
+                | ControllerError::Overloaded(_))
+        );
+        if !quorum || !retriable || std::time::Instant::now() >= deadline {
+            return result;
+        }
+        if let Err(e) = &result {
+            log::info!("controller: retrying at start: {e}");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Waits until this voter's metadata is current (a leader elected and caught up with),
+/// however long the other voters take to start, logging every 15 s. `None`: a stop signal
+/// came first. A quorum that refused this node (disagreeing voters) is an error.
+fn wait_for_quorum(
+    handle: &controller::ControllerHandle,
+    cfg: &BrokerConfig,
+    signals: &libc::sigset_t,
+) -> Result<Option<Arc<crate::controller::ClusterMetadata>>, BrokerError> {
+    let start = std::time::Instant::now();
+    let mut said = start;
+    loop {
+        match handle.wait_ready(Duration::from_millis(500)) {
+            Ok(md) => return Ok(Some(md)),
+            Err(ControllerError::Timeout) => {}
+            Err(e) => return Err(e.into()),
+        }
+        if stop_signal_pending(signals) {
+            return Ok(None);
+        }
+        if said.elapsed() >= Duration::from_secs(15) {
+            said = std::time::Instant::now();
+            eprintln!(
+                "rill: node {} waiting {} s for the controller quorum {} to elect a leader",
+                cfg.node_id,
+                start.elapsed().as_secs(),
+                controller::transport::voters_text(&cfg.controller_voters)
+            );
+        }
+    }
+}
+
+/// A stop signal already delivered (and taken), without waiting.
+fn stop_signal_pending(set: &libc::sigset_t) -> bool {
+    let zero = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `set` is a valid signal set; a null info pointer is allowed.
+    unsafe { libc::sigtimedwait(set, std::ptr::null_mut(), &zero) > 0 }
+}
+
+/// `--process-roles controller`: the voter alone, no shards and no listeners, until stopped.
+fn run_controller_only(
+    cfg: &BrokerConfig,
+    controller: controller::Controller,
+    signals: &libc::sigset_t,
+) -> Result<(), BrokerError> {
+    eprintln!(
+        "rill: controller {} ready (controller only): voters {}, data in {}",
+        cfg.node_id,
+        controller::transport::voters_text(&cfg.controller_voters),
+        cfg.data_dir.display()
+    );
+    let sig = wait_for_stop_signal(signals);
+    eprintln!("rill: signal {sig}: stopping");
+    controller.shutdown();
+    eprintln!("rill: controller {} stopped cleanly", cfg.node_id);
     Ok(())
 }
 

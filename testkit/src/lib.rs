@@ -179,7 +179,28 @@ impl TestBroker {
         format!("127.0.0.1:{}", self.port)
     }
 
-    fn spawn(&mut self) {
+    /// A broker that is not started yet: [`launch`](Self::launch) starts it without waiting
+    /// (brokers of a controller quorum are ready only once enough of them run).
+    pub fn unstarted(shards: usize, extra: &[String]) -> TestBroker {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let port = free_ports(shards);
+        let log = dir.path().join("broker.log");
+        TestBroker {
+            dir,
+            port,
+            shards,
+            extra: extra.to_vec(),
+            env: Vec::new(),
+            kafka_port: None,
+            spawns: 0,
+            child: None,
+            log,
+            data: None,
+        }
+    }
+
+    /// Starts the process and returns at once; [`wait_ready`](Self::wait_ready) waits.
+    pub fn launch(&mut self) {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -208,6 +229,33 @@ impl TestBroker {
             .expect("spawn rill broker");
         self.child = Some(child);
         self.spawns += 1;
+    }
+
+    /// Whether the process runs (started and not exited).
+    pub fn is_running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| c.try_wait().ok().flatten().is_none())
+    }
+
+    /// Waits (generously) for the process to exit by itself; returns its status.
+    pub fn wait_exit(&mut self) -> std::process::ExitStatus {
+        let mut c = self.child.take().expect("broker started");
+        let start = Instant::now();
+        loop {
+            if let Some(status) = c.try_wait().expect("wait") {
+                return status;
+            }
+            if start.elapsed() > DEADLINE {
+                let _ = c.kill();
+                panic!("broker did not exit: {}", self.log_text());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn spawn(&mut self) {
+        self.launch();
         self.wait_ready();
     }
 
@@ -425,4 +473,296 @@ pub fn values(records: &[ConsumedRecord]) -> Vec<String> {
         .iter()
         .map(|r| String::from_utf8(r.value.clone().expect("a non-null value")).unwrap())
         .collect()
+}
+
+/// Node ids whose controller links are cut (shared by a cluster's [`LinkProxy`]s).
+#[derive(Default)]
+pub struct Links {
+    cut: std::sync::Mutex<std::collections::BTreeSet<u64>>,
+}
+
+impl Links {
+    fn is_cut(&self, id: u64) -> bool {
+        self.cut
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&id)
+    }
+}
+
+/// A fault-injecting TCP proxy in front of one voter's controller listener. It reads the
+/// first frame of each connection (rill's controller handshake, which names the sender's
+/// node id) so that cutting node X closes, and refuses, every link to X and every link from
+/// X, in both directions: a full partition of X, not a one-way loss.
+pub struct LinkProxy {
+    pub port: u16,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl LinkProxy {
+    pub fn start(target_id: u64, target: SocketAddr, links: std::sync::Arc<Links>) -> LinkProxy {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let listener = TcpListener::bind("127.0.0.1:0").expect("proxy bind");
+        let port = listener.local_addr().unwrap().port();
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                if stopped.load(Ordering::SeqCst) {
+                    return;
+                }
+                let Ok(conn) = conn else { continue };
+                let links = links.clone();
+                let stopped = stopped.clone();
+                std::thread::spawn(move || {
+                    let _ = proxy_one(conn, target_id, target, &links, &stopped);
+                });
+            }
+        });
+        LinkProxy { port, stop }
+    }
+
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for LinkProxy {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        let _ = TcpStream::connect(("127.0.0.1", self.port));
+    }
+}
+
+fn proxy_one(
+    mut client: TcpStream,
+    target_id: u64,
+    target: SocketAddr,
+    links: &Links,
+    stop: &std::sync::atomic::AtomicBool,
+) -> std::io::Result<()> {
+    use std::io::{Read, Write};
+    use std::sync::atomic::Ordering;
+    client.set_read_timeout(Some(Duration::from_secs(30)))?;
+    let mut len = [0u8; 4];
+    client.read_exact(&mut len)?;
+    let n = u32::from_be_bytes(len) as usize;
+    if n > 1 << 20 {
+        return Ok(());
+    }
+    let mut first = vec![0u8; n];
+    client.read_exact(&mut first)?;
+    // `"node_id":N` in the handshake's JSON; a connection that names none is passed on.
+    let text = String::from_utf8_lossy(&first);
+    let sender: Option<u64> = text.find("\"node_id\":").and_then(|at| {
+        text[at + 10..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect::<String>()
+            .parse()
+            .ok()
+    });
+    let cut = || {
+        stop.load(Ordering::SeqCst)
+            || links.is_cut(target_id)
+            || sender.is_some_and(|s| links.is_cut(s))
+    };
+    if cut() {
+        return Ok(());
+    }
+    let mut server = TcpStream::connect_timeout(&target, Duration::from_secs(5))?;
+    server.write_all(&len)?;
+    server.write_all(&first)?;
+    let pump = |mut from: TcpStream, mut to: TcpStream| {
+        let _ = from.set_read_timeout(Some(Duration::from_millis(100)));
+        let mut buf = vec![0u8; 64 << 10];
+        loop {
+            if cut() {
+                break;
+            }
+            match from.read(&mut buf) {
+                Ok(0) => break,
+                Ok(k) => {
+                    if to.write_all(&buf[..k]).is_err() {
+                        break;
+                    }
+                }
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::WouldBlock
+                        || e.kind() == std::io::ErrorKind::TimedOut => {}
+                Err(_) => break,
+            }
+        }
+        let _ = from.shutdown(std::net::Shutdown::Both);
+        let _ = to.shutdown(std::net::Shutdown::Both);
+    };
+    let (c2, s2) = (client.try_clone()?, server.try_clone()?);
+    std::thread::scope(|scope| {
+        scope.spawn(|| pump(client, server));
+        scope.spawn(|| pump(s2, c2));
+    });
+    Ok(())
+}
+
+/// N brokers, each a voter of one controller quorum (`--controller-voters`), with their own
+/// free ports and data dirs; optionally every voter behind a [`LinkProxy`].
+pub struct TestCluster {
+    pub nodes: Vec<TestBroker>,
+    /// The `--controller-voters` every node was started with.
+    pub voters: String,
+    pub links: std::sync::Arc<Links>,
+    pub proxies: Vec<LinkProxy>,
+}
+
+impl TestCluster {
+    /// `n` brokers of `shards` shards each, `extra` flags on every one; returns when each
+    /// serves.
+    pub fn start(n: usize, shards: usize, extra: &[&str]) -> TestCluster {
+        Self::start_inner(n, shards, extra, false)
+    }
+
+    /// As [`start`](Self::start), the voters reaching each other through [`LinkProxy`]s, so
+    /// that [`isolate`](Self::isolate) can cut one off.
+    pub fn start_with_proxies(n: usize, shards: usize, extra: &[&str]) -> TestCluster {
+        Self::start_inner(n, shards, extra, true)
+    }
+
+    fn start_inner(n: usize, shards: usize, extra: &[&str], proxied: bool) -> TestCluster {
+        let links = std::sync::Arc::new(Links::default());
+        let listen: Vec<u16> = (0..n).map(|_| free_ports(1)).collect();
+        let proxies: Vec<LinkProxy> = if proxied {
+            listen
+                .iter()
+                .enumerate()
+                .map(|(i, p)| {
+                    let target: SocketAddr = format!("127.0.0.1:{p}").parse().unwrap();
+                    LinkProxy::start(i as u64 + 1, target, links.clone())
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let voters = (0..n)
+            .map(|i| match proxies.get(i) {
+                Some(p) => format!("{}@{}", i + 1, p.addr()),
+                None => format!("{}@127.0.0.1:{}", i + 1, listen[i]),
+            })
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut nodes: Vec<TestBroker> = (0..n)
+            .map(|i| {
+                let mut args: Vec<String> = vec![
+                    "--node-id".into(),
+                    (i + 1).to_string(),
+                    "--controller-voters".into(),
+                    voters.clone(),
+                    "--controller-listen".into(),
+                    format!("127.0.0.1:{}", listen[i]),
+                ];
+                args.extend(extra.iter().map(|s| s.to_string()));
+                TestBroker::unstarted(shards, &args)
+            })
+            .collect();
+        for b in &mut nodes {
+            b.launch();
+        }
+        for b in &mut nodes {
+            b.wait_ready();
+        }
+        TestCluster {
+            nodes,
+            voters,
+            links,
+            proxies,
+        }
+    }
+
+    /// Node `id`'s broker (ids from 1).
+    pub fn node(&mut self, id: u64) -> &mut TestBroker {
+        &mut self.nodes[id as usize - 1]
+    }
+
+    /// The controller leader as broker `id` reports it (0: none known, or no answer).
+    pub fn controller_seen_by(&self, id: u64) -> u64 {
+        let b = &self.nodes[id as usize - 1];
+        Client::connect(ClientConfig::new(b.bootstrap()))
+            .and_then(|mut c| c.cluster_info())
+            .map(|i| i.controller_id)
+            .unwrap_or(0)
+    }
+
+    /// Waits until every node in `alive` names the same controller leader, itself in
+    /// `alive`, and returns it.
+    pub fn wait_leader(&self, alive: &[u64]) -> u64 {
+        let start = Instant::now();
+        loop {
+            let seen: Vec<u64> = alive
+                .iter()
+                .map(|&id| self.controller_seen_by(id))
+                .collect();
+            if seen.iter().all(|&l| l == seen[0]) && alive.contains(&seen[0]) {
+                return seen[0];
+            }
+            assert!(
+                start.elapsed() < DEADLINE,
+                "no agreed controller leader among {alive:?}: {seen:?}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The topics (internal ones hidden) in broker `id`'s metadata, with their partition
+    /// counts; `None` when it does not answer.
+    pub fn topics_on(&self, id: u64) -> Option<std::collections::BTreeMap<String, usize>> {
+        let b = &self.nodes[id as usize - 1];
+        let mut c = Client::connect(ClientConfig::new(b.bootstrap())).ok()?;
+        let md = c.refresh_metadata().ok()?;
+        Some(
+            md.topics
+                .iter()
+                .filter(|(n, _)| !n.starts_with("__"))
+                .map(|(n, t)| (n.clone(), t.partitions.len()))
+                .collect(),
+        )
+    }
+
+    /// Waits until `f` holds for broker `id`'s topics.
+    pub fn wait_topics(
+        &self,
+        id: u64,
+        what: &str,
+        f: impl Fn(&std::collections::BTreeMap<String, usize>) -> bool,
+    ) -> std::collections::BTreeMap<String, usize> {
+        let start = Instant::now();
+        loop {
+            let t = self.topics_on(id);
+            if let Some(t) = t.as_ref().filter(|t| f(t)) {
+                return t.clone();
+            }
+            assert!(
+                start.elapsed() < DEADLINE,
+                "node {id}: {what}; its topics: {t:?}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Cuts every controller link to and from node `id` (needs `start_with_proxies`).
+    pub fn isolate(&self, id: u64) {
+        assert!(!self.proxies.is_empty(), "isolate needs start_with_proxies");
+        self.links
+            .cut
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id);
+    }
+
+    /// Restores node `id`'s controller links.
+    pub fn heal(&self, id: u64) {
+        self.links
+            .cut
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&id);
+    }
 }
