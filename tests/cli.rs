@@ -279,3 +279,17 @@ fn producing_to_a_missing_topic_creates_it_with_the_broker_defaults() {
         "{listed}"
     );
 }
+
+/// `--max-partitions-per-shard` bounds the partition replicas a cluster holds (here one shard
+/// of 20, 8 of them `__consumer_offsets`): a create past it is a one-line error naming the
+/// flag, and nothing is created.
+#[test]
+fn creating_past_the_partitions_per_shard_limit_is_refused() {
+    let b = TestBroker::start(1, &["--max-partitions-per-shard", "20"]);
+    let o = b.cli(&["topic", "create", "fits", "--partitions", "12"], None);
+    assert!(o.status.success(), "{:?}", text(&o));
+    let o = b.cli(&["topic", "create", "over", "--partitions", "1"], None);
+    assert_one_line_error(&o, "--max-partitions-per-shard");
+    let o = b.cli(&["topic", "list"], None);
+    assert!(!text(&o).0.contains("over"), "{:?}", text(&o));
+}

@@ -66,6 +66,9 @@ pub struct BrokerConfig {
     /// At start, the longest wait for the broker's ports to be released.
     pub port_release_wait: Duration,
     pub max_partitions_per_topic: u32,
+    /// Partition replicas the cluster holds per live shard at most
+    /// (`--max-partitions-per-shard`); the same on every controller voter.
+    pub max_partitions_per_shard: u32,
     /// Topics a client asks for in metadata are created when missing (`--auto-create-topics`,
     /// Kafka's `auto.create.topics.enable`).
     pub auto_create_topics: bool,
@@ -130,6 +133,7 @@ impl BrokerConfig {
             fetch_send_timeout: Duration::from_secs(30),
             port_release_wait: Duration::from_secs(30),
             max_partitions_per_topic: 10_000,
+            max_partitions_per_shard: crate::controller::metadata::DEFAULT_MAX_PARTITIONS_PER_SHARD,
             auto_create_topics: true,
             num_partitions: 1,
             default_replication_factor: 1,

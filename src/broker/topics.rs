@@ -38,6 +38,7 @@ pub fn validate(shard: &Shard, cmd: &Command) -> Result<(), OpError> {
     refuse_unreplicated(cmd)?;
     let limits = MetadataLimits {
         max_partitions_per_topic: shard.cfg.max_partitions_per_topic,
+        max_partitions_per_shard: shard.cfg.max_partitions_per_shard,
     };
     shard
         .controller

@@ -189,6 +189,12 @@ pub struct BrokerArgs {
     pub port_release_wait_ms: u64,
     #[arg(long, env = "RILL_MAX_PARTITIONS_PER_TOPIC", default_value_t = 10_000)]
     pub max_partitions_per_topic: u32,
+    /// Partition replicas the cluster may hold per live shard (Redpanda's
+    /// topic_partitions_per_shard): each holds files, a preallocation step and memory on its
+    /// shard, so creating topics past it is refused with INVALID_PARTITIONS instead of
+    /// filling the disk. Give every controller voter the same value.
+    #[arg(long, env = "RILL_MAX_PARTITIONS_PER_SHARD", default_value_t = crate::controller::metadata::DEFAULT_MAX_PARTITIONS_PER_SHARD)]
+    pub max_partitions_per_shard: u32,
     /// Create a topic the first time a client asks for it in metadata, as Kafka's
     /// auto.create.topics.enable (internal `__` topics never are).
     #[arg(long, env = "RILL_AUTO_CREATE_TOPICS", default_value_t = true, action = clap::ArgAction::Set)]

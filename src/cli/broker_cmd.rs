@@ -170,6 +170,10 @@ pub fn config_from_args(a: &BrokerArgs) -> Result<BrokerConfig, String> {
     c.fetch_send_timeout = Duration::from_millis(a.fetch_send_timeout_ms);
     c.port_release_wait = Duration::from_millis(a.port_release_wait_ms);
     c.max_partitions_per_topic = a.max_partitions_per_topic;
+    if a.max_partitions_per_shard == 0 {
+        return Err("--max-partitions-per-shard must be at least 1".into());
+    }
+    c.max_partitions_per_shard = a.max_partitions_per_shard;
     if a.num_partitions == 0 || a.default_replication_factor == 0 {
         return Err("--num-partitions and --default-replication-factor must be at least 1".into());
     }

@@ -211,13 +211,59 @@ impl From<TopicConfigError> for MetadataError {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MetadataLimits {
     pub max_partitions_per_topic: u32,
+    /// Partition replicas the cluster may hold per live shard (`--max-partitions-per-shard`,
+    /// Redpanda's `topic_partitions_per_shard`): every replica holds files, a preallocation
+    /// step and memory on its shard, so topic creation is refused past it instead of filling
+    /// the disk.
+    pub max_partitions_per_shard: u32,
 }
 
 impl Default for MetadataLimits {
     fn default() -> Self {
         MetadataLimits {
             max_partitions_per_topic: 10_000,
+            max_partitions_per_shard: DEFAULT_MAX_PARTITIONS_PER_SHARD,
         }
+    }
+}
+
+/// Default `--max-partitions-per-shard`.
+pub const DEFAULT_MAX_PARTITIONS_PER_SHARD: u32 = 1_000;
+
+impl ClusterMetadata {
+    /// Refuses `more` new partition replicas past `--max-partitions-per-shard` on the live
+    /// brokers' shards.
+    fn check_replica_room(
+        &self,
+        name: &str,
+        more: u64,
+        limits: &MetadataLimits,
+    ) -> Result<(), MetadataError> {
+        let held: u64 = self
+            .topics
+            .values()
+            .flat_map(|t| &t.partitions)
+            .map(|p| p.replicas.len().max(1) as u64)
+            .sum();
+        let shards: u64 = self
+            .live_brokers()
+            .iter()
+            .filter_map(|b| self.brokers.get(b))
+            .map(|b| u64::from(b.shards))
+            .sum();
+        let room = shards * u64::from(limits.max_partitions_per_shard);
+        if held + more > room {
+            return Err(MetadataError::new(
+                ErrorCode::InvalidPartitions,
+                format!(
+                    "topic {name:?}: {more} more partition replicas would make {}, more than \
+                     {room} ({shards} live shards x --max-partitions-per-shard {})",
+                    held + more,
+                    limits.max_partitions_per_shard
+                ),
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -306,6 +352,11 @@ impl ClusterMetadata {
                         ),
                     ));
                 }
+                self.check_replica_room(
+                    name,
+                    u64::from(*partitions) * u64::from(*replication_factor),
+                    limits,
+                )?;
                 let rest = split_cluster_configs(configs, usize::from(*replication_factor))?;
                 Ok(crate::topic_config::validate(&rest)?)
             }
@@ -402,7 +453,8 @@ impl ClusterMetadata {
                         format!("topic {name:?}: no live broker to place new partitions on"),
                     ));
                 }
-                Ok(())
+                let rf = t.partitions.first().map_or(1, |p| p.replicas.len().max(1)) as u64;
+                self.check_replica_room(name, u64::from(*count - have) * rf, limits)
             }
             Command::DeleteTopic { name } => {
                 if self.topics.contains_key(name) {
@@ -815,5 +867,41 @@ mod tests {
             serde_json::from_slice::<Command>(&json).unwrap(),
             Command::ChangeTopicConfig { replace: true, .. }
         ));
+    }
+
+    #[test]
+    fn partition_replicas_are_bounded_per_live_shard() {
+        let limits = MetadataLimits {
+            max_partitions_per_shard: 10,
+            ..MetadataLimits::default()
+        };
+        let mut md = ClusterMetadata::default();
+        md.apply(1, &broker(1, 2), &limits).unwrap();
+        md.apply(2, &create("a", 15, 1), &limits).unwrap();
+        assert_eq!(
+            code_with(&md, create("b", 6, 1), &limits),
+            ErrorCode::InvalidPartitions
+        );
+        md.apply(3, &create("b", 5, 1), &limits).unwrap();
+        let grow = Command::AddPartitions {
+            name: "a".into(),
+            count: 16,
+        };
+        assert_eq!(code_with(&md, grow, &limits), ErrorCode::InvalidPartitions);
+        md.apply(4, &Command::DeleteTopic { name: "b".into() }, &limits)
+            .unwrap();
+        let grow = Command::AddPartitions {
+            name: "a".into(),
+            count: 20,
+        };
+        md.apply(5, &grow, &limits)
+            .expect("room again after the delete");
+    }
+
+    fn code_with(md: &ClusterMetadata, cmd: Command, limits: &MetadataLimits) -> ErrorCode {
+        let mut copy = md.clone();
+        let err = copy.apply(99, &cmd, limits).unwrap_err();
+        assert_eq!(&copy, md, "a rejected command changed the metadata");
+        err.code
     }
 }

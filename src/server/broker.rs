@@ -110,6 +110,7 @@ pub fn run_broker(cfg: BrokerConfig) -> Result<(), BrokerError> {
     let mut ccfg = ControllerConfig::new(&cfg.data_dir, u64::from(cfg.node_id));
     ccfg.limits = MetadataLimits {
         max_partitions_per_topic: cfg.max_partitions_per_topic,
+        max_partitions_per_shard: cfg.max_partitions_per_shard,
     };
     ccfg.storage_retry = cfg.storage_retry_interval;
     ccfg.voters = cfg.controller_voters.clone();
