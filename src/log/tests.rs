@@ -587,9 +587,11 @@ fn a_segment_mixing_version_2_and_version_3_batches_reopens_and_reads_whole() {
     assert_eq!(read, 60);
 }
 
-#[test]
-fn a_batch_of_a_newer_format_version_is_refused_not_cut() {
-    let (err, len_before, len_after) = on_shard(|dir| async move {
+/// Writes five batches, rewrites the one at offset 20 in place with `rewrite` (as another
+/// build might have written it), reopens: the open error, and the segment's length before and
+/// after the open.
+fn reopen_with_batch_rewritten(rewrite: fn(&mut Vec<u8>)) -> (Option<String>, u64, u64) {
+    on_shard(move |dir| async move {
         let (log, _) = PartitionLog::open(dir.clone(), config(1 << 20))
             .await
             .unwrap();
@@ -598,7 +600,6 @@ fn a_batch_of_a_newer_format_version_is_refused_not_cut() {
         drop(log);
         let seg = segment_files(&dir).pop().unwrap();
         let at = position_of(&seg, 20);
-        // A batch in the middle as a later build might write it: version 4, both CRCs right.
         {
             use std::os::unix::fs::FileExt;
             let f = std::fs::OpenOptions::new()
@@ -611,11 +612,7 @@ fn a_batch_of_a_newer_format_version_is_refused_not_cut() {
             let len = u32::from_le_bytes(head) as usize;
             let mut b = vec![0u8; len];
             f.read_exact_at(&mut b, at).unwrap();
-            b[26..28].copy_from_slice(&4u16.to_le_bytes());
-            let crc = crate::batch::body_checksum(&b);
-            b[4..8].copy_from_slice(&crc.to_le_bytes());
-            let (offset, time) = (20u64, 5i64);
-            stamp_batch(&mut b, offset, time);
+            rewrite(&mut b);
             f.write_all_at(&b, at).unwrap();
         }
         let before = std::fs::metadata(&seg).unwrap().len();
@@ -624,6 +621,17 @@ fn a_batch_of_a_newer_format_version_is_refused_not_cut() {
             .err()
             .map(|e| e.to_string());
         (err, before, std::fs::metadata(&seg).unwrap().len())
+    })
+}
+
+#[test]
+fn a_batch_of_a_newer_format_version_is_refused_not_cut() {
+    // Version 4, both CRCs right.
+    let (err, len_before, len_after) = reopen_with_batch_rewritten(|b| {
+        b[26..28].copy_from_slice(&4u16.to_le_bytes());
+        let crc = crate::batch::body_checksum(b);
+        b[4..8].copy_from_slice(&crc.to_le_bytes());
+        stamp_batch(b, 20, 5);
     });
     let err = err.expect("refused");
     assert!(err.contains("batch format version 4"), "{err}");
@@ -632,40 +640,11 @@ fn a_batch_of_a_newer_format_version_is_refused_not_cut() {
 
 #[test]
 fn a_segment_of_another_batch_format_version_is_refused_not_cut() {
-    let (err, len_before, len_after) = on_shard(|dir| async move {
-        let (log, _) = PartitionLog::open(dir.clone(), config(1 << 20))
-            .await
-            .unwrap();
-        let log = RefCell::new(log);
-        append_all(&log, &[(10, 100); 5]).await;
-        drop(log);
-        let seg = segment_files(&dir).pop().unwrap();
-        let at = position_of(&seg, 20);
-        // A batch in the middle as an older build wrote it: version 1, whose CRC covered
-        // bytes 24..length.
-        {
-            use std::os::unix::fs::FileExt;
-            let f = std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .open(&seg)
-                .unwrap();
-            let mut head = [0u8; 4];
-            f.read_exact_at(&mut head, at).unwrap();
-            let len = u32::from_le_bytes(head) as usize;
-            let mut b = vec![0u8; len];
-            f.read_exact_at(&mut b, at).unwrap();
-            b[26..28].copy_from_slice(&1u16.to_le_bytes());
-            let crc = crc32c::crc32c(&b[24..]);
-            b[4..8].copy_from_slice(&crc.to_le_bytes());
-            f.write_all_at(&b, at).unwrap();
-        }
-        let before = std::fs::metadata(&seg).unwrap().len();
-        let err = PartitionLog::open(dir.clone(), config(1 << 20))
-            .await
-            .err()
-            .map(|e| e.to_string());
-        (err, before, std::fs::metadata(&seg).unwrap().len())
+    // Version 1, whose CRC covered bytes 24..length.
+    let (err, len_before, len_after) = reopen_with_batch_rewritten(|b| {
+        b[26..28].copy_from_slice(&1u16.to_le_bytes());
+        let crc = crc32c::crc32c(&b[24..]);
+        b[4..8].copy_from_slice(&crc.to_le_bytes());
     });
     let err = err.expect("refused");
     assert!(err.contains("batch format version 1"), "{err}");
