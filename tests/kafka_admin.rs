@@ -3,11 +3,8 @@
 //! checked. `.ci/run` installs confluent-kafka; without it these tests fail and say so.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::process::Command;
 
-use bytes::{Buf, BytesMut};
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
@@ -15,9 +12,9 @@ use kafka_protocol::messages::{
     ApiKey, CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse,
     DescribeClusterRequest, DescribeClusterResponse, DescribeConfigsRequest,
     DescribeConfigsResponse, InitProducerIdRequest, InitProducerIdResponse, MetadataRequest,
-    MetadataResponse, ProducerId, RequestHeader, ResponseHeader, TopicName, TransactionalId,
+    MetadataResponse, ProducerId, TopicName, TransactionalId,
 };
-use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kafka_protocol::protocol::StrBytes;
 use rill::client::StartFrom;
 use rill_testkit::{TestBroker, DEADLINE};
 use serde_json::Value;
@@ -97,38 +94,7 @@ const TOPIC_CONFIG: i64 = 1;
 const STATIC_BROKER_CONFIG: i64 = 4;
 const DEFAULT_CONFIG: i64 = 5;
 
-/// One raw Kafka request on its own connection, for what no client library would send.
-fn call<Req: Encodable, Resp: Decodable>(addr: &str, api: ApiKey, version: i16, req: &Req) -> Resp {
-    let mut header = RequestHeader::default();
-    header.request_api_key = api as i16;
-    header.request_api_version = version;
-    header.correlation_id = 9;
-    header.client_id = Some(StrBytes::from_static_str("kafka_admin-test"));
-    let mut body = BytesMut::new();
-    header
-        .encode(&mut body, api.request_header_version(version))
-        .unwrap();
-    req.encode(&mut body, version).unwrap();
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(DEADLINE)).unwrap();
-    s.write_all(&(body.len() as i32).to_be_bytes()).unwrap();
-    s.write_all(&body).unwrap();
-    let mut len = [0u8; 4];
-    s.read_exact(&mut len)
-        .unwrap_or_else(|e| panic!("{api:?} v{version}: no answer ({e})"));
-    let mut resp = vec![0u8; i32::from_be_bytes(len) as usize];
-    s.read_exact(&mut resp).unwrap();
-    let mut resp = bytes::Bytes::from(resp);
-    let h = ResponseHeader::decode(&mut resp, api.response_header_version(version)).unwrap();
-    assert_eq!(h.correlation_id, 9);
-    let r = Resp::decode(&mut resp, version).unwrap();
-    assert_eq!(
-        resp.remaining(),
-        0,
-        "{api:?} v{version}: bytes after the body"
-    );
-    r
-}
+use rill_testkit::kafka_call as call;
 
 fn name(s: &str) -> TopicName {
     TopicName(StrBytes::from_string(s.to_string()))

@@ -2,52 +2,17 @@
 //! inside a stored batch returns, and records (null values, empty values, duplicate and null
 //! headers) read back exactly as written through either protocol.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::time::Duration;
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-use kafka_protocol::messages::{
-    ApiKey, FetchRequest, FetchResponse, RequestHeader, ResponseHeader, TopicName,
-};
-use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse, TopicName};
+use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::{BatchDecodeInfo, RecordBatchDecoder};
 use rill::client::{Acks, ClientConfig, Producer, ProducerConfig, ProducerRecord};
-use rill_testkit::{TestBroker, DEADLINE};
+use rill_testkit::TestBroker;
 
-/// One raw Kafka request on its own connection.
-fn call<Req: Encodable, Resp: Decodable>(addr: &str, api: ApiKey, version: i16, req: &Req) -> Resp {
-    let mut header = RequestHeader::default();
-    header.request_api_key = api as i16;
-    header.request_api_version = version;
-    header.correlation_id = 7;
-    header.client_id = Some(StrBytes::from_static_str("kafka_fidelity-test"));
-    let mut body = BytesMut::new();
-    header
-        .encode(&mut body, api.request_header_version(version))
-        .unwrap();
-    req.encode(&mut body, version).unwrap();
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(DEADLINE)).unwrap();
-    s.write_all(&(body.len() as i32).to_be_bytes()).unwrap();
-    s.write_all(&body).unwrap();
-    let mut len = [0u8; 4];
-    s.read_exact(&mut len)
-        .unwrap_or_else(|e| panic!("{api:?} v{version}: no answer ({e})"));
-    let mut resp = vec![0u8; i32::from_be_bytes(len) as usize];
-    s.read_exact(&mut resp).unwrap();
-    let mut resp = Bytes::from(resp);
-    let h = ResponseHeader::decode(&mut resp, api.response_header_version(version)).unwrap();
-    assert_eq!(h.correlation_id, 7);
-    let r = Resp::decode(&mut resp, version).unwrap();
-    assert_eq!(
-        resp.remaining(),
-        0,
-        "{api:?} v{version}: bytes after the body"
-    );
-    r
-}
+use rill_testkit::kafka_call as call;
 
 /// The raw `records` bytes of one partition fetched from `offset` (Fetch v12, by name).
 fn fetch_records(addr: &str, topic: &str, partition: i32, offset: i64) -> Bytes {

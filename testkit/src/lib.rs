@@ -766,3 +766,50 @@ impl TestCluster {
             .remove(&id);
     }
 }
+
+/// One raw Kafka request on its own connection, for what no client library would send (a
+/// version, a field or a node of our choosing); panics on anything but a well-formed answer.
+pub fn kafka_call<Req, Resp>(
+    addr: &str,
+    api: kafka_protocol::messages::ApiKey,
+    version: i16,
+    req: &Req,
+) -> Resp
+where
+    Req: kafka_protocol::protocol::Encodable,
+    Resp: kafka_protocol::protocol::Decodable,
+{
+    use bytes::Buf;
+    use kafka_protocol::messages::{RequestHeader, ResponseHeader};
+    use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+    use std::io::{Read, Write};
+    let mut header = RequestHeader::default();
+    header.request_api_key = api as i16;
+    header.request_api_version = version;
+    header.correlation_id = 9;
+    header.client_id = Some(StrBytes::from_static_str("rill-testkit"));
+    let mut body = bytes::BytesMut::new();
+    header
+        .encode(&mut body, api.request_header_version(version))
+        .unwrap();
+    req.encode(&mut body, version).unwrap();
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(DEADLINE)).unwrap();
+    s.write_all(&(body.len() as i32).to_be_bytes()).unwrap();
+    s.write_all(&body).unwrap();
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len)
+        .unwrap_or_else(|e| panic!("{api:?} v{version}: no answer ({e})"));
+    let mut resp = vec![0u8; i32::from_be_bytes(len) as usize];
+    s.read_exact(&mut resp).unwrap();
+    let mut resp = bytes::Bytes::from(resp);
+    let h = ResponseHeader::decode(&mut resp, api.response_header_version(version)).unwrap();
+    assert_eq!(h.correlation_id, 9);
+    let r = Resp::decode(&mut resp, version).unwrap();
+    assert_eq!(
+        resp.remaining(),
+        0,
+        "{api:?} v{version}: bytes after the body"
+    );
+    r
+}
