@@ -733,10 +733,9 @@ impl Sim {
         self.check_quorum();
     }
 
-    /// Every voter up, one state among them, and a ready leader.
-    fn converged(&self) -> bool {
-        let states: BTreeSet<String> = self
-            .nodes
+    /// The distinct metadata states of the running voters (who leads aside).
+    fn states(&self) -> BTreeSet<String> {
+        self.nodes
             .values()
             .filter_map(|n| n.core.as_ref())
             .map(|c| {
@@ -744,8 +743,12 @@ impl Sim {
                 md.controller_id = 0;
                 serde_json::to_string(&md).expect("encodes")
             })
-            .collect();
-        states.len() == 1 && self.leader().is_some()
+            .collect()
+    }
+
+    /// Every voter up, one state among them, and a ready leader.
+    fn converged(&self) -> bool {
+        self.states().len() == 1 && self.leader().is_some()
     }
 
     fn run(mut self, steps: u64) -> (u64, Stats) {
@@ -775,16 +778,7 @@ impl Sim {
                 break;
             }
         }
-        let states: BTreeSet<String> = self
-            .nodes
-            .values()
-            .filter_map(|n| n.core.as_ref())
-            .map(|c| {
-                let mut md = (**c.metadata()).clone();
-                md.controller_id = 0;
-                serde_json::to_string(&md).expect("encodes")
-            })
-            .collect();
+        let states = self.states();
         let views: Vec<String> = self
             .nodes
             .iter()
