@@ -13,6 +13,7 @@ pub mod net;
 pub mod partition;
 pub mod partitioner;
 pub mod protocol;
+pub mod replication;
 pub mod server;
 #[cfg(test)]
 mod test_shard;

@@ -109,6 +109,13 @@ const RULES: &[Rule] = &[
         forbidden_tokens: SANS_IO,
     },
     Rule {
+        name: "the replication core is sans-IO: no runtime, no clock, no I/O",
+        dir: "src/replication",
+        except: &[],
+        forbidden_modules: SANS_IO_ABOVE,
+        forbidden_tokens: SANS_IO,
+    },
+    Rule {
         name: "topic settings are plain data: no controller, no broker, no I/O",
         dir: "src/topic_config.rs",
         except: &[],

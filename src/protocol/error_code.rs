@@ -25,6 +25,7 @@ pub enum ErrorCode {
     InvalidTopic = 17,
     RecordListTooLarge = 18,
     NotEnoughReplicas = 19,
+    NotEnoughReplicasAfterAppend = 20,
     InvalidRequiredAcks = 21,
     IllegalGeneration = 22,
     InconsistentGroupProtocol = 23,
@@ -52,6 +53,7 @@ pub enum ErrorCode {
     GroupSubscribedToTopic = 86,
     UnknownTopicId = 100,
     FencedLeaderEpoch = 74,
+    UnknownLeaderEpoch = 76,
     StaleBrokerEpoch = 77,
     InvalidUpdateVersion = 95,
     DuplicateBrokerRegistration = 101,
@@ -76,6 +78,7 @@ impl ErrorCode {
         ErrorCode::InvalidTopic,
         ErrorCode::RecordListTooLarge,
         ErrorCode::NotEnoughReplicas,
+        ErrorCode::NotEnoughReplicasAfterAppend,
         ErrorCode::InvalidRequiredAcks,
         ErrorCode::IllegalGeneration,
         ErrorCode::InconsistentGroupProtocol,
@@ -103,6 +106,7 @@ impl ErrorCode {
         ErrorCode::GroupSubscribedToTopic,
         ErrorCode::UnknownTopicId,
         ErrorCode::FencedLeaderEpoch,
+        ErrorCode::UnknownLeaderEpoch,
         ErrorCode::StaleBrokerEpoch,
         ErrorCode::InvalidUpdateVersion,
         ErrorCode::DuplicateBrokerRegistration,
@@ -130,6 +134,8 @@ impl ErrorCode {
                 | ErrorCode::RequestTimedOut
                 | ErrorCode::UnknownTopicOrPartition
                 | ErrorCode::NotEnoughReplicas
+                | ErrorCode::NotEnoughReplicasAfterAppend
+                | ErrorCode::UnknownLeaderEpoch
                 | ErrorCode::KafkaStorageError
                 | ErrorCode::NotController
                 | ErrorCode::CorruptMessage
@@ -159,6 +165,7 @@ impl ErrorCode {
             ErrorCode::InvalidTopic => "INVALID_TOPIC_EXCEPTION",
             ErrorCode::RecordListTooLarge => "RECORD_LIST_TOO_LARGE",
             ErrorCode::NotEnoughReplicas => "NOT_ENOUGH_REPLICAS",
+            ErrorCode::NotEnoughReplicasAfterAppend => "NOT_ENOUGH_REPLICAS_AFTER_APPEND",
             ErrorCode::InvalidRequiredAcks => "INVALID_REQUIRED_ACKS",
             ErrorCode::IllegalGeneration => "ILLEGAL_GENERATION",
             ErrorCode::InconsistentGroupProtocol => "INCONSISTENT_GROUP_PROTOCOL",
@@ -186,6 +193,7 @@ impl ErrorCode {
             ErrorCode::GroupSubscribedToTopic => "GROUP_SUBSCRIBED_TO_TOPIC",
             ErrorCode::UnknownTopicId => "UNKNOWN_TOPIC_ID",
             ErrorCode::FencedLeaderEpoch => "FENCED_LEADER_EPOCH",
+            ErrorCode::UnknownLeaderEpoch => "UNKNOWN_LEADER_EPOCH",
             ErrorCode::StaleBrokerEpoch => "STALE_BROKER_EPOCH",
             ErrorCode::InvalidUpdateVersion => "INVALID_UPDATE_VERSION",
             ErrorCode::DuplicateBrokerRegistration => "DUPLICATE_BROKER_REGISTRATION",

@@ -1,0 +1,336 @@
+//! The follower side of one partition: reconcile with a new leader by leader epoch (Kafka's
+//! OffsetForLeaderEpoch, KIP-101/279), truncate the divergent tail, then fetch, reporting the
+//! durable log end and learning the high watermark.
+//!
+//! Records with the same epoch at the same offset are the same records (one leader per epoch
+//! writes them), so the follower keeps exactly the prefix up to where its last common epoch
+//! ends on both sides.
+
+use super::epochs::{EpochEnd, LeaderEpochs, NO_EPOCH};
+use super::leader::ReplicaFetch;
+use super::ReplicationError;
+use crate::protocol::ErrorCode;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FollowerAction {
+    /// Ask the leader where `epoch` ends in its log (OffsetForLeaderEpoch).
+    AskEpochEnd { leader: u32, epoch: u32 },
+    /// Cut the local log (and its leader-epoch cache) to end at `offset`.
+    Truncate { offset: u64 },
+    /// Fetch from the leader.
+    Fetch { leader: u32, fetch: ReplicaFetch },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// Waiting for the answer about this epoch.
+    Reconciling(u32),
+    Fetching,
+    /// The leader says this follower's epoch is stale: wait for the metadata.
+    Waiting,
+}
+
+#[derive(Debug)]
+pub struct Follower {
+    leader: u32,
+    leader_epoch: u32,
+    phase: Phase,
+    /// End of what is written locally (where the next fetch reads from).
+    log_end: u64,
+    /// End of what is durable as `--fsync` promises (what the leader counts).
+    durable_end: u64,
+    high_watermark: u64,
+}
+
+impl Follower {
+    /// Starts following `leader` at `leader_epoch` with a local log ending (durably) at
+    /// `log_end`, its epochs and the high watermark it knew. Returns its first action.
+    pub fn new(
+        leader: u32,
+        leader_epoch: u32,
+        epochs: &LeaderEpochs,
+        log_end: u64,
+        high_watermark: u64,
+    ) -> (Follower, FollowerAction) {
+        let mut f = Follower {
+            leader,
+            leader_epoch,
+            phase: Phase::Fetching,
+            log_end,
+            durable_end: log_end,
+            high_watermark: high_watermark.min(log_end),
+        };
+        let first = match epochs.latest() {
+            Some((epoch, _)) => {
+                f.phase = Phase::Reconciling(epoch);
+                FollowerAction::AskEpochEnd { leader, epoch }
+            }
+            // Records without epochs (or none at all): only the high watermark is known safe.
+            None if log_end > f.high_watermark => {
+                f.log_end = f.high_watermark;
+                f.durable_end = f.high_watermark;
+                FollowerAction::Truncate {
+                    offset: f.high_watermark,
+                }
+            }
+            None => f.fetch_action(),
+        };
+        (f, first)
+    }
+
+    pub fn leader(&self) -> u32 {
+        self.leader
+    }
+
+    pub fn leader_epoch(&self) -> u32 {
+        self.leader_epoch
+    }
+
+    pub fn high_watermark(&self) -> u64 {
+        self.high_watermark
+    }
+
+    pub fn log_end(&self) -> u64 {
+        self.log_end
+    }
+
+    pub fn is_fetching(&self) -> bool {
+        self.phase == Phase::Fetching
+    }
+
+    /// The next fetch (the caller sends one whenever none is in flight and it is fetching).
+    pub fn fetch_action(&self) -> FollowerAction {
+        FollowerAction::Fetch {
+            leader: self.leader,
+            fetch: ReplicaFetch {
+                leader_epoch: self.leader_epoch,
+                fetch_offset: self.log_end,
+                log_end: self.durable_end,
+            },
+        }
+    }
+
+    /// The leader's answer to [`FollowerAction::AskEpochEnd`]. Returns what to do: truncate
+    /// then fetch, or ask again about an older epoch this follower has and the leader's
+    /// answer skipped.
+    pub fn on_epoch_end(
+        &mut self,
+        asked: u32,
+        answer: EpochEnd,
+        epochs: &LeaderEpochs,
+    ) -> Result<Vec<FollowerAction>, ReplicationError> {
+        if self.phase != Phase::Reconciling(asked) {
+            return Ok(Vec::new()); // a late answer to an earlier question
+        }
+        let cut = if answer.epoch == NO_EPOCH {
+            answer.end_offset
+        } else {
+            let mine = epochs.end_for(answer.epoch, self.log_end);
+            if mine.epoch != answer.epoch && mine.epoch != NO_EPOCH {
+                // The leader's epoch is one this follower never wrote: where does the
+                // newest epoch this follower has below it end on the leader?
+                self.phase = Phase::Reconciling(mine.epoch);
+                return Ok(vec![FollowerAction::AskEpochEnd {
+                    leader: self.leader,
+                    epoch: mine.epoch,
+                }]);
+            }
+            answer.end_offset.min(mine.end_offset)
+        };
+        let cut = cut.min(self.log_end);
+        if cut < self.high_watermark {
+            return Err(ReplicationError::TruncationBelowHighWatermark {
+                offset: cut,
+                high_watermark: self.high_watermark,
+            });
+        }
+        self.phase = Phase::Fetching;
+        let mut actions = Vec::new();
+        if cut < self.log_end {
+            self.log_end = cut;
+            self.durable_end = self.durable_end.min(cut);
+            actions.push(FollowerAction::Truncate { offset: cut });
+        }
+        actions.push(self.fetch_action());
+        Ok(actions)
+    }
+
+    /// Fetched records were written locally up to `log_end`.
+    pub fn appended(&mut self, log_end: u64) {
+        assert!(
+            log_end >= self.log_end,
+            "a follower's log end never goes back"
+        );
+        self.log_end = log_end;
+    }
+
+    /// The local log is durable up to `durable_end`.
+    pub fn durable(&mut self, durable_end: u64) {
+        assert!(durable_end <= self.log_end, "durable past the log end");
+        self.durable_end = self.durable_end.max(durable_end);
+    }
+
+    /// A fetch answer carried the leader's high watermark: below it (and below the local log
+    /// end) records are committed. Never goes back.
+    pub fn on_high_watermark(&mut self, leader_high_watermark: u64) {
+        let hw = leader_high_watermark.min(self.log_end);
+        self.high_watermark = self.high_watermark.max(hw);
+    }
+
+    /// The leader refused a fetch. Returns what to do now (nothing: wait for metadata or
+    /// retry the fetch later).
+    pub fn on_fetch_error(
+        &mut self,
+        code: ErrorCode,
+        epochs: &LeaderEpochs,
+    ) -> Vec<FollowerAction> {
+        match code {
+            // The leader's log is shorter than this follower thought: reconcile again.
+            ErrorCode::OffsetOutOfRange => match epochs.latest() {
+                Some((epoch, _)) => {
+                    self.phase = Phase::Reconciling(epoch);
+                    vec![FollowerAction::AskEpochEnd {
+                        leader: self.leader,
+                        epoch,
+                    }]
+                }
+                None => Vec::new(),
+            },
+            // This follower's epoch is old, or the broker leads no more: new metadata decides.
+            ErrorCode::FencedLeaderEpoch | ErrorCode::NotLeaderOrFollower => {
+                self.phase = Phase::Waiting;
+                Vec::new()
+            }
+            // The leader has not learnt its epoch yet, or a transient error: fetch again.
+            _ => Vec::new(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn epochs(entries: &[(u32, u64)]) -> LeaderEpochs {
+        LeaderEpochs::from_entries(entries.to_vec()).expect("ordered")
+    }
+
+    #[test]
+    fn divergent_tail_is_cut_where_the_common_epoch_ends() {
+        // Follower wrote epoch 3 at 10..20 as a leader that lost; the new leader (epoch 4)
+        // has epoch 2 to 14, then its own.
+        let mine = epochs(&[(1, 0), (2, 5), (3, 10)]);
+        let (mut f, first) = Follower::new(7, 4, &mine, 20, 8);
+        assert_eq!(
+            first,
+            FollowerAction::AskEpochEnd {
+                leader: 7,
+                epoch: 3
+            }
+        );
+        let leader_says = EpochEnd {
+            epoch: 2,
+            end_offset: 14,
+        };
+        let actions = f.on_epoch_end(3, leader_says, &mine).expect("reconciled");
+        // Epoch 2 ends at 10 here, at 14 there: the follower keeps 0..10.
+        assert_eq!(actions[0], FollowerAction::Truncate { offset: 10 });
+        assert_eq!(
+            actions[1],
+            FollowerAction::Fetch {
+                leader: 7,
+                fetch: ReplicaFetch {
+                    leader_epoch: 4,
+                    fetch_offset: 10,
+                    log_end: 10
+                }
+            }
+        );
+    }
+
+    #[test]
+    fn an_epoch_the_follower_never_wrote_leads_to_a_second_question() {
+        let mine = epochs(&[(1, 0), (3, 10)]);
+        let (mut f, _) = Follower::new(7, 5, &mine, 20, 0);
+        let leader_says = EpochEnd {
+            epoch: 2,
+            end_offset: 12,
+        };
+        let again = f.on_epoch_end(3, leader_says, &mine).expect("asks again");
+        assert_eq!(
+            again,
+            vec![FollowerAction::AskEpochEnd {
+                leader: 7,
+                epoch: 1
+            }]
+        );
+        assert!(f
+            .on_epoch_end(3, leader_says, &mine)
+            .expect("late")
+            .is_empty());
+        let actions = f
+            .on_epoch_end(
+                1,
+                EpochEnd {
+                    epoch: 1,
+                    end_offset: 6,
+                },
+                &mine,
+            )
+            .expect("reconciled");
+        assert_eq!(actions[0], FollowerAction::Truncate { offset: 6 });
+        assert_eq!(f.log_end(), 6);
+    }
+
+    #[test]
+    fn nothing_to_cut_fetches_at_once_and_the_high_watermark_never_goes_back() {
+        let mine = epochs(&[(1, 0)]);
+        let (mut f, _) = Follower::new(2, 1, &mine, 5, 3);
+        let actions = f
+            .on_epoch_end(
+                1,
+                EpochEnd {
+                    epoch: 1,
+                    end_offset: 9,
+                },
+                &mine,
+            )
+            .expect("ok");
+        assert_eq!(actions.len(), 1, "{actions:?}");
+        f.appended(9);
+        f.durable(9);
+        f.on_high_watermark(12);
+        assert_eq!(f.high_watermark(), 9, "not past the local log end");
+        f.on_high_watermark(4);
+        assert_eq!(f.high_watermark(), 9);
+    }
+
+    #[test]
+    fn a_cut_below_the_high_watermark_is_an_error_not_a_loss() {
+        let mine = epochs(&[(1, 0)]);
+        let (mut f, _) = Follower::new(2, 3, &mine, 10, 8);
+        let r = f.on_epoch_end(
+            1,
+            EpochEnd {
+                epoch: 1,
+                end_offset: 5,
+            },
+            &mine,
+        );
+        assert_eq!(
+            r,
+            Err(ReplicationError::TruncationBelowHighWatermark {
+                offset: 5,
+                high_watermark: 8
+            })
+        );
+        assert_eq!(f.log_end(), 10);
+    }
+
+    #[test]
+    fn a_log_without_epochs_keeps_only_its_high_watermark() {
+        let (f, first) = Follower::new(2, 3, &LeaderEpochs::default(), 10, 4);
+        assert_eq!(first, FollowerAction::Truncate { offset: 4 });
+        assert_eq!(f.log_end(), 4);
+    }
+}
