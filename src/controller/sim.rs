@@ -54,11 +54,12 @@ const SESSION_TIMEOUT_MS: u64 = 3_000;
 const HEARTBEAT_EVERY_MS: u64 = 500;
 const TOPIC_NAMES: u64 = 6;
 
-/// xorshift64*: tiny, deterministic, good enough for scheduling.
-struct Rng(u64);
+/// xorshift64*: tiny, deterministic, good enough for scheduling (the replication simulator
+/// uses it too).
+pub(crate) struct Rng(u64);
 
 impl Rng {
-    fn new(seed: u64) -> Rng {
+    pub(crate) fn new(seed: u64) -> Rng {
         // splitmix64 of the seed, so seeds 0, 1, 2... start far apart (and never at 0).
         let mut z = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -66,7 +67,7 @@ impl Rng {
         Rng((z ^ (z >> 31)) | 1)
     }
 
-    fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         let mut x = self.0;
         x ^= x >> 12;
         x ^= x << 25;
@@ -75,12 +76,12 @@ impl Rng {
         x.wrapping_mul(0x2545_f491_4f6c_dd1d)
     }
 
-    fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         self.next() % n.max(1)
     }
 
     /// True with probability `per_mille` / 1000.
-    fn chance(&mut self, per_mille: u64) -> bool {
+    pub(crate) fn chance(&mut self, per_mille: u64) -> bool {
         self.below(1000) < per_mille
     }
 }
@@ -148,7 +149,7 @@ struct Sim {
     _base: tempfile::TempDir,
 }
 
-fn fnv(mut h: u64, bytes: &[u8]) -> u64 {
+pub(crate) fn fnv(mut h: u64, bytes: &[u8]) -> u64 {
     for b in bytes {
         h ^= u64::from(*b);
         h = h.wrapping_mul(0x100_0000_01b3);
@@ -812,7 +813,7 @@ impl Sim {
     }
 }
 
-fn env_u64(name: &str) -> Option<u64> {
+pub(crate) fn env_u64(name: &str) -> Option<u64> {
     let v = std::env::var(name).ok()?;
     match v.trim().parse() {
         Ok(n) => Some(n),

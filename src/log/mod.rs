@@ -3,6 +3,7 @@ mod appender;
 pub mod error;
 pub mod fsync;
 pub mod index;
+pub mod leader_epoch;
 pub mod partition_log;
 mod reader;
 mod recovery;

@@ -523,16 +523,18 @@ fn read_offset_file(dir: &Path, name: &str) -> Option<u64> {
     Some(u64::from_le_bytes(bytes[..8].try_into().ok()?))
 }
 
-/// Replaces an offset checkpoint atomically: write a temporary file, sync, rename, sync the
-/// directory. Blocking: run it off the shard thread where it is frequent.
+/// Replaces an offset checkpoint atomically (see [`replace_file`]).
 fn write_offset_file(dir: &Path, name: &str, offset: u64) -> Result<(), LogError> {
-    use std::io::Write;
-    let tmp = dir.join(format!("{name}.tmp"));
     let mut bytes = offset.to_le_bytes().to_vec();
     bytes.extend_from_slice(&crc32c::crc32c(&offset.to_le_bytes()).to_le_bytes());
-    let mut f = std::fs::File::create(&tmp).map_err(|e| LogError::io(&tmp, e))?;
-    f.write_all(&bytes).map_err(|e| LogError::io(&tmp, e))?;
-    f.sync_data().map_err(|e| LogError::io(&tmp, e))?;
+    replace_file(dir, name, &bytes)
+}
+
+/// Replaces `dir/name` atomically: write a temporary file, sync, rename, sync the directory.
+/// Blocking: run it off the shard thread where it is frequent.
+pub(super) fn replace_file(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), LogError> {
+    let tmp = dir.join(format!("{name}.tmp"));
+    super::segment::write_synced(&tmp, bytes)?;
     std::fs::rename(&tmp, dir.join(name)).map_err(|e| LogError::io(&tmp, e))?;
     super::segment::sync_dir(dir)
 }

@@ -332,7 +332,7 @@ pub fn sync_dir(dir: &Path) -> Result<(), LogError> {
         .map_err(|e| LogError::io(dir, e))
 }
 
-fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), LogError> {
+pub(super) fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), LogError> {
     use std::io::Write;
     let mut f = std::fs::File::create(path).map_err(|e| LogError::io(path, e))?;
     f.write_all(bytes).map_err(|e| LogError::io(path, e))?;

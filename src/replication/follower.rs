@@ -196,12 +196,13 @@ impl Follower {
                 }
                 None => Vec::new(),
             },
-            // This follower's epoch is old, or the broker leads no more: new metadata decides.
-            ErrorCode::FencedLeaderEpoch | ErrorCode::NotLeaderOrFollower => {
+            // This follower's epoch is old: newer metadata is on its way and decides.
+            ErrorCode::FencedLeaderEpoch => {
                 self.phase = Phase::Waiting;
                 Vec::new()
             }
-            // The leader has not learnt its epoch yet, or a transient error: fetch again.
+            // The leader has not applied its own leadership yet, or a transient error: the
+            // caller asks again after its backoff.
             _ => Vec::new(),
         }
     }

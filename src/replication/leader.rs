@@ -21,6 +21,9 @@ pub struct LeaderConfig {
     pub min_insync_replicas: usize,
     /// `replica.lag.time.max.ms`.
     pub replica_lag_time_max_ms: u64,
+    /// An ISR proposal neither answered nor visible in the metadata this long is sent again
+    /// (the same proposal: the controller's partition-epoch check makes a repeat harmless).
+    pub isr_proposal_retry_ms: u64,
 }
 
 /// The partition as the controller last applied it.
@@ -88,6 +91,7 @@ pub struct Leader {
     replicas: Vec<u32>,
     isr: BTreeSet<u32>,
     pending: Option<IsrProposal>,
+    proposed_at_ms: u64,
     followers: BTreeMap<u32, Progress>,
     /// Log end written (what followers can fetch).
     log_end: u64,
@@ -126,6 +130,7 @@ impl Leader {
             replicas: view.replicas.clone(),
             isr: view.isr.iter().copied().collect(),
             pending: None,
+            proposed_at_ms: now_ms,
             followers: BTreeMap::new(),
             log_end,
             durable_end: log_end,
@@ -280,15 +285,23 @@ impl Leader {
         if joins {
             let mut isr = self.isr.clone();
             isr.insert(follower);
-            self.propose(isr);
+            self.propose(isr, now_ms);
         }
         self.advance();
         Ok(self.high_watermark)
     }
 
-    /// Time passes: ISR members that lagged past `replica.lag.time.max.ms` are proposed out.
+    /// Time passes: ISR members that lagged past `replica.lag.time.max.ms` are proposed out;
+    /// an unanswered proposal is sent again.
     pub fn tick(&mut self, now_ms: u64) {
-        if self.deposed || self.pending.is_some() {
+        if self.deposed {
+            return;
+        }
+        if let Some(p) = &self.pending {
+            if now_ms.saturating_sub(self.proposed_at_ms) >= self.cfg.isr_proposal_retry_ms {
+                self.actions.push(LeaderAction::ProposeIsr(p.clone()));
+                self.proposed_at_ms = now_ms;
+            }
             return;
         }
         let lag = self.cfg.replica_lag_time_max_ms;
@@ -305,7 +318,7 @@ impl Leader {
             .collect();
         if !laggards.is_empty() {
             let isr = self.isr.iter().copied().filter(|b| !laggards.contains(b));
-            self.propose(isr.collect());
+            self.propose(isr.collect(), now_ms);
         }
     }
 
@@ -329,15 +342,16 @@ impl Leader {
         self.advance();
     }
 
-    /// The controller refused a proposal: a stale leader epoch or leadership means another
-    /// leader exists, so stop acknowledging now rather than when the metadata arrives.
+    /// The controller refused a proposal. A stale leader epoch or leadership means another
+    /// leader exists: stop acknowledging now rather than when the metadata arrives. A stale
+    /// partition epoch means the controller changed the partition (maybe by accepting this
+    /// very proposal, sent twice): keep counting the proposed members until the metadata
+    /// shows which. Any other refusal was of this partition epoch, so nothing was applied.
     pub fn on_proposal_refused(&mut self, code: ErrorCode) {
-        self.pending = None;
-        if matches!(
-            code,
-            ErrorCode::FencedLeaderEpoch | ErrorCode::NotLeaderOrFollower
-        ) {
-            self.depose();
+        match code {
+            ErrorCode::FencedLeaderEpoch | ErrorCode::NotLeaderOrFollower => self.depose(),
+            ErrorCode::InvalidUpdateVersion => {}
+            _ => self.pending = None,
         }
     }
 
@@ -352,13 +366,14 @@ impl Leader {
         }
     }
 
-    fn propose(&mut self, isr: BTreeSet<u32>) {
+    fn propose(&mut self, isr: BTreeSet<u32>, now_ms: u64) {
         let proposal = IsrProposal {
             leader_epoch: self.leader_epoch,
             partition_epoch: self.partition_epoch,
             isr: isr.into_iter().collect(),
         };
         self.pending = Some(proposal.clone());
+        self.proposed_at_ms = now_ms;
         self.actions.push(LeaderAction::ProposeIsr(proposal));
     }
 
@@ -445,6 +460,7 @@ mod tests {
         let cfg = LeaderConfig {
             min_insync_replicas: min_isr,
             replica_lag_time_max_ms: LAG,
+            isr_proposal_retry_ms: LAG * 10,
         };
         Leader::new(1, cfg, &view(4, 7, &[1, 2, 3]), log_end, 0, 0).expect("leads")
     }

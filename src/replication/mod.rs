@@ -9,6 +9,8 @@
 pub mod epochs;
 pub mod follower;
 pub mod leader;
+#[cfg(test)]
+mod sim;
 
 use crate::protocol::ErrorCode;
 
