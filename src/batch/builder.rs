@@ -222,6 +222,7 @@ where
         producer_id: stamp.producer_id,
         producer_epoch: stamp.producer_epoch,
         base_sequence: stamp.base_sequence,
+        leader_epoch: 0,
         header_crc: 0,
     };
     header.encode(&mut out);

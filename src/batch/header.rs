@@ -6,8 +6,16 @@ pub const HEADER_LEN: usize = 80;
 pub const MAGIC: u16 = 0x5242;
 /// The format version written. Version 2 added the header CRC (version 1's broker-stamped
 /// fields had no check); version 3 changed only the body: null values and null header values
-/// ([`crate::batch::RecordBody`]). Same header layout and CRCs.
-pub const VERSION: u16 = 3;
+/// ([`crate::batch::RecordBody`]). Version 4 (same body as 3) puts the leader epoch at bytes
+/// 72..76, stamped by the leader like the base offset, so it moves from the body CRC to the
+/// header CRC.
+pub const VERSION: u16 = 4;
+/// First version with the leader epoch in the header.
+pub const LEADER_EPOCH_VERSION: u16 = 4;
+/// Where the leader epoch (i32) sits in version 4 and later.
+pub const LEADER_EPOCH_AT: usize = 72;
+/// The leader epoch of a batch written before version 4 (Kafka's NO_PARTITION_LEADER_EPOCH).
+pub const NO_LEADER_EPOCH: i32 = -1;
 /// The oldest version still read: version 2 bodies read as records without nulls, so data
 /// directories and clients from before version 3 keep working with no upgrade step.
 pub const OLDEST_READABLE_VERSION: u16 = 2;
@@ -17,13 +25,13 @@ pub const OLDEST_READABLE_VERSION: u16 = 2;
 pub fn is_readable_version(version: u16) -> bool {
     (OLDEST_READABLE_VERSION..=VERSION).contains(&version)
 }
-/// The body CRC covers everything from this offset on except the header CRC: the fields
-/// before it are the length, the body CRC itself and the two the broker fills in (base offset,
-/// append time).
+/// The body CRC covers everything from this offset on except the header CRC (and, from
+/// version 4, the leader epoch): the fields before it are the length, the body CRC itself and
+/// the two the broker fills in (base offset, append time).
 pub const CRC_START: usize = 24;
 /// Where the header CRC sits: CRC32C of bytes 0..24 (length, body CRC, base offset, append
-/// time), rewritten whenever the broker stamps the batch, so a flipped offset or length on
-/// disk is caught like a flipped payload byte.
+/// time) and, from version 4, 72..76 (leader epoch), rewritten whenever the broker stamps the
+/// batch, so a flipped offset or length on disk is caught like a flipped payload byte.
 pub const HEADER_CRC_AT: usize = 76;
 
 /// The decoded fixed header of a batch.
@@ -43,6 +51,8 @@ pub struct BatchHeader {
     pub producer_id: i64,
     pub producer_epoch: i16,
     pub base_sequence: i32,
+    /// Stamped by the leader (version 4 on); [`NO_LEADER_EPOCH`] for older batches.
+    pub leader_epoch: i32,
     pub header_crc: u32,
 }
 
@@ -80,6 +90,11 @@ impl BatchHeader {
             producer_id: u64_at(b, 56) as i64,
             producer_epoch: u16_at(b, 64) as i16,
             base_sequence: u32_at(b, 68) as i32,
+            leader_epoch: if has_leader_epoch(u16_at(b, 26)) {
+                u32_at(b, LEADER_EPOCH_AT) as i32
+            } else {
+                NO_LEADER_EPOCH
+            },
             header_crc: u32_at(b, HEADER_CRC_AT),
         })
     }
@@ -102,6 +117,9 @@ impl BatchHeader {
         b[56..64].copy_from_slice(&self.producer_id.to_le_bytes());
         b[64..66].copy_from_slice(&self.producer_epoch.to_le_bytes());
         b[68..72].copy_from_slice(&self.base_sequence.to_le_bytes());
+        if has_leader_epoch(self.version) {
+            b[LEADER_EPOCH_AT..HEADER_CRC_AT].copy_from_slice(&self.leader_epoch.to_le_bytes());
+        }
         b[HEADER_CRC_AT..HEADER_LEN].copy_from_slice(&self.header_crc.to_le_bytes());
     }
 
@@ -116,6 +134,19 @@ impl BatchHeader {
     }
 }
 
+fn has_leader_epoch(version: u16) -> bool {
+    version >= LEADER_EPOCH_VERSION
+}
+
+/// The end of the body-checksummed header bytes: the leader epoch is outside from v4 on.
+fn body_crc_header_end(batch: &[u8]) -> usize {
+    if has_leader_epoch(u16_at(batch, 26)) {
+        LEADER_EPOCH_AT
+    } else {
+        HEADER_CRC_AT
+    }
+}
+
 /// Fills in the two broker-owned fields of an encoded batch in place, and the header CRC
 /// that covers them. They sit outside the body CRC, so the producer's CRC stays valid.
 pub fn stamp(batch: &mut [u8], base_offset: u64, append_time_ms: i64) {
@@ -125,16 +156,31 @@ pub fn stamp(batch: &mut [u8], base_offset: u64, append_time_ms: i64) {
     batch[HEADER_CRC_AT..HEADER_LEN].copy_from_slice(&crc.to_le_bytes());
 }
 
+/// [`stamp`] by a leader of `leader_epoch`: a version 4 batch also records the epoch (an older
+/// one has no room for it outside its body CRC, and reads as [`NO_LEADER_EPOCH`]).
+pub fn stamp_leader(batch: &mut [u8], base_offset: u64, append_time_ms: i64, leader_epoch: i32) {
+    if has_leader_epoch(u16_at(batch, 26)) {
+        batch[LEADER_EPOCH_AT..HEADER_CRC_AT].copy_from_slice(&leader_epoch.to_le_bytes());
+    }
+    stamp(batch, base_offset, append_time_ms);
+}
+
 /// CRC32C over the body-checksummed range of an encoded batch of `length` bytes: bytes
-/// 24..76 and 80..length.
+/// 24..76 (24..72 from version 4) and 80..length.
 pub fn checksum(batch: &[u8]) -> u32 {
     crc32c::crc32c_append(
-        crc32c::crc32c(&batch[CRC_START..HEADER_CRC_AT]),
+        crc32c::crc32c(&batch[CRC_START..body_crc_header_end(batch)]),
         &batch[HEADER_LEN..],
     )
 }
 
-/// CRC32C over bytes 0..24 (length, body CRC, base offset, append time).
+/// CRC32C over bytes 0..24 (length, body CRC, base offset, append time) and, from version 4,
+/// 72..76 (leader epoch).
 pub fn header_checksum(batch: &[u8]) -> u32 {
-    crc32c::crc32c(&batch[..CRC_START])
+    let crc = crc32c::crc32c(&batch[..CRC_START]);
+    if has_leader_epoch(u16_at(batch, 26)) {
+        crc32c::crc32c_append(crc, &batch[LEADER_EPOCH_AT..HEADER_CRC_AT])
+    } else {
+        crc
+    }
 }

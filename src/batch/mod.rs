@@ -7,11 +7,11 @@
 //! ```text
 //! offset size field            covered by CRC
 //!  0      4   length (whole batch incl. header and padding, multiple of 16)   no
-//!  4      4   crc32c of bytes 24..76 and 80..length (the body CRC)              no
+//!  4      4   crc32c of bytes 24..76 (24..72 in v4) and 80..length (body CRC)   no
 //!  8      8   base offset      (filled in by the broker)                      no
 //! 16      8   append time ms   (filled in by the broker)                      no
 //! 24      2   magic 0x5242 ("RB")                                             yes
-//! 26      2   format version (3; 2 still read)                               yes
+//! 26      2   format version (4; 2 and 3 still read)                         yes
 //! 28      2   flags                                                          yes
 //! 30      2   reserved (0)                                                   yes
 //! 32      4   record count                                                   yes
@@ -22,8 +22,8 @@
 //! 64      2   producer epoch                                                 yes
 //! 66      2   reserved (0)                                                   yes
 //! 68      4   base sequence (-1: none)                                       yes
-//! 72      4   reserved (0)                                                   yes
-//! 76      4   header crc32c of bytes 0..24 (rewritten when stamped)           no
+//! 72      4   v4: leader epoch (i32, stamped by the leader)   header CRC (v2/3: 0, body CRC)
+//! 76      4   header crc32c of bytes 0..24 (and 72..76 in v4; rewritten when stamped) no
 //! 80      .   rkyv body, then zero padding                                   yes
 //! ```
 //! So every byte of a batch is covered by one of the two CRCs: a flipped base offset or length
@@ -33,8 +33,9 @@
 //!
 //! The format version says how the body is archived: version 3 ([`RecordBody`]) has nullable
 //! values and header values; version 2 ([`v2::RecordBody`]) had neither and is still read (as
-//! non-null), so data written before version 3 needs no upgrade. Version 1 (no header CRC) is
-//! refused.
+//! non-null), so data written before version 3 needs no upgrade. Version 4 has version 3's
+//! body and moves bytes 72..76 (the leader epoch, stamped with the base offset) from the body
+//! CRC to the header CRC. Version 1 (no header CRC) is refused.
 
 mod aligned;
 mod builder;
@@ -48,7 +49,8 @@ pub use aligned::{aligned16, Aligned16};
 pub use builder::BatchBuilder;
 pub use header::{
     checksum as body_checksum, header_checksum, is_readable_version, stamp as stamp_batch,
-    BatchHeader, HEADER_LEN, MAGIC, OLDEST_READABLE_VERSION, VERSION,
+    stamp_leader, BatchHeader, HEADER_LEN, LEADER_EPOCH_VERSION, MAGIC, NO_LEADER_EPOCH,
+    OLDEST_READABLE_VERSION, VERSION,
 };
 pub use record::{
     v2, ArchivedHeader, ArchivedRecord, ArchivedRecordBody, Header, Record, RecordBody,

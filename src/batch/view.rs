@@ -500,6 +500,54 @@ mod tests {
     }
 
     #[test]
+    fn version_4_carries_the_leader_epoch_under_the_header_crc_and_version_3_still_reads() {
+        use super::super::header::{stamp_leader, LEADER_EPOCH_AT};
+        use super::super::NO_LEADER_EPOCH;
+        let mut v4 = aligned(&sample(3));
+        assert_eq!(BatchView::validate(&v4).unwrap().header().version, 4);
+        stamp_leader(&mut v4, 500, 9, 17);
+        let view = BatchView::validate(&v4).unwrap();
+        assert_eq!(
+            (view.header().base_offset, view.header().leader_epoch),
+            (500, 17)
+        );
+        // Re-stamping (a new leader re-appending is not a thing, but a test can) keeps the
+        // producer's body CRC valid: the epoch is outside it.
+        stamp_leader(&mut v4, 500, 9, i32::MAX);
+        assert_eq!(
+            BatchView::validate(&v4).unwrap().header().leader_epoch,
+            i32::MAX
+        );
+        for bit in 0..32 {
+            let mut flipped = v4.clone();
+            flipped[LEADER_EPOCH_AT + bit / 8] ^= 1 << (bit % 8);
+            assert_eq!(
+                BatchView::validate(&flipped).unwrap_err(),
+                BatchError::HeaderCrc,
+                "bit {bit}"
+            );
+        }
+        // The same batch as version 3 wrote it: bytes 72..76 zero and under the body CRC.
+        let mut v3 = aligned(&sample(3));
+        v3[26..28].copy_from_slice(&3u16.to_le_bytes());
+        let crc = checksum(&v3);
+        v3[4..8].copy_from_slice(&crc.to_le_bytes());
+        stamp_leader(&mut v3, 500, 9, 17);
+        let view = BatchView::validate(&v3).unwrap();
+        assert_eq!(
+            (view.header().version, view.header().leader_epoch),
+            (3, NO_LEADER_EPOCH)
+        );
+        assert_eq!(view.records().unwrap().count(), 3);
+        let mut flipped = v3.clone();
+        flipped[LEADER_EPOCH_AT] ^= 1;
+        assert!(matches!(
+            BatchView::validate(&flipped).unwrap_err(),
+            BatchError::Crc { .. }
+        ));
+    }
+
+    #[test]
     fn version_2_batches_still_read_and_other_versions_are_refused() {
         let mut rng = Rng(77);
         let records = random_records(&mut rng, 50);
@@ -534,9 +582,9 @@ mod tests {
             .collect();
         assert_eq!(read_back(&view), want);
         assert!(view.records().unwrap().all(|r| r.tags().eq(["t"])));
-        // Versions 1 and 4 (before and after what this build reads): refused as another
+        // Versions 1 and 5 (before and after what this build reads): refused as another
         // format, with the header CRC fixed up so that only the version is wrong.
-        for version in [1u16, 4] {
+        for version in [1u16, 5] {
             let mut other = old.clone();
             other[26..28].copy_from_slice(&version.to_le_bytes());
             let crc = checksum(&other);
