@@ -14,6 +14,7 @@ pub mod config;
 pub mod fetch;
 pub mod group_host;
 pub mod groups;
+pub mod leader_epochs;
 pub mod list_offsets;
 pub mod log_admin;
 pub mod offsets;

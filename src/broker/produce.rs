@@ -139,9 +139,11 @@ impl Produce {
     {
         for s in &self.staged {
             let mut next = s.partition.log_end_offset();
+            let epoch = s.partition.stamp_epoch();
             for span in &s.spans {
                 let at = base + span.at;
-                crate::batch::stamp_batch(&mut buf.as_mut()[at..at + span.len], next, now_ms);
+                let batch = &mut buf.as_mut()[at..at + span.len];
+                crate::batch::stamp_leader(batch, next, now_ms, epoch);
                 next += u64::from(span.records);
             }
         }

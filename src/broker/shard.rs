@@ -315,6 +315,13 @@ impl Shard {
                             self.cfg.fsync,
                             TopicSettings::resolve(&topic.configs, &self.cfg.topic_defaults),
                         ));
+                        if let Err(e) = p.lead(pi.leader_epoch).await {
+                            log::error!("shard {}: cannot open {}: {e}", self.id, dir.display());
+                            let failure = Some(e.to_string());
+                            self.applied
+                                .set_open_failure(topic.id, pi.partition, failure);
+                            continue;
+                        }
                         let mut parts = self.partitions.borrow_mut();
                         let v = parts.entry(name).or_default();
                         if v.len() <= pi.partition as usize {
@@ -335,6 +342,11 @@ impl Shard {
             if let Some(t) = md.topic(&p.topic) {
                 if let Some(info) = t.partitions.get(p.index as usize) {
                     p.set_decommissioned(info.decommissioned);
+                    if info.leader_epoch != p.leader_epoch() {
+                        if let Err(e) = p.lead(info.leader_epoch).await {
+                            log::error!("shard {}: {}-{}: {e}", self.id, p.topic, p.index);
+                        }
+                    }
                 }
                 let s = TopicSettings::resolve(&t.configs, &self.cfg.topic_defaults);
                 if s != p.settings() {

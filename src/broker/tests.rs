@@ -331,3 +331,43 @@ fn an_unanswered_produce_keeps_its_request_memory_until_durable() {
         assert!(partition.high_watermark() >= next);
     });
 }
+
+#[test]
+fn offset_for_leader_epoch_answers_from_the_epoch_cache_and_checks_the_askers_epoch() {
+    use super::leader_epochs::offset_for_leader_epoch;
+    use crate::replication::EpochEnd;
+    on_broker(|shard| async move {
+        create(&shard, "t", 1).await;
+        produce(&shard, "t", 0, &["a", "b"]).await;
+        let ask = |current, epoch| offset_for_leader_epoch(&shard, "t", 0, current, epoch);
+        let end = |epoch, end_offset| EpochEnd { epoch, end_offset };
+        assert_eq!(ask(None, 0).expect("epoch 0"), end(0, 2));
+        assert_eq!(ask(Some(0), 7).expect("the latest"), end(0, 2));
+        // A new leadership (the controller's election, here by hand) starts at the log end.
+        let p = shard.partition("t", 0).expect("open");
+        p.lead(2).await.expect("lead at 2");
+        produce(&shard, "t", 0, &["c"]).await;
+        assert_eq!(ask(Some(2), 0).expect("epoch 0"), end(0, 2));
+        assert_eq!(ask(Some(2), 1).expect("below 2"), end(0, 2));
+        assert_eq!(ask(None, 2).expect("epoch 2"), end(2, 3));
+        let code = |r: Result<EpochEnd, OpError>| r.map_err(|e| e.code);
+        assert_eq!(code(ask(Some(1), 0)), Err(ErrorCode::FencedLeaderEpoch));
+        assert_eq!(code(ask(Some(3), 0)), Err(ErrorCode::UnknownLeaderEpoch));
+        assert_eq!(
+            code(offset_for_leader_epoch(&shard, "nope", 0, None, 0)),
+            Err(ErrorCode::UnknownTopicOrPartition)
+        );
+        // Every batch carries the epoch it was appended in.
+        let got = fetch(&shard, &request(vec![fetch_of("t", 0, 0)], 1, WAIT)).await;
+        let read = got.into_iter().next().unwrap().expect("read");
+        let mut epochs = Vec::new();
+        for c in &read.chunks {
+            let bytes = crate::batch::aligned16(c.as_slice().expect("copied bytes"));
+            for b in BatchIter::new(&bytes) {
+                let h = *b.expect("valid").header();
+                epochs.push((h.base_offset, h.leader_epoch));
+            }
+        }
+        assert_eq!(epochs, vec![(0, 0), (2, 2)]);
+    });
+}

@@ -5,6 +5,7 @@
 pub mod connection;
 mod fetch;
 mod groups;
+mod leader_epochs;
 mod list_offsets;
 mod log_admin;
 mod metadata;
@@ -104,5 +105,6 @@ pub async fn dispatch(shard: &Rc<Shard>, frame: RequestFrame) -> Reply {
         ApiKey::OffsetFetch => offsets::fetch(shard, &frame),
         ApiKey::ListGroups => groups::list(shard),
         ApiKey::DescribeGroups => groups::describe(shard, &frame),
+        ApiKey::OffsetForLeaderEpoch => leader_epochs::offset_for_leader_epoch_api(shard, &frame),
     }
 }

@@ -21,6 +21,7 @@ use crate::batch::BatchView;
 use crate::log::partition_log::{self, PartitionLog};
 use crate::log::{FileReads, Flushed, FsyncPolicy, LogError, ReadChunk};
 use crate::protocol::ErrorCode;
+use crate::replication::LeaderEpochs;
 use crate::topic_config::TopicSettings;
 use tail_cache::TailCache;
 
@@ -52,6 +53,10 @@ pub struct Partition {
     settings: RefCell<TopicSettings>,
     /// The high watermark last written to the partition's checkpoint file.
     checkpointed: Cell<u64>,
+    /// The epochs this log holds (its leader-epoch file); loaded by the first [`Self::lead`].
+    epochs: RefCell<Option<LeaderEpochs>>,
+    /// The leader epoch stamped into appended batches (set by [`Self::lead`]).
+    leader_epoch: Cell<u32>,
 }
 
 /// What `DescribePartitions` reports about one partition.
@@ -99,7 +104,61 @@ impl Partition {
             decommissioned: Cell::new(false),
             settings: RefCell::new(settings),
             checkpointed: Cell::new(0),
+            epochs: RefCell::new(None),
+            leader_epoch: Cell::new(0),
         }
+    }
+
+    /// This broker leads the partition at `epoch` (from the metadata): records that the epoch
+    /// starts at the log end in the leader-epoch file (loaded on the first call and cut to the
+    /// log end, since it may be durable before the records it names), durably, before any
+    /// batch is stamped with it. A damaged file, or an epoch older than the file's latest, is
+    /// an error naming the file. File I/O runs on the blocking pool.
+    pub async fn lead(&self, epoch: u32) -> Result<(), LogError> {
+        let dir = self.dir();
+        let corrupt = |what: String| LogError::Corrupt {
+            path: dir.join(crate::log::leader_epoch::LEADER_EPOCH_FILE),
+            position: 0,
+            what,
+        };
+        let loaded = self.epochs.borrow().clone();
+        let mut epochs = match loaded {
+            Some(e) => e,
+            None => {
+                let d = dir.clone();
+                let entries = rill_shards::rt::spawn_blocking(move || {
+                    crate::log::leader_epoch::read_leader_epochs(&d)
+                })
+                .await?;
+                LeaderEpochs::from_entries(entries).map_err(|e| corrupt(e.to_string()))?
+            }
+        };
+        let log_end = self.log_end_offset();
+        let mut changed = epochs.truncate_to(log_end);
+        changed |= epochs
+            .assign(epoch, log_end)
+            .map_err(|e| corrupt(e.to_string()))?;
+        if changed {
+            let entries = epochs.entries().to_vec();
+            let d = dir.clone();
+            rill_shards::rt::spawn_blocking(move || {
+                crate::log::leader_epoch::write_leader_epochs(&d, &entries)
+            })
+            .await?;
+        }
+        *self.epochs.borrow_mut() = Some(epochs);
+        self.leader_epoch.set(epoch);
+        Ok(())
+    }
+
+    /// The leader epoch appended batches are stamped with.
+    pub fn leader_epoch(&self) -> u32 {
+        self.leader_epoch.get()
+    }
+
+    /// The epochs this log holds, once [`Self::lead`] loaded them.
+    pub fn leader_epochs(&self) -> Option<LeaderEpochs> {
+        self.epochs.borrow().clone()
     }
 
     /// Marks the partition decommissioned (from the metadata): writes are refused from now on.
@@ -221,11 +280,16 @@ impl Partition {
         let mut next = self.log_end_offset();
         for b in batches {
             let mut owned = bytes::BytesMut::from(b.bytes());
-            crate::batch::stamp_batch(&mut owned, next, now_ms);
+            crate::batch::stamp_leader(&mut owned, next, now_ms, self.stamp_epoch());
             next += u64::from(b.header().record_count);
             stamped.push((owned.freeze(), b.header().record_count));
         }
         self.append_stamped(stamped, cache)
+    }
+
+    /// The leader epoch as the batch header holds it (i32, as Kafka's).
+    pub fn stamp_epoch(&self) -> i32 {
+        i32::try_from(self.leader_epoch.get()).unwrap_or(i32::MAX)
     }
 
     /// Appends validated batches whose base offsets were stamped from this partition's log

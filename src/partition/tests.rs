@@ -226,3 +226,64 @@ fn a_restart_on_a_full_disk_serves_the_data_read_only_then_recovers() {
     assert_eq!(refused, Err(ErrorCode::KafkaStorageError));
     assert!(recovered);
 }
+
+/// The leader epochs of every batch in `[0, end)`, in order.
+async fn read_epochs(f: &Fixture, end: u64) -> Vec<(u64, i32)> {
+    let limits = ReadLimits {
+        max_bytes: 1 << 24,
+        file_reads: FileReads::Copy,
+    };
+    let mut out = Vec::new();
+    for c in f.p.read(0, limits, &f.cache).await.expect("read") {
+        let buf = crate::batch::aligned16(c.as_slice().expect("in memory"));
+        for b in BatchIter::new(&buf) {
+            let h = *b.expect("valid").header();
+            if h.base_offset < end {
+                out.push((h.base_offset, h.leader_epoch));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn the_leader_stamps_its_epoch_and_keeps_the_epoch_file_across_restarts() {
+    use crate::log::leader_epoch::{read_leader_epochs, write_leader_epochs};
+    on_shard(|dir| async move {
+        let f = open(&dir, FsyncPolicy::Always).await;
+        f.p.lead(3).await.expect("lead at 3");
+        let a = produce(&f, 4).await.expect("produce");
+        f.p.lead(3)
+            .await
+            .expect("the same epoch again: nothing changes");
+        f.p.lead(5).await.expect("lead at 5");
+        let b = produce(&f, 2).await.expect("produce");
+        assert_eq!(read_epochs(&f, b).await, vec![(0, 3), (a, 5)]);
+        assert_eq!(
+            read_leader_epochs(&dir).expect("file"),
+            vec![(3, 0), (5, a)]
+        );
+        let refused = f.p.lead(4).await.expect_err("epochs never go back");
+        assert!(refused.to_string().contains("leader-epoch"), "{refused}");
+        assert_eq!(f.p.leader_epoch(), 5);
+        drop(f);
+        // A restart reloads the file; an entry past the log end (the file can be durable
+        // before the records it names) is cut.
+        write_leader_epochs(&dir, &[(3, 0), (5, a), (6, b + 100)]).expect("write");
+        let f = open(&dir, FsyncPolicy::Always).await;
+        f.p.lead(7).await.expect("lead at 7");
+        assert_eq!(
+            f.p.leader_epochs().expect("loaded").entries(),
+            &[(3, 0), (5, a), (7, b)]
+        );
+        drop(f);
+        // A damaged file keeps the partition from leading, naming the file.
+        let path = dir.join(crate::log::leader_epoch::LEADER_EPOCH_FILE);
+        let mut bytes = std::fs::read(&path).expect("read");
+        bytes[14] ^= 1;
+        std::fs::write(&path, &bytes).expect("write");
+        let f = open(&dir, FsyncPolicy::Always).await;
+        let e = f.p.lead(8).await.expect_err("damaged");
+        assert!(e.to_string().contains("leader-epoch"), "{e}");
+    });
+}

@@ -25,6 +25,9 @@ pub enum ApiKey {
     OffsetFetch = 18,
     ListGroups = 19,
     DescribeGroups = 20,
+    // 21 (ReplicaFetch), 23 and 24 are reserved for replication.
+    /// Where a leader epoch ends in a partition's log (Kafka's OffsetForLeaderEpoch).
+    OffsetForLeaderEpoch = 22,
 }
 
 impl ApiKey {
@@ -50,6 +53,7 @@ impl ApiKey {
         ApiKey::OffsetFetch,
         ApiKey::ListGroups,
         ApiKey::DescribeGroups,
+        ApiKey::OffsetForLeaderEpoch,
     ];
 
     pub fn from_u16(v: u16) -> Option<ApiKey> {

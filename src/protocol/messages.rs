@@ -210,6 +210,41 @@ pub struct ListOffsetsResponse {
     pub partitions: Vec<ListOffsetsPartitionResult>,
 }
 
+/// No leader epoch (Kafka's -1): none given, or none at or below the one asked.
+pub const NO_LEADER_EPOCH: i32 = -1;
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct OffsetForLeaderEpochPartition {
+    pub topic: String,
+    pub partition: u32,
+    /// The epoch the asker believes the leader has (`NO_LEADER_EPOCH`: not checked).
+    pub current_leader_epoch: i32,
+    /// The epoch whose end offset is asked.
+    pub leader_epoch: i32,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct OffsetForLeaderEpochRequest {
+    pub partitions: Vec<OffsetForLeaderEpochPartition>,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct OffsetForLeaderEpochResult {
+    pub topic: String,
+    pub partition: u32,
+    pub error_code: i16,
+    pub message: String,
+    /// The largest epoch at or below the one asked (`NO_LEADER_EPOCH`: none).
+    pub leader_epoch: i32,
+    /// Where it ends: the next epoch's start, or the log end (-1 on error).
+    pub end_offset: i64,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct OffsetForLeaderEpochResponse {
+    pub partitions: Vec<OffsetForLeaderEpochResult>,
+}
+
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct AlterTopicConfigsRequest {
     pub topic: String,
