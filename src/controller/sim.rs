@@ -821,27 +821,39 @@ pub(crate) fn env_u64(name: &str) -> Option<u64> {
     }
 }
 
-/// Runs one seed; a failure (a violated invariant or a panic inside raft) names the seed.
-pub fn run_seed(seed: u64, steps: u64) -> (u64, Stats) {
-    match std::panic::catch_unwind(|| Sim::new(seed).run(steps)) {
+/// Runs `run` for `seed`; a failure (a violated invariant or a panic inside) names the seed
+/// and how to replay it. Shared with the replication simulator.
+pub(crate) fn replay_on_failure<T>(what: &str, seed: u64, run: impl FnOnce() -> T) -> T {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)) {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("simulation seed {seed} FAILED; replay it with RILL_SIM_SEED={seed}");
+            eprintln!("{what} seed {seed} FAILED; replay it with RILL_SIM_SEED={seed}");
             std::panic::resume_unwind(e)
         }
     }
 }
 
-#[test]
-fn seeded_quorum_and_brokers_keep_every_invariant() {
-    let steps = env_u64("RILL_SIM_STEPS").unwrap_or(DEFAULT_STEPS);
-    let seeds: Vec<u64> = match env_u64("RILL_SIM_SEED") {
+/// The seeds to run: `RILL_SIM_SEED` alone, else `RILL_SIM_SEEDS` (default `ci_seeds`) from
+/// `RILL_SIM_SEED_START` (default 0).
+pub(crate) fn seeds_from_env(ci_seeds: u64) -> Vec<u64> {
+    match env_u64("RILL_SIM_SEED") {
         Some(s) => vec![s],
         None => {
             let start = env_u64("RILL_SIM_SEED_START").unwrap_or(0);
-            (start..start + env_u64("RILL_SIM_SEEDS").unwrap_or(CI_SEEDS)).collect()
+            (start..start + env_u64("RILL_SIM_SEEDS").unwrap_or(ci_seeds)).collect()
         }
-    };
+    }
+}
+
+/// Runs one seed; a failure (a violated invariant or a panic inside raft) names the seed.
+pub fn run_seed(seed: u64, steps: u64) -> (u64, Stats) {
+    replay_on_failure("simulation", seed, || Sim::new(seed).run(steps))
+}
+
+#[test]
+fn seeded_quorum_and_brokers_keep_every_invariant() {
+    let steps = env_u64("RILL_SIM_STEPS").unwrap_or(DEFAULT_STEPS);
+    let seeds = seeds_from_env(CI_SEEDS);
     let mut total = Stats::default();
     for &seed in &seeds {
         let (_, s) = run_seed(seed, steps);

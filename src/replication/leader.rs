@@ -169,11 +169,7 @@ impl Leader {
     /// Before appending an acks=all batch: refused (nothing appended) when deposed or the ISR
     /// is smaller than `min.insync.replicas`.
     pub fn admit(&self) -> Result<(), ReplicationError> {
-        if self.deposed {
-            return Err(ReplicationError::NotLeader {
-                leader_epoch: self.leader_epoch,
-            });
-        }
+        self.check_leading()?;
         if self.isr.len() < self.cfg.min_insync_replicas {
             return Err(ReplicationError::NotEnoughReplicas {
                 isr: self.isr.len(),

@@ -19,15 +19,15 @@
 //! - at the end, healed and quiet: one leader, all brokers in the ISR, the high watermark at
 //!   the log end and every log equal to the leader's.
 //!
-//! `RILL_SIM_SEED=N` replays seed N alone; `RILL_SIM_SEEDS=N` runs seeds 0..N;
-//! `RILL_SIM_STEPS` changes the steps per seed.
+//! `RILL_SIM_SEED=N` replays seed N alone; `RILL_SIM_SEEDS=N` runs N seeds (from
+//! `RILL_SIM_SEED_START`); `RILL_SIM_STEPS` changes the steps per seed.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::epochs::{EpochEnd, EpochEntry, LeaderEpochs};
 use super::follower::{Follower, FollowerAction};
 use super::leader::{IsrProposal, Leader, LeaderAction, LeaderConfig, PartitionView, ReplicaFetch};
-use crate::controller::sim::{env_u64, fnv, Rng};
+use crate::controller::sim::{env_u64, fnv, replay_on_failure, seeds_from_env, Rng};
 use crate::protocol::ErrorCode;
 
 const CI_SEEDS: u64 = 32;
@@ -950,22 +950,13 @@ impl Sim {
 }
 
 fn run_seed(seed: u64, steps: u64) -> (u64, Stats) {
-    match std::panic::catch_unwind(|| Sim::new(seed).run(steps)) {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("replication simulation seed {seed} FAILED; replay: RILL_SIM_SEED={seed}");
-            std::panic::resume_unwind(e)
-        }
-    }
+    replay_on_failure("replication simulation", seed, || Sim::new(seed).run(steps))
 }
 
 #[test]
 fn seeded_replication_keeps_every_invariant() {
     let steps = env_u64("RILL_SIM_STEPS").unwrap_or(DEFAULT_STEPS);
-    let seeds: Vec<u64> = match env_u64("RILL_SIM_SEED") {
-        Some(s) => vec![s],
-        None => (0..env_u64("RILL_SIM_SEEDS").unwrap_or(CI_SEEDS)).collect(),
-    };
+    let seeds = seeds_from_env(CI_SEEDS);
     let mut total = Stats::default();
     for &seed in &seeds {
         let (_, s) = run_seed(seed, steps);
