@@ -7,7 +7,8 @@
 //! believes it leads, durability flushes, crashes that lose what was not durable (the log
 //! tail; the leader-epoch file and the high-watermark checkpoint keep what was written),
 //! restarts, a network that drops, delays, duplicates and reorders, and network partitions
-//! (the controller is node 0 on the network).
+//! (the controller is node 0 on the network; a partition cuts two sides apart, or any set of
+//! links, so A may hear B and C while B and C do not hear each other).
 //!
 //! Checked after every step (a violation panics naming the seed and the step):
 //! - a leader's high watermark never goes back within its epoch;
@@ -139,7 +140,9 @@ struct Sim {
     ctl: Controller,
     net: Vec<Msg>,
     seq: u64,
-    side: Option<BTreeSet<u32>>,
+    /// Links cut by a network partition, (lower id, higher id): two sides, or any links at
+    /// all (not transitive: A hears B and C, B does not hear C).
+    cut: BTreeSet<(u32, u32)>,
     next_value: u64,
     next_request: u64,
     /// Request id -> (broker, epoch, offset, value) of acks=all appends waiting.
@@ -200,7 +203,7 @@ impl Sim {
             },
             net: Vec::new(),
             seq: 0,
-            side: None,
+            cut: BTreeSet::new(),
             next_value: 1,
             next_request: 1,
             waiting: BTreeMap::new(),
@@ -230,9 +233,7 @@ impl Sim {
     }
 
     fn connected(&self, a: u32, b: u32) -> bool {
-        self.side
-            .as_ref()
-            .is_none_or(|s| s.contains(&a) == s.contains(&b))
+        !self.cut.contains(&(a.min(b), a.max(b)))
     }
 
     fn send(&mut self, from: u32, to: u32, body: Body) {
@@ -765,12 +766,21 @@ impl Sim {
                 self.restart(b);
             }
         }
-        if self.side.is_none() && self.rng.chance(6) {
-            let side: BTreeSet<u32> = (0..=BROKERS).filter(|_| self.rng.below(2) == 0).collect();
-            self.note(&[b'P', side.len() as u8]);
-            self.side = Some(side);
-        } else if self.side.is_some() && self.rng.chance(25) {
-            self.side = None;
+        if self.cut.is_empty() && self.rng.chance(6) {
+            let links = (0..=BROKERS).flat_map(|a| (a + 1..=BROKERS).map(move |b| (a, b)));
+            if self.rng.below(2) == 0 {
+                let side: BTreeSet<u32> =
+                    (0..=BROKERS).filter(|_| self.rng.below(2) == 0).collect();
+                self.cut = links
+                    .filter(|(a, b)| side.contains(a) != side.contains(b))
+                    .collect();
+            } else {
+                let all: Vec<(u32, u32)> = links.collect();
+                self.cut = all.into_iter().filter(|_| self.rng.below(3) == 0).collect();
+            }
+            self.note(&[b'P', self.cut.len() as u8]);
+        } else if !self.cut.is_empty() && self.rng.chance(25) {
+            self.cut.clear();
         }
     }
 
@@ -910,7 +920,7 @@ impl Sim {
             self.step_once(true);
         }
         // Heal, restart everyone, keep quiet; then everything must have converged.
-        self.side = None;
+        self.cut.clear();
         let ids: Vec<u32> = self.brokers.keys().copied().collect();
         for &b in &ids {
             if !self.brokers[&b].up {
