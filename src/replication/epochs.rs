@@ -199,6 +199,56 @@ mod tests {
         assert!(c.entries().is_empty());
     }
 
+    /// Against a brute-force model: a log as the epoch of each record, the cache built by
+    /// assigning each record's epoch in order (as a follower appending does), truncated at
+    /// random points. `end_for(e)` must be the offset after the last record of an epoch <= e
+    /// (or where the first record of a newer epoch sits), whatever the layout.
+    #[test]
+    fn end_for_matches_a_brute_force_model_over_random_logs() {
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        for _ in 0..500 {
+            let mut log: Vec<u32> = Vec::new();
+            let mut epoch = next(3) as u32;
+            for _ in 0..next(60) {
+                if next(5) == 0 {
+                    epoch += 1 + next(3) as u32;
+                }
+                log.push(epoch);
+            }
+            let mut c = LeaderEpochs::default();
+            for (offset, &e) in log.iter().enumerate() {
+                c.assign(e, offset as u64).expect("in order");
+            }
+            if next(3) == 0 {
+                let cut = next(log.len() as u64 + 1) as usize;
+                log.truncate(cut);
+                c.truncate_to(cut as u64);
+            }
+            let end = log.len() as u64;
+            for asked in 0..epoch + 3 {
+                let got = c.end_for(asked, end);
+                let at_or_below = log.iter().rposition(|&e| e <= asked);
+                let want = match at_or_below {
+                    Some(i) => EpochEnd {
+                        epoch: log[i],
+                        end_offset: i as u64 + 1,
+                    },
+                    None => EpochEnd {
+                        epoch: NO_EPOCH,
+                        end_offset: if log.is_empty() { end } else { 0 },
+                    },
+                };
+                assert_eq!(got, want, "log {log:?}, asked {asked}");
+            }
+        }
+    }
+
     #[test]
     fn persisted_entries_out_of_order_are_refused() {
         assert!(LeaderEpochs::from_entries(vec![(2, 0), (1, 5)]).is_err());

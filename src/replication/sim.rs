@@ -1,4 +1,4 @@
-//! Deterministic simulation of one partition replicated on three brokers by the sans-IO
+//! Deterministic simulation of one partition replicated on 3 to 5 brokers by the sans-IO
 //! [`Leader`] and [`Follower`], under a model controller (the real one's rules: elect from the
 //! ISR on fencing, accept an ISR change only for the current leader and epochs, a restarted
 //! broker is fenced and comes back with leadership re-elected at a new epoch).
@@ -31,10 +31,11 @@ use super::leader::{IsrProposal, Leader, LeaderAction, LeaderConfig, PartitionVi
 use crate::controller::sim::{env_u64, fnv, replay_on_failure, seeds_from_env, Rng};
 use crate::protocol::ErrorCode;
 
-const CI_SEEDS: u64 = 32;
+const CI_SEEDS: u64 = 24;
 const DEFAULT_STEPS: u64 = 3000;
 const STEP_MS: u64 = 50;
-const BROKERS: u32 = 3;
+/// Replicas of the partition: 3 to this many, drawn from the seed.
+const MAX_BROKERS: u32 = 5;
 /// The controller's node on the simulated network.
 const CONTROLLER: u32 = 0;
 const NO_LEADER: u32 = u32::MAX;
@@ -159,12 +160,13 @@ struct Sim {
 impl Sim {
     fn new(seed: u64) -> Sim {
         let mut rng = Rng::new(seed);
+        let brokers = 3 + rng.below(u64::from(MAX_BROKERS) - 2) as u32;
         let cfg = LeaderConfig {
-            min_insync_replicas: 1 + rng.below(2) as usize,
+            min_insync_replicas: 1 + rng.below(u64::from(brokers) - 1) as usize,
             replica_lag_time_max_ms: (10 + rng.below(40)) * STEP_MS,
             isr_proposal_retry_ms: 20 * STEP_MS,
         };
-        let replicas: Vec<u32> = (1..=BROKERS).collect();
+        let replicas: Vec<u32> = (1..=brokers).collect();
         let view = PartitionView {
             leader: 1,
             leader_epoch: 0,
@@ -767,10 +769,10 @@ impl Sim {
             }
         }
         if self.cut.is_empty() && self.rng.chance(6) {
-            let links = (0..=BROKERS).flat_map(|a| (a + 1..=BROKERS).map(move |b| (a, b)));
+            let n = self.brokers.len() as u32;
+            let links = (0..=n).flat_map(|a| (a + 1..=n).map(move |b| (a, b)));
             if self.rng.below(2) == 0 {
-                let side: BTreeSet<u32> =
-                    (0..=BROKERS).filter(|_| self.rng.below(2) == 0).collect();
+                let side: BTreeSet<u32> = (0..=n).filter(|_| self.rng.below(2) == 0).collect();
                 self.cut = links
                     .filter(|(a, b)| side.contains(a) != side.contains(b))
                     .collect();
@@ -934,7 +936,7 @@ impl Sim {
             }
         }
         let v = self.ctl.view.clone();
-        if v.leader == NO_LEADER || v.isr.len() != BROKERS as usize {
+        if v.leader == NO_LEADER || v.isr.len() != self.brokers.len() {
             self.fail(format!("not converged after healing: {v:?}"));
         }
         let leader = &self.brokers[&v.leader];
