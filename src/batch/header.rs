@@ -6,8 +6,9 @@ pub const HEADER_LEN: usize = 80;
 pub const MAGIC: u16 = 0x5242;
 /// The format version written. Version 2 added the header CRC (version 1's broker-stamped
 /// fields had no check); version 3 changed only the body: null values and null header values
-/// ([`crate::batch::RecordBody`]). Same header layout and CRCs.
-pub const VERSION: u16 = 3;
+/// ([`crate::batch::RecordBody`]); version 4 only filled two reserved pairs with the tag
+/// summary ([`crate::batch::tag_summary`]). Same header layout and CRCs.
+pub const VERSION: u16 = 4;
 /// The oldest version still read: version 2 bodies read as records without nulls, so data
 /// directories and clients from before version 3 keep working with no upgrade step.
 pub const OLDEST_READABLE_VERSION: u16 = 2;
@@ -44,6 +45,9 @@ pub struct BatchHeader {
     pub producer_epoch: i16,
     pub base_sequence: i32,
     pub header_crc: u32,
+    /// Bytes 30..32 (low half) and 66..68 (high half): the tag summary from version 4 on,
+    /// reserved zeros before ([`BatchHeader::tag_summary`]).
+    pub tag_bits: u32,
 }
 
 fn u16_at(b: &[u8], at: usize) -> u16 {
@@ -81,6 +85,7 @@ impl BatchHeader {
             producer_epoch: u16_at(b, 64) as i16,
             base_sequence: u32_at(b, 68) as i32,
             header_crc: u32_at(b, HEADER_CRC_AT),
+            tag_bits: u32::from(u16_at(b, 30)) | u32::from(u16_at(b, 66)) << 16,
         })
     }
 
@@ -102,7 +107,14 @@ impl BatchHeader {
         b[56..64].copy_from_slice(&self.producer_id.to_le_bytes());
         b[64..66].copy_from_slice(&self.producer_epoch.to_le_bytes());
         b[68..72].copy_from_slice(&self.base_sequence.to_le_bytes());
+        b[30..32].copy_from_slice(&(self.tag_bits as u16).to_le_bytes());
+        b[66..68].copy_from_slice(&((self.tag_bits >> 16) as u16).to_le_bytes());
         b[HEADER_CRC_AT..HEADER_LEN].copy_from_slice(&self.header_crc.to_le_bytes());
+    }
+
+    /// The tag summary, `None` for a version without one (such a batch may match any filter).
+    pub fn tag_summary(&self) -> Option<u32> {
+        (self.version >= super::tag_summary::SUMMARY_VERSION).then_some(self.tag_bits)
     }
 
     /// The offset of the last record in the batch.

@@ -11,16 +11,16 @@
 //!  8      8   base offset      (filled in by the broker)                      no
 //! 16      8   append time ms   (filled in by the broker)                      no
 //! 24      2   magic 0x5242 ("RB")                                             yes
-//! 26      2   format version (3; 2 still read)                               yes
+//! 26      2   format version (4; 2 and 3 still read)                         yes
 //! 28      2   flags                                                          yes
-//! 30      2   reserved (0)                                                   yes
+//! 30      2   tag summary, low half (v4; reserved 0 before)                  yes
 //! 32      4   record count                                                   yes
 //! 36      4   body length (exact rkyv archive length)                        yes
 //! 40      8   first timestamp ms                                             yes
 //! 48      8   max timestamp ms                                               yes
 //! 56      8   producer id (-1: none)                                         yes
 //! 64      2   producer epoch                                                 yes
-//! 66      2   reserved (0)                                                   yes
+//! 66      2   tag summary, high half (v4; reserved 0 before)                 yes
 //! 68      4   base sequence (-1: none)                                       yes
 //! 72      4   reserved (0)                                                   yes
 //! 76      4   header crc32c of bytes 0..24 (rewritten when stamped)           no
@@ -40,6 +40,7 @@ mod aligned;
 mod builder;
 mod header;
 mod record;
+pub mod tag_summary;
 #[cfg(test)]
 pub(crate) mod test_support;
 mod view;
@@ -53,6 +54,7 @@ pub use header::{
 pub use record::{
     v2, ArchivedHeader, ArchivedRecord, ArchivedRecordBody, Header, Record, RecordBody,
 };
+pub use tag_summary::TagFilter;
 pub use view::{BatchError, BatchIter, BatchView, HeaderIter, RecordIter, RecordView};
 
 /// Batches and frames are padded to this many bytes so archives stay aligned.
