@@ -51,6 +51,9 @@ pub struct BrokerConfig {
     pub tail_cache_bytes: usize,
     /// Upper bound on how long a fetch may long-poll, whatever the client asks.
     pub max_fetch_wait: Duration,
+    /// Stored bytes a filtered fetch reads per partition at most before it answers with the
+    /// position it reached (`--max-filter-scan-bytes`).
+    pub max_filter_scan_bytes: usize,
     /// Upper bound on a produce's wait for its acknowledgement.
     pub max_produce_timeout: Duration,
     /// Connections one listener of one shard holds at most (native and Kafka counted apart).
@@ -126,6 +129,7 @@ impl BrokerConfig {
             max_request_memory_bytes: DEFAULT_MAX_REQUEST_MEMORY_BYTES,
             tail_cache_bytes: 64 << 20,
             max_fetch_wait: Duration::from_secs(30),
+            max_filter_scan_bytes: 64 << 20,
             max_produce_timeout: Duration::from_secs(30),
             max_connections_per_shard: 10_000,
             max_connections_per_ip: 1_000,

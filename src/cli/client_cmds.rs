@@ -5,6 +5,7 @@ use std::io::{BufRead, Write};
 use std::time::{Duration, Instant};
 
 use super::args::{ClusterCommand, Command, ConsumeArgs, ProduceArgs, TopicCommand};
+use crate::batch::TagFilter;
 use crate::client::{
     Acks, Client, ClientConfig, Consumer, ConsumerConfig, ConsumerRecord, Delivery, DeliveryFuture,
     GroupConsumer, GroupConsumerConfig, OffsetReset, PendingCommit, Producer, ProducerConfig,
@@ -239,8 +240,8 @@ fn parse_from(v: &str) -> Result<StartFrom, String> {
 }
 
 fn consume(bootstrap: &str, a: ConsumeArgs) -> Result<(), String> {
-    if !a.tags.is_empty() {
-        return Err("--tags: broker-side tag filtering is not supported by this build yet".into());
+    if a.tags_all && a.tags.is_empty() {
+        return Err("--tags-all needs --tags".into());
     }
     if let Some(i) = &a.isolation {
         if i != "read_uncommitted" {
@@ -253,8 +254,12 @@ fn consume(bootstrap: &str, a: ConsumeArgs) -> Result<(), String> {
     if let Some(group) = &a.group {
         return consume_in_group(bootstrap, group, from, &a);
     }
-    let mut consumer = Consumer::new(ClientConfig::new(bootstrap), ConsumerConfig::default())
-        .map_err(|e| e.to_string())?;
+    let cfg = ConsumerConfig {
+        tags: TagFilter::new(a.tags.clone(), a.tags_all),
+        ..ConsumerConfig::default()
+    };
+    let mut consumer =
+        Consumer::new(ClientConfig::new(bootstrap), cfg).map_err(|e| e.to_string())?;
     consumer
         .assign(&a.topic, a.partition.map(|p| vec![p]), from)
         .map_err(|e| e.to_string())?;
@@ -338,6 +343,7 @@ fn consume_in_group(
             ))
         }
     };
+    cfg.consumer.tags = TagFilter::new(a.tags.clone(), a.tags_all);
     cfg.session_timeout = Duration::from_millis(a.session_timeout_ms);
     cfg.heartbeat_interval = (cfg.session_timeout / 10).max(Duration::from_millis(100));
     let at_least_once = cfg.delivery == Delivery::Manual;

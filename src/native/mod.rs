@@ -89,6 +89,7 @@ pub async fn dispatch(shard: &Rc<Shard>, frame: RequestFrame) -> Reply {
         ApiKey::DeleteTopics => topics::delete(shard, &frame).await,
         ApiKey::Produce => produce::produce(shard, frame).await,
         ApiKey::Fetch => fetch::fetch(shard, &frame).await,
+        ApiKey::FilteredFetch => fetch::filtered_fetch(shard, &frame).await,
         ApiKey::ListOffsets => list_offsets::list_offsets(shard, &frame).await,
         ApiKey::AlterTopicConfigs => topics::alter_config(shard, &frame).await,
         ApiKey::CreatePartitions => topics::create_partitions(shard, &frame).await,

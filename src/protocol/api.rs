@@ -25,6 +25,9 @@ pub enum ApiKey {
     OffsetFetch = 18,
     ListGroups = 19,
     DescribeGroups = 20,
+    /// A fetch of only the records with given tags (native only; keys 30-34 are the tags and
+    /// delay features').
+    FilteredFetch = 30,
 }
 
 impl ApiKey {
@@ -50,6 +53,7 @@ impl ApiKey {
         ApiKey::OffsetFetch,
         ApiKey::ListGroups,
         ApiKey::DescribeGroups,
+        ApiKey::FilteredFetch,
     ];
 
     pub fn from_u16(v: u16) -> Option<ApiKey> {

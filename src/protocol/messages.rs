@@ -176,6 +176,31 @@ pub struct FetchResponse {
     pub partitions: Vec<FetchPartitionResult>,
 }
 
+/// A fetch that returns only the records carrying the given tags, offsets unchanged (gaps
+/// between them are normal): a native feature, Kafka clients filter themselves.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct FilteredFetchRequest {
+    pub fetch: FetchRequest,
+    /// Not empty.
+    pub tags: Vec<String>,
+    /// A record must carry every tag (true) or any one of them (false).
+    pub match_all: bool,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct FilteredFetchPartitionResult {
+    /// The matching records' batches, rebuilt (offsets unchanged), in the payload.
+    pub result: FetchPartitionResult,
+    /// Where the next fetch of this partition starts: past every batch the broker scanned,
+    /// matching or not, so a filtered consumer is never stuck behind non-matching data.
+    pub next_offset: u64,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct FilteredFetchResponse {
+    pub partitions: Vec<FilteredFetchPartitionResult>,
+}
+
 /// Special timestamps of a ListOffsets query, as Kafka.
 pub const LATEST_TIMESTAMP: i64 = -1;
 pub const EARLIEST_TIMESTAMP: i64 = -2;
