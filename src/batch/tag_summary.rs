@@ -54,7 +54,7 @@ impl TagFilter {
 
     /// Whether a batch with this summary may hold a matching record (`None`: no summary).
     pub fn may_match(&self, summary: Option<u32>) -> bool {
-        summary.is_none_or(|s| self.needs.iter().any(|&n| s & n == n))
+        summary.is_none_or(|s| self.needs.iter().any(|&n| n & !s == 0))
     }
 
     /// Whether a record with these tags matches.

@@ -106,7 +106,7 @@ pub async fn fetch(shard: &Shard, req: &FetchRequest) -> Vec<Result<PartitionRea
                                 scan_from[i] = r.next_offset;
                             }
                             scan_limited |= r.scan_limited;
-                            total += r.len();
+                            total += r.bytes();
                             read.chunks = r.chunks;
                             read.next_offset = Some(r.next_offset);
                         }

@@ -26,7 +26,8 @@ pub struct FilteredRead {
 }
 
 impl FilteredRead {
-    pub fn len(&self) -> usize {
+    /// Bytes of rebuilt batches.
+    pub fn bytes(&self) -> usize {
         self.chunks.iter().map(ReadChunk::len).sum()
     }
 }
