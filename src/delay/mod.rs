@@ -3,5 +3,7 @@
 //! durable per-shard delay log and the shard task that drives them are not built yet.
 //!
 //! - [`wheel`]: the hierarchical timing wheel that orders pending messages by due time.
+//! - [`store`]: the shard's durable pending messages and fired marks.
 
+pub mod store;
 pub mod wheel;
