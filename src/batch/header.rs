@@ -18,6 +18,9 @@ pub const OLDEST_READABLE_VERSION: u16 = 2;
 pub fn is_readable_version(version: u16) -> bool {
     (OLDEST_READABLE_VERSION..=VERSION).contains(&version)
 }
+/// Flags bit: the batch was appended by the delayed-message queue, and its producer id is
+/// the message's id in its shard's delay store (what recovery looks for after a crash).
+pub const FLAG_DELAYED: u16 = 0x0001;
 /// The body CRC covers everything from this offset on except the header CRC: the fields
 /// before it are the length, the body CRC itself and the two the broker fills in (base offset,
 /// append time).

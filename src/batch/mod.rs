@@ -12,7 +12,7 @@
 //! 16      8   append time ms   (filled in by the broker)                      no
 //! 24      2   magic 0x5242 ("RB")                                             yes
 //! 26      2   format version (4; 2 and 3 still read)                         yes
-//! 28      2   flags                                                          yes
+//! 28      2   flags (bit 0: appended by the delay queue)                     yes
 //! 30      2   tag summary, low half (v4; reserved 0 before)                  yes
 //! 32      4   record count                                                   yes
 //! 36      4   body length (exact rkyv archive length)                        yes
@@ -49,7 +49,7 @@ pub use aligned::{aligned16, Aligned16};
 pub use builder::BatchBuilder;
 pub use header::{
     checksum as body_checksum, header_checksum, is_readable_version, stamp as stamp_batch,
-    BatchHeader, HEADER_LEN, MAGIC, OLDEST_READABLE_VERSION, VERSION,
+    BatchHeader, FLAG_DELAYED, HEADER_LEN, MAGIC, OLDEST_READABLE_VERSION, VERSION,
 };
 pub use record::{
     v2, ArchivedHeader, ArchivedRecord, ArchivedRecordBody, Header, Record, RecordBody,

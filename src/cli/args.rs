@@ -165,6 +165,9 @@ pub struct BrokerArgs {
     /// before answering with the position it reached; the consumer fetches on from there.
     #[arg(long, env = "RILL_MAX_FILTER_SCAN_BYTES", default_value_t = 64 << 20)]
     pub max_filter_scan_bytes: usize,
+    /// Longest delay a delayed message (`produce --delay-ms`) may ask for.
+    #[arg(long, env = "RILL_MAX_DELAY_MS", default_value_t = crate::broker::config::DEFAULT_MAX_DELAY_MS)]
+    pub max_delay_ms: u64,
     /// Longest a produce waits for its acknowledgement.
     #[arg(long, env = "RILL_MAX_PRODUCE_TIMEOUT_MS", default_value_t = 30_000)]
     pub max_produce_timeout_ms: u64,
@@ -309,8 +312,9 @@ pub struct ProduceArgs {
     pub headers: Vec<String>,
     #[arg(long, value_delimiter = ',')]
     pub tags: Vec<String>,
-    #[arg(long)]
-    pub delay_ms: Option<u64>,
+    /// Each message becomes visible (is appended) this many ms from now, not before.
+    #[arg(long, allow_hyphen_values = true)]
+    pub delay_ms: Option<i64>,
     #[arg(long, default_value_t = 5)]
     pub linger_ms: u64,
     #[arg(long, default_value_t = 256 << 10)]

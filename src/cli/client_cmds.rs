@@ -154,8 +154,8 @@ fn cluster_info(mut client: Client) -> Result<(), String> {
 }
 
 fn produce(bootstrap: &str, a: ProduceArgs) -> Result<(), String> {
-    if a.delay_ms.is_some() {
-        return Err("--delay-ms: delayed messages are not supported by this build yet".into());
+    if let Some(ms) = a.delay_ms.filter(|ms| *ms < 0) {
+        return Err(format!("--delay-ms {ms}: a delay cannot be negative"));
     }
     let acks: Acks = a.acks.parse().map_err(|e| format!("--acks: {e}"))?;
     if a.batch_bytes == 0 {
@@ -191,6 +191,14 @@ fn produce(bootstrap: &str, a: ProduceArgs) -> Result<(), String> {
     // Reports are checked in order as they come in, so a failure stops the run early and
     // memory stays bounded by the producer's buffer.
     let mut reports = std::collections::VecDeque::new();
+    // Delayed messages go one by one, each answered once the broker holds it durably.
+    let mut delayed = match a.delay_ms {
+        Some(ms) => Some((
+            Client::connect(ClientConfig::new(bootstrap)).map_err(|e| e.to_string())?,
+            ms,
+        )),
+        None => None,
+    };
     let check = |r: DeliveryFuture| r.wait().map(|_| ()).map_err(|e| e.to_string());
     for line in std::io::stdin().lock().lines() {
         let line = line.map_err(|e| format!("reading stdin: {e}"))?;
@@ -206,6 +214,13 @@ fn produce(bootstrap: &str, a: ProduceArgs) -> Result<(), String> {
             .tags(&a.tags);
         record.key = key;
         record.partition = a.partition;
+        if let Some((client, ms)) = delayed.as_mut() {
+            let at = crate::clock::now_ms().saturating_add(*ms);
+            client
+                .produce_delayed(&record, at)
+                .map_err(|e| e.to_string())?;
+            continue;
+        }
         reports.push_back(producer.send(record).map_err(|e| e.to_string())?);
         while reports
             .front()

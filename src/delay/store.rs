@@ -64,6 +64,8 @@ pub struct DelayStore {
     pending_len: u64,
     fired: File,
     next_id: u64,
+    /// Messages appended (or recovered) and not marked fired: the files are emptied at 0.
+    live: usize,
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> DelayStoreError + '_ {
@@ -193,6 +195,7 @@ impl DelayStore {
             pending_len,
             fired,
             next_id,
+            live: left.len(),
         };
         Ok((store, left))
     }
@@ -250,6 +253,7 @@ impl DelayStore {
         };
         self.pending_len += rec.len() as u64;
         self.next_id += 1;
+        self.live += 1;
         Ok(entry)
     }
 
@@ -268,9 +272,12 @@ impl DelayStore {
         self.mark(FIRING, id, log_end)
     }
 
-    /// Records, synced, that `id`'s append to its partition is durable.
+    /// Records, synced, that `id`'s append to its partition is durable (or that it has
+    /// nowhere to go). Once per pending message.
     pub fn mark_fired(&mut self, id: u64) -> Result<(), DelayStoreError> {
-        self.mark(FIRED_KIND, id, 0)
+        self.mark(FIRED_KIND, id, 0)?;
+        self.live = self.live.saturating_sub(1);
+        Ok(())
     }
 
     fn mark(&mut self, kind: u8, id: u64, offset: u64) -> Result<(), DelayStoreError> {
@@ -286,9 +293,11 @@ impl DelayStore {
             .map_err(io(&self.dir.join(FIRED)))
     }
 
-    /// Empties both files once nothing is pending, so they do not grow without end.
-    pub fn reset_if_drained(&mut self, pending_left: usize) -> Result<(), DelayStoreError> {
-        if pending_left > 0 || self.pending_len == 0 {
+    /// Empties both files once every message appended is marked fired, so they do not grow
+    /// without end (the count is kept under the same lock as the appends: a message accepted
+    /// meanwhile keeps the files).
+    pub fn reset_if_drained(&mut self) -> Result<(), DelayStoreError> {
+        if self.live > 0 || self.pending_len == 0 {
             return Ok(());
         }
         // pending.log first: a crash between the two leaves marks of ids that are no longer
@@ -352,7 +361,7 @@ mod tests {
         for e in [&a, &b] {
             s.mark_fired(e.id).unwrap();
         }
-        s.reset_if_drained(0).unwrap();
+        s.reset_if_drained().unwrap();
         assert_eq!(std::fs::metadata(d.path().join(PENDING)).unwrap().len(), 0);
         drop(s);
         let (_, left) = DelayStore::open(d.path()).unwrap();

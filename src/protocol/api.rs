@@ -28,6 +28,8 @@ pub enum ApiKey {
     /// A fetch of only the records with given tags (native only; keys 30-34 are the tags and
     /// delay features').
     FilteredFetch = 30,
+    /// A message appended to its partition at a given time, not now (native only).
+    DelayedProduce = 31,
 }
 
 impl ApiKey {
@@ -54,6 +56,7 @@ impl ApiKey {
         ApiKey::ListGroups,
         ApiKey::DescribeGroups,
         ApiKey::FilteredFetch,
+        ApiKey::DelayedProduce,
     ];
 
     pub fn from_u16(v: u16) -> Option<ApiKey> {

@@ -201,6 +201,22 @@ pub struct FilteredFetchResponse {
     pub partitions: Vec<FilteredFetchPartitionResult>,
 }
 
+/// One batch (in the payload) to append to a partition at `deliver_at_ms`: kept durably by
+/// the partition's shard until then, appended then (its offsets assigned then).
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct DelayedProduceRequest {
+    pub topic: String,
+    pub partition: u32,
+    /// Milliseconds since the epoch; at most `--max-delay-ms` ahead of the broker's clock.
+    pub deliver_at_ms: i64,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct DelayedProduceResponse {
+    pub error_code: i16,
+    pub message: String,
+}
+
 /// Special timestamps of a ListOffsets query, as Kafka.
 pub const LATEST_TIMESTAMP: i64 = -1;
 pub const EARLIEST_TIMESTAMP: i64 = -2;
