@@ -53,15 +53,18 @@ fn delayed_messages_appear_in_due_order_and_never_early() {
     client.create_topic("later", 2, 1, vec![]).unwrap();
     let mut c = consumer(&b, "later", StartFrom::Beginning);
     let mut rng = Rng(0x5eed);
-    let base = now_ms();
+    // Every message is held before the first is due (a message accepted past its due time
+    // is appended at once, behind earlier ones).
+    let base = now_ms() + 4_000;
     let mut due: BTreeMap<String, i64> = BTreeMap::new();
     for i in 0..40 {
         // Distinct due times, sent in random order.
-        let at = base + 400 + rng.below(40) as i64 * 50 + i;
+        let at = base + rng.below(40) as i64 * 50 + i;
         let v = format!("m{i}");
         send_at(&mut client, "later", (i % 2) as u32, &v, at);
         due.insert(v, at);
     }
+    assert!(now_ms() < base, "sending took longer than the margin");
     let got = read_n(&mut c, 40);
     for (r, seen) in &got {
         let at = due[&value(r)];
@@ -146,4 +149,20 @@ fn bad_delays_are_refused_with_one_line() {
     let got = read_n(&mut c, 1);
     assert_eq!(value(&got[0].0), "y");
     assert_eq!(got[0].0.offset, 0, "the refused ones were never appended");
+}
+
+#[test]
+fn a_shard_holds_at_most_max_delayed_per_shard_pending() {
+    let b = TestBroker::start(1, &["--max-delayed-per-shard", "1"]);
+    b.client().create_topic("full", 1, 1, vec![]).unwrap();
+    let out = b.cli(&["produce", "full", "--delay-ms", "600000"], Some("y\n"));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = b.cli(&["produce", "full", "--delay-ms", "1"], Some("z\n"));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(!out.status.success(), "accepted past the bound");
+    assert!(err.contains("--max-delayed-per-shard"), "{err}");
 }

@@ -59,6 +59,9 @@ pub struct BrokerConfig {
     pub max_filter_scan_bytes: usize,
     /// Longest delay a delayed message may ask for (`--max-delay-ms`).
     pub max_delay: Duration,
+    /// Delayed messages one shard holds pending at most (`--max-delayed-per-shard`); each
+    /// keeps about 100 bytes in memory (its batch stays on disk until due).
+    pub max_delayed_per_shard: usize,
     /// Upper bound on a produce's wait for its acknowledgement.
     pub max_produce_timeout: Duration,
     /// Connections one listener of one shard holds at most (native and Kafka counted apart).
@@ -136,6 +139,7 @@ impl BrokerConfig {
             max_fetch_wait: Duration::from_secs(30),
             max_filter_scan_bytes: 64 << 20,
             max_delay: Duration::from_millis(DEFAULT_MAX_DELAY_MS),
+            max_delayed_per_shard: 1_000_000,
             max_produce_timeout: Duration::from_secs(30),
             max_connections_per_shard: 10_000,
             max_connections_per_ip: 1_000,

@@ -52,7 +52,13 @@ async fn on_store<R: Send + 'static>(
         f(&mut s)
     })
     .await
-    .map_err(|e| OpError::new(ErrorCode::KafkaStorageError, e.to_string()))
+    .map_err(|e| {
+        let code = match e {
+            DelayStoreError::Full(_) => ErrorCode::PolicyViolation,
+            _ => ErrorCode::KafkaStorageError,
+        };
+        OpError::new(code, e.to_string())
+    })
 }
 
 /// Opens the shard's store under `<data>/delay/<shard>/`, arms every message not fired yet
@@ -118,8 +124,9 @@ pub async fn accept(
         }
     };
     let (topic, bytes) = (topic.to_string(), batch.to_vec());
+    let max = shard.cfg.max_delayed_per_shard;
     let entry = on_store(&store, move |s| {
-        s.append(deliver_at_ms, &topic, partition, &bytes)
+        s.append(deliver_at_ms, &topic, partition, &bytes, max)
     })
     .await?;
     if let Some(i) = shard.delays.inner.borrow_mut().as_mut() {

@@ -32,6 +32,8 @@ pub enum DelayStoreError {
     },
     #[error("delay store {path}: damaged record at byte {at}")]
     Damaged { path: PathBuf, at: u64 },
+    #[error("{0} delayed messages are pending on this shard (--max-delayed-per-shard)")]
+    Full(usize),
 }
 
 const PENDING: &str = "pending.log";
@@ -201,13 +203,18 @@ impl DelayStore {
     }
 
     /// Appends an accepted message and syncs it; returns its entry (the id it was given).
+    /// Refused with [`DelayStoreError::Full`] when `max_live` are pending.
     pub fn append(
         &mut self,
         due_ms: i64,
         topic: &str,
         partition: u32,
         batch: &[u8],
+        max_live: usize,
     ) -> Result<PendingEntry, DelayStoreError> {
+        if self.live >= max_live {
+            return Err(DelayStoreError::Full(self.live));
+        }
         let path = self.dir.join(PENDING);
         let id = self.next_id;
         let topic_len = u16::try_from(topic.len()).map_err(|_| {
@@ -328,9 +335,9 @@ mod tests {
         let d = tempdir();
         let (mut s, left) = DelayStore::open(d.path()).unwrap();
         assert!(left.is_empty());
-        let a = s.append(100, "t", 0, b"batch-a").unwrap();
-        let b = s.append(50, "u", 3, b"batch-bb").unwrap();
-        let c = s.append(70, "t", 1, b"c").unwrap();
+        let a = s.append(100, "t", 0, b"batch-a", usize::MAX).unwrap();
+        let b = s.append(50, "u", 3, b"batch-bb", usize::MAX).unwrap();
+        let c = s.append(70, "t", 1, b"c", usize::MAX).unwrap();
         assert_eq!((a.id, b.id, c.id), (0, 1, 2));
         s.mark_firing(b.id, 40).unwrap();
         s.mark_fired(b.id).unwrap();
@@ -352,10 +359,14 @@ mod tests {
     fn ids_stay_unique_across_reopens_and_a_drained_store_is_emptied() {
         let d = tempdir();
         let (mut s, _) = DelayStore::open(d.path()).unwrap();
-        let a = s.append(1, "t", 0, b"x").unwrap();
+        let a = s.append(1, "t", 0, b"x", usize::MAX).unwrap();
+        assert!(matches!(
+            s.append(1, "t", 0, b"x", 1),
+            Err(DelayStoreError::Full(1))
+        ));
         drop(s);
         let (mut s, left) = DelayStore::open(d.path()).unwrap();
-        let b = s.append(2, "t", 0, b"y").unwrap();
+        let b = s.append(2, "t", 0, b"y", usize::MAX).unwrap();
         assert!(b.id > a.id);
         assert_eq!(left.len(), 1);
         for e in [&a, &b] {
@@ -372,8 +383,8 @@ mod tests {
     fn a_torn_tail_is_cut_and_damage_refuses_the_open() {
         let d = tempdir();
         let (mut s, _) = DelayStore::open(d.path()).unwrap();
-        s.append(1, "t", 0, b"first").unwrap();
-        s.append(2, "t", 0, b"second").unwrap();
+        s.append(1, "t", 0, b"first", usize::MAX).unwrap();
+        s.append(2, "t", 0, b"second", usize::MAX).unwrap();
         s.mark_firing(0, 5).unwrap();
         drop(s);
         let pending = d.path().join(PENDING);
