@@ -51,6 +51,8 @@ pub use header::{
     checksum as body_checksum, header_checksum, is_readable_version, stamp as stamp_batch,
     BatchHeader, FLAG_DELAYED, HEADER_LEN, MAGIC, OLDEST_READABLE_VERSION, VERSION,
 };
+/// Little-endian field readers, for the other fixed layouts kept beside batches.
+pub(crate) use header::{u32_at, u64_at};
 pub use record::{
     v2, ArchivedHeader, ArchivedRecord, ArchivedRecordBody, Header, Record, RecordBody,
 };

@@ -22,6 +22,8 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
+use crate::batch::{u32_at, u64_at};
+
 /// Why the delay store failed.
 #[derive(Debug, thiserror::Error)]
 pub enum DelayStoreError {
@@ -91,15 +93,6 @@ fn read_all(f: &mut File, path: &Path) -> Result<Vec<u8>, DelayStoreError> {
     f.seek(SeekFrom::Start(0)).map_err(io(path))?;
     f.read_to_end(&mut bytes).map_err(io(path))?;
     Ok(bytes)
-}
-
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
-}
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[at..at + 8]);
-    u64::from_le_bytes(a)
 }
 
 impl DelayStore {

@@ -178,17 +178,7 @@ impl<T> TimingWheel<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A small deterministic generator (the tests need no crate for it).
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-    }
+    use crate::batch::test_support::Rng;
 
     /// Random due times over every level's range, random advance steps: every entry comes
     /// out once, never before due, in due order (ties by insertion), and no later than the
