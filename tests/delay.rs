@@ -154,3 +154,51 @@ fn a_shard_holds_at_most_max_delayed_per_shard_pending() {
     assert!(!out.status.success(), "accepted past the bound");
     assert!(err.contains("--max-delayed-per-shard"), "{err}");
 }
+
+/// The crash windows of firing, made by hand on a stopped broker's delay store: after the
+/// append but before the *fired* mark (the marked batch is found: not appended again), and
+/// after the *firing* mark but before the append (appended once).
+#[test]
+fn a_crash_on_either_side_of_the_append_fires_once() {
+    let mut b = TestBroker::start(1, &[]);
+    let mut client = b.client();
+    client.create_topic("window", 1, 1, vec![]).unwrap();
+    // Keeps the store's files from being emptied when the others have fired.
+    send_at(&mut client, "window", 0, "far", now_ms() + 600_000);
+    send_at(&mut client, "window", 0, "first", now_ms() + 100);
+    let mut c = consumer(&b, "window", StartFrom::Beginning);
+    assert_eq!(value(&read_n(&mut c, 1)[0].0), "first");
+    drop(c);
+    b.terminate();
+    let store = b.data_dir().join("delay").join("0");
+    // Forget "first"'s *fired* mark (the last 24-byte mark): only *firing* is left.
+    let fired = store.join("fired.log");
+    let len = std::fs::metadata(&fired).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&fired)
+        .unwrap()
+        .set_len(len - 24)
+        .unwrap();
+    b.start_again();
+
+    let mut client = b.client();
+    send_at(&mut client, "window", 0, "second", now_ms() + 3_000);
+    b.terminate();
+    // "second" (id 2) was about to be appended at log end 1 when the broker stopped.
+    let (mut s, pending) = rill::delay::store::DelayStore::open(&store).unwrap();
+    let second = pending
+        .iter()
+        .find(|e| e.due_ms > now_ms() && e.due_ms < now_ms() + 60_000);
+    s.mark_firing(second.expect("second pending").id, 1)
+        .unwrap();
+    drop(s);
+    b.start_again();
+
+    let mut client = b.client();
+    send_at(&mut client, "window", 0, "last", now_ms() + 3_500);
+    let mut c = consumer(&b, "window", StartFrom::Beginning);
+    let got: Vec<String> = read_n(&mut c, 3).iter().map(|(r, _)| value(r)).collect();
+    // Fired in due order: a second "first" or "second" would come before "last".
+    assert_eq!(got, vec!["first", "second", "last"]);
+}
