@@ -141,23 +141,29 @@ async fn fire_loop(shard: Rc<Shard>) {
     loop {
         let accepted = shard.delays.accepted.listen();
         let now = now_ms().max(0) as u64;
-        let (due, next) = match shard.delays.inner.borrow_mut().as_mut() {
-            Some(i) => (i.wheel.advance(now), i.wheel.next_due()),
+        let due = match shard.delays.inner.borrow_mut().as_mut() {
+            Some(i) => i.wheel.advance(now),
             None => return,
         };
         for (_, e) in due {
-            if let Err(e2) = fire(&shard, &e).await {
+            // An error before the append or from it: nothing was appended.
+            if let Err(err) = fire(&shard, &e).await {
                 log::warn!(
-                    "delayed message {} for {}-{}: {e2}; retrying in {RETRY_AFTER_MS} ms",
+                    "delayed message {} for {}-{}: {err}; retrying in {RETRY_AFTER_MS} ms",
                     e.id,
                     e.topic,
                     e.partition
                 );
-                if let Some(i) = shard.delays.inner.borrow_mut().as_mut() {
-                    i.wheel.insert(now + RETRY_AFTER_MS, e);
-                }
+                retry_later(&shard, &e, None);
             }
         }
+        // After firing: retries were armed meanwhile.
+        let next = shard
+            .delays
+            .inner
+            .borrow()
+            .as_ref()
+            .and_then(|i| i.wheel.next_due());
         let wait = async {
             match next {
                 Some(at) => {
@@ -222,20 +228,31 @@ async fn fire(shard: &Rc<Shard>, e: &PendingEntry) -> Result<(), OpError> {
         .pop()
     {
         // Not durable yet: fired again later, and found by the firing mark if it was.
-        if let Some(i) = shard.delays.inner.borrow_mut().as_mut() {
-            let mut again = e.clone();
-            again.firing_from = Some(log_end);
-            i.wheel
-                .insert(now_ms().max(0) as u64 + RETRY_AFTER_MS, again);
-        }
-        log::warn!("delayed message {id}: {err}; retrying");
+        log::warn!("delayed message {id}: {err}; retrying in {RETRY_AFTER_MS} ms");
+        retry_later(shard, e, Some(log_end));
         return Ok(());
     }
-    on_store(&store, move |s| {
-        s.mark_fired(id)?;
-        s.reset_if_drained()
-    })
-    .await
+    if let Err(err) = on_store(&store, move |s| s.mark_fired(id)).await {
+        // Appended, but not known to be: the retry finds the batch by its firing mark.
+        log::warn!("delayed message {id}: {err}; retrying in {RETRY_AFTER_MS} ms");
+        retry_later(shard, e, Some(log_end));
+        return Ok(());
+    }
+    if let Err(err) = on_store(&store, |s| s.reset_if_drained()).await {
+        log::warn!("delay store: {err}");
+    }
+    Ok(())
+}
+
+/// Arms `e` again [`RETRY_AFTER_MS`] from now; `appended_from`: its append may have
+/// happened at or after this offset (look before appending again).
+fn retry_later(shard: &Shard, e: &PendingEntry, appended_from: Option<u64>) {
+    if let Some(i) = shard.delays.inner.borrow_mut().as_mut() {
+        let mut again = e.clone();
+        again.firing_from = appended_from.or(e.firing_from);
+        i.wheel
+            .insert(now_ms().max(0) as u64 + RETRY_AFTER_MS, again);
+    }
 }
 
 /// Whether the marked batch of message `id` is in `p` at or after `from`.
