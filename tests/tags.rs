@@ -257,3 +257,50 @@ fn a_filtered_long_poll_answers_for_matching_data_only() {
     assert_eq!(got, vec![(a_at, b"match".to_vec())]);
     assert_eq!(next, a_at + 1);
 }
+
+/// A filtered group member commits what it printed: the next member of the group resumes
+/// after it and gets only the newer matching records.
+#[test]
+fn a_filtered_group_consumer_resumes_from_its_commits() {
+    let b = TestBroker::start(1, &["--group-initial-rebalance-delay-ms", "0"]);
+    b.client().create_topic("grouped", 1, 1, vec![]).unwrap();
+    let produce = |values: &str, tags: &str| {
+        let out = b.cli(&["produce", "grouped", "--tags", tags], Some(values));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    produce("a1\na2\n", "a");
+    produce("b1\nb2\nb3\n", "b");
+    produce("a3\n", "a");
+    produce("b4\n", "b");
+    let consume = |n: &str| {
+        let out = b.cli(
+            &[
+                "consume",
+                "grouped",
+                "--group",
+                "g",
+                "--tags",
+                "a",
+                "-n",
+                n,
+                "--timeout-ms",
+                "20000",
+            ],
+            None,
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    assert_eq!(consume("3"), "a1\na2\na3\n");
+    produce("b5\n", "b");
+    produce("a4\n", "a,b");
+    assert_eq!(consume("1"), "a4\n");
+}
