@@ -5,6 +5,7 @@ pub mod cli;
 pub mod client;
 pub mod clock;
 pub mod controller;
+pub mod delay;
 pub mod group;
 pub mod kafka;
 pub mod log;

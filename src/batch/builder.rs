@@ -2,6 +2,7 @@
 
 use super::header::{checksum, BatchHeader, HEADER_LEN, MAGIC, VERSION};
 use super::record::{Header, Record, RecordBody};
+use super::tag_summary::tag_bits;
 use super::{align_up, BatchError};
 use rkyv::util::AlignedVec;
 
@@ -16,6 +17,8 @@ pub struct BatchBuilder {
     producer_id: i64,
     producer_epoch: i16,
     base_sequence: i32,
+    /// The tag summary of the records pushed ([`super::tag_summary`]).
+    tag_bits: u32,
 }
 
 impl BatchBuilder {
@@ -85,6 +88,7 @@ impl BatchBuilder {
             self.max_timestamp_ms = timestamp_ms;
         }
         self.max_timestamp_ms = self.max_timestamp_ms.max(timestamp_ms);
+        self.tag_bits |= tags.iter().fold(0, |b, t| b | tag_bits(t));
         let headers: Vec<Header> = headers
             .into_iter()
             .map(|(k, v)| Header {
@@ -126,6 +130,7 @@ impl BatchBuilder {
                 producer_id: self.producer_id,
                 producer_epoch: self.producer_epoch,
                 base_sequence: self.base_sequence,
+                tag_bits: self.tag_bits,
             },
         )
     }
@@ -166,6 +171,7 @@ impl BatchBuilder {
                 producer_id: self.producer_id,
                 producer_epoch: self.producer_epoch,
                 base_sequence: self.base_sequence,
+                tag_bits: 0,
             },
         )
     }
@@ -178,6 +184,7 @@ struct Stamp {
     producer_id: i64,
     producer_epoch: i16,
     base_sequence: i32,
+    tag_bits: u32,
 }
 
 fn encode<B>(
@@ -224,6 +231,7 @@ where
         base_sequence: stamp.base_sequence,
         leader_epoch: 0,
         header_crc: 0,
+        tag_bits: stamp.tag_bits,
     };
     header.encode(&mut out);
     header.crc = checksum(&out);

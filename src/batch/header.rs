@@ -8,7 +8,8 @@ pub const MAGIC: u16 = 0x5242;
 /// fields had no check); version 3 changed only the body: null values and null header values
 /// ([`crate::batch::RecordBody`]). Version 4 (same body as 3) puts the leader epoch at bytes
 /// 72..76, stamped by the leader like the base offset, so it moves from the body CRC to the
-/// header CRC.
+/// header CRC, and fills the two reserved pairs 30..32 and 66..68 with the tag summary
+/// ([`crate::batch::tag_summary`]), under the body CRC.
 pub const VERSION: u16 = 4;
 /// First version with the leader epoch in the header.
 pub const LEADER_EPOCH_VERSION: u16 = 4;
@@ -25,6 +26,9 @@ pub const OLDEST_READABLE_VERSION: u16 = 2;
 pub fn is_readable_version(version: u16) -> bool {
     (OLDEST_READABLE_VERSION..=VERSION).contains(&version)
 }
+/// Flags bit: the batch was appended by the delayed-message queue, and its producer id is
+/// the message's id in its shard's delay store (what recovery looks for after a crash).
+pub const FLAG_DELAYED: u16 = 0x0001;
 /// The body CRC covers everything from this offset on except the header CRC (and, from
 /// version 4, the leader epoch): the fields before it are the length, the body CRC itself and
 /// the two the broker fills in (base offset, append time).
@@ -54,15 +58,18 @@ pub struct BatchHeader {
     /// Stamped by the leader (version 4 on); [`NO_LEADER_EPOCH`] for older batches.
     pub leader_epoch: i32,
     pub header_crc: u32,
+    /// Bytes 30..32 (low half) and 66..68 (high half): the tag summary from version 4 on,
+    /// reserved zeros before ([`BatchHeader::tag_summary`]).
+    pub tag_bits: u32,
 }
 
 fn u16_at(b: &[u8], at: usize) -> u16 {
     u16::from_le_bytes([b[at], b[at + 1]])
 }
-fn u32_at(b: &[u8], at: usize) -> u32 {
+pub(crate) fn u32_at(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
-fn u64_at(b: &[u8], at: usize) -> u64 {
+pub(crate) fn u64_at(b: &[u8], at: usize) -> u64 {
     let mut a = [0u8; 8];
     a.copy_from_slice(&b[at..at + 8]);
     u64::from_le_bytes(a)
@@ -96,6 +103,7 @@ impl BatchHeader {
                 NO_LEADER_EPOCH
             },
             header_crc: u32_at(b, HEADER_CRC_AT),
+            tag_bits: u32::from(u16_at(b, 30)) | u32::from(u16_at(b, 66)) << 16,
         })
     }
 
@@ -120,7 +128,14 @@ impl BatchHeader {
         if has_leader_epoch(self.version) {
             b[LEADER_EPOCH_AT..HEADER_CRC_AT].copy_from_slice(&self.leader_epoch.to_le_bytes());
         }
+        b[30..32].copy_from_slice(&(self.tag_bits as u16).to_le_bytes());
+        b[66..68].copy_from_slice(&((self.tag_bits >> 16) as u16).to_le_bytes());
         b[HEADER_CRC_AT..HEADER_LEN].copy_from_slice(&self.header_crc.to_le_bytes());
+    }
+
+    /// The tag summary, `None` for a version without one (such a batch may match any filter).
+    pub fn tag_summary(&self) -> Option<u32> {
+        (self.version >= super::tag_summary::SUMMARY_VERSION).then_some(self.tag_bits)
     }
 
     /// The offset of the last record in the batch.

@@ -12,15 +12,15 @@
 //! 16      8   append time ms   (filled in by the broker)                      no
 //! 24      2   magic 0x5242 ("RB")                                             yes
 //! 26      2   format version (4; 2 and 3 still read)                         yes
-//! 28      2   flags                                                          yes
-//! 30      2   reserved (0)                                                   yes
+//! 28      2   flags (bit 0: appended by the delay queue)                     yes
+//! 30      2   tag summary, low half (v4; reserved 0 before)                  yes
 //! 32      4   record count                                                   yes
 //! 36      4   body length (exact rkyv archive length)                        yes
 //! 40      8   first timestamp ms                                             yes
 //! 48      8   max timestamp ms                                               yes
 //! 56      8   producer id (-1: none)                                         yes
 //! 64      2   producer epoch                                                 yes
-//! 66      2   reserved (0)                                                   yes
+//! 66      2   tag summary, high half (v4; reserved 0 before)                 yes
 //! 68      4   base sequence (-1: none)                                       yes
 //! 72      4   v4: leader epoch (i32, stamped by the leader)   header CRC (v2/3: 0, body CRC)
 //! 76      4   header crc32c of bytes 0..24 (and 72..76 in v4; rewritten when stamped) no
@@ -41,6 +41,7 @@ mod aligned;
 mod builder;
 mod header;
 mod record;
+pub mod tag_summary;
 #[cfg(test)]
 pub(crate) mod test_support;
 mod view;
@@ -49,12 +50,15 @@ pub use aligned::{aligned16, Aligned16};
 pub use builder::BatchBuilder;
 pub use header::{
     checksum as body_checksum, header_checksum, is_readable_version, stamp as stamp_batch,
-    stamp_leader, BatchHeader, HEADER_LEN, LEADER_EPOCH_VERSION, MAGIC, NO_LEADER_EPOCH,
-    OLDEST_READABLE_VERSION, VERSION,
+    stamp_leader, BatchHeader, FLAG_DELAYED, HEADER_LEN, LEADER_EPOCH_VERSION, MAGIC,
+    NO_LEADER_EPOCH, OLDEST_READABLE_VERSION, VERSION,
 };
+/// Little-endian field readers, for the other fixed layouts kept beside batches.
+pub(crate) use header::{u32_at, u64_at};
 pub use record::{
     v2, ArchivedHeader, ArchivedRecord, ArchivedRecordBody, Header, Record, RecordBody,
 };
+pub use tag_summary::TagFilter;
 pub use view::{BatchError, BatchIter, BatchView, HeaderIter, RecordIter, RecordView};
 
 /// Batches and frames are padded to this many bytes so archives stay aligned.

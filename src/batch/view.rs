@@ -4,6 +4,7 @@ use super::header::{
     checksum, header_checksum, is_readable_version, BatchHeader, HEADER_LEN, MAGIC,
 };
 use super::record::{v2, ArchivedHeader, ArchivedRecord, ArchivedRecordBody};
+use super::tag_summary::tag_bits;
 use super::ALIGN;
 
 /// Why a batch was refused. Every variant is a client or disk fault, never a panic.
@@ -31,6 +32,8 @@ pub enum BatchError {
     Body(String),
     #[error("batch header says {header} records, body has {body}")]
     RecordCount { header: u32, body: usize },
+    #[error("batch tag summary {header:#010x} does not match its records' tags ({body:#010x})")]
+    TagSummary { header: u32, body: u32 },
     #[error("batch timestamps are inconsistent")]
     Timestamps,
     #[error("cannot encode batch: {0}")]
@@ -105,7 +108,8 @@ impl<'a> BatchView<'a> {
     /// broker runs once at ingest and a client runs on bytes from the network.
     pub fn validate(bytes: &'a [u8]) -> Result<BatchView<'a>, BatchError> {
         let view = Self::parse_checked(bytes)?;
-        let records = view.checked_body()?.len();
+        let body = view.checked_body()?;
+        let records = body.len();
         if records != view.header.record_count as usize || records == 0 {
             return Err(BatchError::RecordCount {
                 header: view.header.record_count,
@@ -114,6 +118,16 @@ impl<'a> BatchView<'a> {
         }
         if view.header.max_timestamp_ms < view.header.first_timestamp_ms {
             return Err(BatchError::Timestamps);
+        }
+        // A summary missing a record's tag would hide the record from filtered fetches.
+        if let Some(header) = view.header.tag_summary() {
+            let body = view
+                .iter_body(body)
+                .flat_map(|r| r.tags())
+                .fold(0, |b, t| b | tag_bits(t));
+            if body != header {
+                return Err(BatchError::TagSummary { header, body });
+            }
         }
         Ok(view)
     }
@@ -160,12 +174,16 @@ impl<'a> BatchView<'a> {
     /// with rkyv first (about 6 us per 1,000 records): the view may come from `parse_checked`,
     /// which only checked the CRC.
     pub fn records(&self) -> Result<RecordIter<'a>, BatchError> {
-        Ok(RecordIter {
-            body: self.checked_body()?,
+        Ok(self.iter_body(self.checked_body()?))
+    }
+
+    fn iter_body(&self, body: Body<'a>) -> RecordIter<'a> {
+        RecordIter {
+            body,
             next: 0,
             base_offset: self.header.base_offset,
             first_timestamp_ms: self.header.first_timestamp_ms,
-        })
+        }
     }
 }
 
@@ -582,9 +600,9 @@ mod tests {
             .collect();
         assert_eq!(read_back(&view), want);
         assert!(view.records().unwrap().all(|r| r.tags().eq(["t"])));
-        // Versions 1 and 5 (before and after what this build reads): refused as another
-        // format, with the header CRC fixed up so that only the version is wrong.
-        for version in [1u16, 5] {
+        // Versions 1 and the next (before and after what this build reads): refused as
+        // another format, with the header CRC fixed up so that only the version is wrong.
+        for version in [1u16, super::super::VERSION + 1] {
             let mut other = old.clone();
             other[26..28].copy_from_slice(&version.to_le_bytes());
             let crc = checksum(&other);
@@ -595,5 +613,25 @@ mod tests {
                 BatchError::BadMagic(super::super::MAGIC, version)
             );
         }
+    }
+
+    #[test]
+    fn a_tag_summary_that_misses_a_records_tag_is_refused() {
+        let mut b = BatchBuilder::new();
+        b.push(1, None, b"v", &[], &["a".to_string()]);
+        b.push(2, None, b"w", &[], &[]);
+        let mut bytes = b.build().unwrap();
+        let summary = BatchView::validate(&bytes).unwrap().header().tag_summary();
+        assert_eq!(summary, Some(crate::batch::tag_summary::tag_bits("a")));
+        // Clear the summary, CRCs fixed up: only the summary is wrong.
+        bytes[30..32].fill(0);
+        bytes[66..68].fill(0);
+        let crc = checksum(&bytes);
+        bytes[4..8].copy_from_slice(&crc.to_le_bytes());
+        stamp(&mut bytes, 0, 0);
+        assert!(matches!(
+            BatchView::validate(&bytes).unwrap_err(),
+            BatchError::TagSummary { header: 0, .. }
+        ));
     }
 }

@@ -14,6 +14,9 @@ pub const DEFAULT_STRAY_LOG_RETENTION_MS: u64 = 7 * 24 * 3600 * 1000;
 /// `--max-frame-bytes` at once.
 pub const DEFAULT_MAX_REQUEST_MEMORY_BYTES: usize = 128 << 20;
 
+/// `--max-delay-ms` default: 7 days.
+pub const DEFAULT_MAX_DELAY_MS: u64 = 7 * 24 * 3600 * 1000;
+
 #[derive(Debug, Clone)]
 pub struct BrokerConfig {
     pub data_dir: PathBuf,
@@ -51,6 +54,14 @@ pub struct BrokerConfig {
     pub tail_cache_bytes: usize,
     /// Upper bound on how long a fetch may long-poll, whatever the client asks.
     pub max_fetch_wait: Duration,
+    /// Stored bytes a filtered fetch reads per partition at most before it answers with the
+    /// position it reached (`--max-filter-scan-bytes`).
+    pub max_filter_scan_bytes: usize,
+    /// Longest delay a delayed message may ask for (`--max-delay-ms`).
+    pub max_delay: Duration,
+    /// Delayed messages one shard holds pending at most (`--max-delayed-per-shard`); each
+    /// keeps about 100 bytes in memory (its batch stays on disk until due).
+    pub max_delayed_per_shard: usize,
     /// Upper bound on a produce's wait for its acknowledgement.
     pub max_produce_timeout: Duration,
     /// Connections one listener of one shard holds at most (native and Kafka counted apart).
@@ -126,6 +137,9 @@ impl BrokerConfig {
             max_request_memory_bytes: DEFAULT_MAX_REQUEST_MEMORY_BYTES,
             tail_cache_bytes: 64 << 20,
             max_fetch_wait: Duration::from_secs(30),
+            max_filter_scan_bytes: 64 << 20,
+            max_delay: Duration::from_millis(DEFAULT_MAX_DELAY_MS),
+            max_delayed_per_shard: 1_000_000,
             max_produce_timeout: Duration::from_secs(30),
             max_connections_per_shard: 10_000,
             max_connections_per_ip: 1_000,

@@ -5,7 +5,9 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::select_all;
 
+use super::filtered_read::read_filtered;
 use super::{locate, OpError, Shard};
+use crate::batch::TagFilter;
 use crate::log::{FileReads, ReadChunk};
 use crate::partition::ReadLimits;
 
@@ -32,6 +34,9 @@ pub struct FetchRequest {
     /// How file-resident data is returned: sendfile ranges need a codec that writes the
     /// stored bytes as they are.
     pub file_reads: FileReads,
+    /// Only records with these tags ([`super::filtered_read`]); `None`: every record, the
+    /// stored batches as they are.
+    pub filter: Option<TagFilter>,
 }
 
 /// What one partition answered.
@@ -42,6 +47,9 @@ pub struct PartitionRead {
     /// Whole stored batches, in offset order; empty when nothing is there yet (or the
     /// response was already full).
     pub chunks: Vec<ReadChunk>,
+    /// A filtered fetch's position after every batch it scanned (matching or not); `None`
+    /// for an unfiltered fetch, whose position follows the batches returned.
+    pub next_offset: Option<u64>,
 }
 
 impl PartitionRead {
@@ -61,12 +69,15 @@ pub async fn fetch(shard: &Shard, req: &FetchRequest) -> Vec<Result<PartitionRea
     let deadline = Instant::now() + req.max_wait.min(shard.cfg.max_fetch_wait);
     // The response must fit a frame the client accepts; leave room for the meta.
     let max_total = req.max_bytes.min(shard.cfg.max_frame_bytes / 2).max(1);
+    // A filtered fetch does not rescan, on each wake-up, what it found nothing in.
+    let mut scan_from: Vec<u64> = req.partitions.iter().map(|fp| fp.offset).collect();
     loop {
+        let mut scan_limited = false;
         let mut listeners = Vec::new();
         let mut results = Vec::with_capacity(req.partitions.len());
         let mut total = 0usize;
         let mut any_error = false;
-        for fp in &req.partitions {
+        for (i, fp) in req.partitions.iter().enumerate() {
             let p = match locate(shard, &fp.topic, fp.partition) {
                 Ok(p) => p,
                 Err(e) => {
@@ -80,11 +91,36 @@ pub async fn fetch(shard: &Shard, req: &FetchRequest) -> Vec<Result<PartitionRea
                 high_watermark: p.high_watermark(),
                 log_start_offset: p.log_start_offset(),
                 chunks: Vec::new(),
+                next_offset: req.filter.as_ref().map(|_| scan_from[i]),
             };
             let room = max_total.saturating_sub(total);
             if room > 0 || total == 0 {
+                let max_bytes = fp.max_bytes.min(room).max(1);
+                if let Some(filter) = &req.filter {
+                    let scan = shard.cfg.max_filter_scan_bytes;
+                    match read_filtered(&p, scan_from[i], max_bytes, scan, filter, &shard.cache)
+                        .await
+                    {
+                        Ok(r) => {
+                            if r.chunks.is_empty() {
+                                scan_from[i] = r.next_offset;
+                            }
+                            scan_limited |= r.scan_limited;
+                            total += r.bytes();
+                            read.chunks = r.chunks;
+                            read.next_offset = Some(r.next_offset);
+                        }
+                        Err(e) => {
+                            any_error = true;
+                            results.push(Err(e));
+                            continue;
+                        }
+                    }
+                    results.push(Ok(read));
+                    continue;
+                }
                 let limits = ReadLimits {
-                    max_bytes: fp.max_bytes.min(room).max(1),
+                    max_bytes,
                     file_reads: req.file_reads,
                 };
                 match p.read(fp.offset, limits, &shard.cache).await {
@@ -101,7 +137,7 @@ pub async fn fetch(shard: &Shard, req: &FetchRequest) -> Vec<Result<PartitionRea
             }
             results.push(Ok(read));
         }
-        let enough = total >= req.min_bytes.max(1) || any_error;
+        let enough = total >= req.min_bytes.max(1) || any_error || scan_limited;
         if enough || listeners.is_empty() || Instant::now() >= deadline {
             return results;
         }

@@ -12,6 +12,7 @@
 
 pub mod config;
 pub mod fetch;
+pub mod filtered_read;
 pub mod group_host;
 pub mod groups;
 pub mod leader_epochs;

@@ -98,6 +98,8 @@ pub struct Shard {
     pub request_memory: Rc<crate::net::request_memory::RequestMemory>,
     /// Present with `--file-reads sendfile`.
     pub sendfile: Option<crate::net::sendfile::SendfileWorker>,
+    /// Delayed messages waiting for their time (`crate::delay`).
+    pub delays: crate::delay::queue::DelayQueue,
 }
 
 /// Where a topic's partition lives on disk. The topic id keeps a re-created topic from
@@ -164,6 +166,7 @@ impl Shard {
             apply_done: event_listener::Event::new(),
             groups,
             sendfile,
+            delays: Default::default(),
         })
     }
 

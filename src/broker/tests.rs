@@ -164,6 +164,7 @@ fn request(partitions: Vec<FetchPartition>, min_bytes: usize, wait: Duration) ->
         max_wait: wait,
         max_bytes: 1 << 20,
         file_reads: FileReads::Copy,
+        filter: None,
     }
 }
 

@@ -161,6 +161,17 @@ pub struct BrokerArgs {
     /// Longest long-poll a fetch may ask for.
     #[arg(long, env = "RILL_MAX_FETCH_WAIT_MS", default_value_t = 30_000)]
     pub max_fetch_wait_ms: u64,
+    /// Stored bytes a tag-filtered fetch reads per partition at most (copied and filtered)
+    /// before answering with the position it reached; the consumer fetches on from there.
+    #[arg(long, env = "RILL_MAX_FILTER_SCAN_BYTES", default_value_t = 64 << 20)]
+    pub max_filter_scan_bytes: usize,
+    /// Longest delay a delayed message (`produce --delay-ms`) may ask for.
+    #[arg(long, env = "RILL_MAX_DELAY_MS", default_value_t = crate::broker::config::DEFAULT_MAX_DELAY_MS)]
+    pub max_delay_ms: u64,
+    /// Delayed messages each shard holds pending at most (about 100 bytes of memory each;
+    /// their batches wait on disk); more are refused until some fire.
+    #[arg(long, env = "RILL_MAX_DELAYED_PER_SHARD", default_value_t = 1_000_000)]
+    pub max_delayed_per_shard: usize,
     /// Longest a produce waits for its acknowledgement.
     #[arg(long, env = "RILL_MAX_PRODUCE_TIMEOUT_MS", default_value_t = 30_000)]
     pub max_produce_timeout_ms: u64,
@@ -305,8 +316,9 @@ pub struct ProduceArgs {
     pub headers: Vec<String>,
     #[arg(long, value_delimiter = ',')]
     pub tags: Vec<String>,
-    #[arg(long)]
-    pub delay_ms: Option<u64>,
+    /// Each message becomes visible (is appended) this many ms from now, not before.
+    #[arg(long, allow_hyphen_values = true)]
+    pub delay_ms: Option<i64>,
     #[arg(long, default_value_t = 5)]
     pub linger_ms: u64,
     #[arg(long, default_value_t = 256 << 10)]
@@ -331,8 +343,12 @@ pub struct ConsumeArgs {
     pub timeout_ms: Option<u64>,
     #[arg(long)]
     pub print_key: bool,
+    /// Only messages with any of these tags (filtered by the broker; offsets keep their gaps).
     #[arg(long, value_delimiter = ',')]
     pub tags: Vec<String>,
+    /// With --tags: only messages with every one of the tags.
+    #[arg(long)]
+    pub tags_all: bool,
     #[arg(long)]
     pub isolation: Option<String>,
     /// With --group: at-least-once (commit after printing) or at-most-once (commit before).

@@ -152,6 +152,9 @@ pub fn config_from_args(a: &BrokerArgs) -> Result<BrokerConfig, String> {
     c.max_request_memory_bytes = a.max_request_memory_bytes;
     c.tail_cache_bytes = a.tail_cache_bytes;
     c.max_fetch_wait = Duration::from_millis(a.max_fetch_wait_ms);
+    c.max_filter_scan_bytes = a.max_filter_scan_bytes.max(1);
+    c.max_delay = Duration::from_millis(a.max_delay_ms);
+    c.max_delayed_per_shard = a.max_delayed_per_shard;
     c.max_produce_timeout = Duration::from_millis(a.max_produce_timeout_ms.max(1));
     if a.max_connections_per_shard == 0 || a.max_connections_per_ip == 0 {
         return Err(

@@ -5,6 +5,7 @@ use std::io::{BufRead, Write};
 use std::time::{Duration, Instant};
 
 use super::args::{ClusterCommand, Command, ConsumeArgs, ProduceArgs, TopicCommand};
+use crate::batch::TagFilter;
 use crate::client::{
     Acks, Client, ClientConfig, Consumer, ConsumerConfig, ConsumerRecord, Delivery, DeliveryFuture,
     GroupConsumer, GroupConsumerConfig, OffsetReset, PendingCommit, Producer, ProducerConfig,
@@ -153,8 +154,8 @@ fn cluster_info(mut client: Client) -> Result<(), String> {
 }
 
 fn produce(bootstrap: &str, a: ProduceArgs) -> Result<(), String> {
-    if a.delay_ms.is_some() {
-        return Err("--delay-ms: delayed messages are not supported by this build yet".into());
+    if let Some(ms) = a.delay_ms.filter(|ms| *ms < 0) {
+        return Err(format!("--delay-ms {ms}: a delay cannot be negative"));
     }
     let acks: Acks = a.acks.parse().map_err(|e| format!("--acks: {e}"))?;
     if a.batch_bytes == 0 {
@@ -190,6 +191,14 @@ fn produce(bootstrap: &str, a: ProduceArgs) -> Result<(), String> {
     // Reports are checked in order as they come in, so a failure stops the run early and
     // memory stays bounded by the producer's buffer.
     let mut reports = std::collections::VecDeque::new();
+    // Delayed messages go one by one, each answered once the broker holds it durably.
+    let mut delayed = match a.delay_ms {
+        Some(ms) => Some((
+            Client::connect(ClientConfig::new(bootstrap)).map_err(|e| e.to_string())?,
+            ms,
+        )),
+        None => None,
+    };
     let check = |r: DeliveryFuture| r.wait().map(|_| ()).map_err(|e| e.to_string());
     for line in std::io::stdin().lock().lines() {
         let line = line.map_err(|e| format!("reading stdin: {e}"))?;
@@ -205,6 +214,13 @@ fn produce(bootstrap: &str, a: ProduceArgs) -> Result<(), String> {
             .tags(&a.tags);
         record.key = key;
         record.partition = a.partition;
+        if let Some((client, ms)) = delayed.as_mut() {
+            let at = crate::clock::now_ms().saturating_add(*ms);
+            client
+                .produce_delayed(&record, at)
+                .map_err(|e| e.to_string())?;
+            continue;
+        }
         reports.push_back(producer.send(record).map_err(|e| e.to_string())?);
         while reports
             .front()
@@ -239,8 +255,8 @@ fn parse_from(v: &str) -> Result<StartFrom, String> {
 }
 
 fn consume(bootstrap: &str, a: ConsumeArgs) -> Result<(), String> {
-    if !a.tags.is_empty() {
-        return Err("--tags: broker-side tag filtering is not supported by this build yet".into());
+    if a.tags_all && a.tags.is_empty() {
+        return Err("--tags-all needs --tags".into());
     }
     if let Some(i) = &a.isolation {
         if i != "read_uncommitted" {
@@ -253,8 +269,12 @@ fn consume(bootstrap: &str, a: ConsumeArgs) -> Result<(), String> {
     if let Some(group) = &a.group {
         return consume_in_group(bootstrap, group, from, &a);
     }
-    let mut consumer = Consumer::new(ClientConfig::new(bootstrap), ConsumerConfig::default())
-        .map_err(|e| e.to_string())?;
+    let cfg = ConsumerConfig {
+        tags: TagFilter::new(a.tags.clone(), a.tags_all),
+        ..ConsumerConfig::default()
+    };
+    let mut consumer =
+        Consumer::new(ClientConfig::new(bootstrap), cfg).map_err(|e| e.to_string())?;
     consumer
         .assign(&a.topic, a.partition.map(|p| vec![p]), from)
         .map_err(|e| e.to_string())?;
@@ -338,6 +358,7 @@ fn consume_in_group(
             ))
         }
     };
+    cfg.consumer.tags = TagFilter::new(a.tags.clone(), a.tags_all);
     cfg.session_timeout = Duration::from_millis(a.session_timeout_ms);
     cfg.heartbeat_interval = (cfg.session_timeout / 10).max(Duration::from_millis(100));
     let at_least_once = cfg.delivery == Delivery::Manual;

@@ -9,11 +9,12 @@ use std::time::{Duration, Instant};
 
 use super::pipeline::{Completion, PipelinedConnection};
 use super::{Client, ClientConfig, ClientError};
-use crate::batch::{BatchError, BatchIter, RecordView};
+use crate::batch::{BatchError, BatchIter, RecordView, TagFilter};
 use crate::protocol::frame::encode_meta;
 use crate::protocol::messages::{
-    FetchPartition, FetchRequest, FetchResponse, ListOffsetsPartition, ListOffsetsRequest,
-    ListOffsetsResponse, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP,
+    FetchPartition, FetchPartitionResult, FetchRequest, FetchResponse, FilteredFetchRequest,
+    FilteredFetchResponse, ListOffsetsPartition, ListOffsetsRequest, ListOffsetsResponse,
+    EARLIEST_TIMESTAMP, LATEST_TIMESTAMP,
 };
 use crate::protocol::{ApiKey, ErrorCode, ResponseFrame};
 
@@ -56,6 +57,10 @@ pub struct ConsumerConfig {
     pub prefetch: usize,
     /// What to do when a partition's position is out of range (`auto.offset.reset`).
     pub auto_offset_reset: OffsetReset,
+    /// Only records with these tags, filtered by the broker (a native feature: rill's
+    /// FilteredFetch). Their offsets are unchanged, so positions jump over the records
+    /// skipped; group commits work as usual.
+    pub tags: Option<TagFilter>,
 }
 
 impl Default for ConsumerConfig {
@@ -67,6 +72,7 @@ impl Default for ConsumerConfig {
             partition_max_bytes: 4 << 20,
             prefetch: 2,
             auto_offset_reset: OffsetReset::Earliest,
+            tags: None,
         }
     }
 }
@@ -734,13 +740,24 @@ impl Fetcher {
                     })
                     .collect(),
             };
-            let meta = encode_meta(&req).map_err(|e| ClientError::Invalid(e.to_string()))?;
+            let (api, meta) = match &self.cfg.tags {
+                None => (ApiKey::Fetch, encode_meta(&req)),
+                Some(filter) => (
+                    ApiKey::FilteredFetch,
+                    encode_meta(&FilteredFetchRequest {
+                        fetch: req,
+                        tags: filter.tags().to_vec(),
+                        match_all: filter.is_all(),
+                    }),
+                ),
+            };
+            let meta = meta.map_err(|e| ClientError::Invalid(e.to_string()))?;
             let tx = self.responses_tx.clone();
             let completion: Completion = Box::new(move |r| {
                 let _ = tx.send((addr, r));
             });
             self.shards.get(&addr).expect("inserted above").submit(
-                ApiKey::Fetch,
+                api,
                 &meta,
                 Vec::new(),
                 Some(completion),
@@ -863,12 +880,22 @@ impl Fetcher {
         frame: ResponseFrame,
         asked: &[((Arc<str>, u32), u64)],
     ) -> Result<Vec<FetchedPartition>, ClientError> {
-        let resp: FetchResponse = frame
-            .decode_meta()
-            .map_err(|e| ClientError::Invalid(e.to_string()))?;
+        let invalid = |e: crate::protocol::frame::FrameError| ClientError::Invalid(e.to_string());
+        // A filtered fetch's partitions say where their next fetch starts.
+        let filtered = self.cfg.tags.is_some();
+        let partitions: Vec<(FetchPartitionResult, Option<u64>)> = if filtered {
+            let resp: FilteredFetchResponse = frame.decode_meta().map_err(invalid)?;
+            resp.partitions
+                .into_iter()
+                .map(|p| (p.result, Some(p.next_offset)))
+                .collect()
+        } else {
+            let resp: FetchResponse = frame.decode_meta().map_err(invalid)?;
+            resp.partitions.into_iter().map(|p| (p, None)).collect()
+        };
         let frame = Arc::new(frame);
         let mut out = Vec::new();
-        for r in resp.partitions {
+        for (r, scanned_to) in partitions {
             let Some((key, from)) = asked
                 .iter()
                 .find(|((t, p), _)| **t == *r.topic && *p == r.partition)
@@ -916,7 +943,8 @@ impl Fetcher {
                 .payload_slice(r.payload_offset, r.payload_len)
                 .map_err(|e| ClientError::Invalid(e.to_string()))?;
             // Validate every batch once here (both CRCs, rkyv, contiguous offsets from the one
-            // asked for): untrusted bytes, and the broker's sendfile path does not read them.
+            // asked for; increasing ones, gaps allowed, when filtered): untrusted bytes, and
+            // the broker's sendfile path does not read them.
             let corrupt = |what: String| {
                 ClientError::broker(
                     ErrorCode::CorruptMessage,
@@ -929,16 +957,21 @@ impl Fetcher {
             let mut records = 0usize;
             let mut expected: Option<u64> = None;
             let mut valid_len = 0usize;
+            let mut whole = true;
             for batch in BatchIter::new(payload) {
                 // Offsets and the body checked once each (rkyv validation is the cost here).
                 let checked = match &batch {
                     Ok(b) => {
                         let h = b.header();
                         match expected {
-                            None if h.base_offset > from => Err(format!(
+                            None if h.base_offset > from && !filtered => Err(format!(
                                 "the first batch starts at offset {}",
                                 h.base_offset
                             )),
+                            Some(want) if h.base_offset > want && filtered => b
+                                .records()
+                                .map(|body| (b, body.count()))
+                                .map_err(|e| e.to_string()),
                             Some(want) if h.base_offset != want => Err(format!(
                                 "a batch starts at offset {} after one that ends at {want}",
                                 h.base_offset
@@ -950,12 +983,18 @@ impl Fetcher {
                         }
                     }
                     // A sendfile range may end inside a batch: the rest comes next fetch.
-                    Err(BatchError::Truncated { .. }) => break,
+                    Err(BatchError::Truncated { .. }) => {
+                        whole = false;
+                        break;
+                    }
                     Err(e) => Err(e.to_string()),
                 };
                 let (b, count) = match checked {
                     Ok(ok) => ok,
-                    Err(_) if next > from => break,
+                    Err(_) if next > from => {
+                        whole = false;
+                        break;
+                    }
                     Err(what) => return Err(corrupt(what)),
                 };
                 let h = b.header();
@@ -963,6 +1002,10 @@ impl Fetcher {
                 records += count;
                 next = next.max(h.next_offset());
                 valid_len += b.len();
+            }
+            // Past the batches the broker skipped, unless the response was cut short here.
+            if let Some(scanned_to) = scanned_to.filter(|_| whole) {
+                next = next.max(scanned_to);
             }
             if next > from {
                 self.positions.insert(key, next);

@@ -8,6 +8,7 @@
 pub mod connection;
 pub mod consumer;
 pub mod coordinator;
+mod delayed;
 pub mod error;
 pub mod group_consumer;
 pub mod pipeline;

@@ -357,6 +357,7 @@ async fn fetch(shard: &Rc<Shard>, version: i16, req: FetchRequest) -> FetchRespo
         max_bytes: req.max_bytes.max(1) as usize,
         // Converted to Kafka's format on the way out: the bytes are needed here.
         file_reads: FileReads::Copy,
+        filter: None,
     };
     let mut reads = fetch::fetch(shard, &op).await.into_iter();
     let mut asked = asked.into_iter();

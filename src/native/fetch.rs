@@ -1,21 +1,69 @@
 //! Fetch: the stored batches go out as they are (sendfile ranges or tail-cache bytes) after
 //! the meta naming each partition's slice of the payload ([`crate::broker::fetch`]).
+//! FilteredFetch: the same with a tag filter; the payload holds rebuilt batches of the
+//! matching records and each partition says where its next fetch starts.
 
 use std::rc::Rc;
 use std::time::Duration;
 
 use super::Reply;
-use crate::broker::fetch::{self, FetchPartition};
-use crate::broker::Shard;
+use crate::batch::TagFilter;
+use crate::broker::fetch::{self, FetchPartition, PartitionRead};
+use crate::broker::{OpError, Shard};
 use crate::log::ReadChunk;
+use crate::protocol::error_code::ErrorCode;
 use crate::protocol::frame::RequestFrame;
-use crate::protocol::messages::{FetchPartitionResult, FetchRequest, FetchResponse};
+use crate::protocol::messages::{
+    FetchPartitionResult, FetchRequest, FetchResponse, FilteredFetchPartitionResult,
+    FilteredFetchRequest, FilteredFetchResponse,
+};
 
 pub async fn fetch(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
     let req: FetchRequest = match frame.decode_meta() {
         Ok(r) => r,
         Err(e) => return e.into(),
     };
+    let (results, chunks) = read(shard, &req, None).await;
+    Reply::with_payload(
+        &FetchResponse {
+            partitions: results.into_iter().map(|(r, _)| r).collect(),
+        },
+        chunks,
+    )
+}
+
+pub async fn filtered_fetch(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
+    let req: FilteredFetchRequest = match frame.decode_meta() {
+        Ok(r) => r,
+        Err(e) => return e.into(),
+    };
+    let Some(filter) = TagFilter::new(req.tags, req.match_all) else {
+        return Reply::Error(
+            ErrorCode::InvalidRequest,
+            "a filtered fetch needs at least one tag".into(),
+        );
+    };
+    let (results, chunks) = read(shard, &req.fetch, Some(filter)).await;
+    let partitions = req
+        .fetch
+        .partitions
+        .iter()
+        .zip(results)
+        .map(|(fp, (result, next))| FilteredFetchPartitionResult {
+            result,
+            next_offset: next.unwrap_or(fp.offset),
+        })
+        .collect();
+    Reply::with_payload(&FilteredFetchResponse { partitions }, chunks)
+}
+
+/// Runs the fetch operation: each partition's result meta (with a filtered read's next
+/// offset) and the payload chunks they name.
+async fn read(
+    shard: &Rc<Shard>,
+    req: &FetchRequest,
+    filter: Option<TagFilter>,
+) -> (Vec<(FetchPartitionResult, Option<u64>)>, Vec<ReadChunk>) {
     let op = fetch::FetchRequest {
         partitions: req
             .partitions
@@ -31,6 +79,7 @@ pub async fn fetch(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
         max_wait: Duration::from_millis(u64::from(req.max_wait_ms)),
         max_bytes: req.max_bytes as usize,
         file_reads: shard.cfg.file_reads,
+        filter,
     };
     let reads = fetch::fetch(shard, &op).await;
     let mut results = Vec::with_capacity(reads.len());
@@ -47,26 +96,29 @@ pub async fn fetch(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
             payload_offset: total as u32,
             payload_len: 0,
         };
+        let mut next = None;
         match read {
             Ok(read) => {
-                r.high_watermark = read.high_watermark;
-                r.log_start_offset = read.log_start_offset;
+                let PartitionRead {
+                    high_watermark,
+                    log_start_offset,
+                    next_offset,
+                    ..
+                } = read;
+                r.high_watermark = high_watermark;
+                r.log_start_offset = log_start_offset;
                 let len = read.len();
                 r.payload_len = len as u32;
                 total += len;
+                next = next_offset;
                 chunks.extend(read.chunks);
             }
-            Err(e) => {
-                r.error_code = e.code.code();
-                r.message = e.message;
+            Err(OpError { code, message }) => {
+                r.error_code = code.code();
+                r.message = message;
             }
         }
-        results.push(r);
+        results.push((r, next));
     }
-    Reply::with_payload(
-        &FetchResponse {
-            partitions: results,
-        },
-        chunks,
-    )
+    (results, chunks)
 }

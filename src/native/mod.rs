@@ -3,6 +3,7 @@
 //! payload (batches) passes through as the stored bytes, both ways.
 
 pub mod connection;
+mod delayed_produce;
 mod fetch;
 mod groups;
 mod leader_epochs;
@@ -90,6 +91,8 @@ pub async fn dispatch(shard: &Rc<Shard>, frame: RequestFrame) -> Reply {
         ApiKey::DeleteTopics => topics::delete(shard, &frame).await,
         ApiKey::Produce => produce::produce(shard, frame).await,
         ApiKey::Fetch => fetch::fetch(shard, &frame).await,
+        ApiKey::FilteredFetch => fetch::filtered_fetch(shard, &frame).await,
+        ApiKey::DelayedProduce => delayed_produce::delayed_produce(shard, &frame).await,
         ApiKey::ListOffsets => list_offsets::list_offsets(shard, &frame).await,
         ApiKey::AlterTopicConfigs => topics::alter_config(shard, &frame).await,
         ApiKey::CreatePartitions => topics::create_partitions(shard, &frame).await,

@@ -28,6 +28,11 @@ pub enum ApiKey {
     // 21 (ReplicaFetch), 23 and 24 are reserved for replication.
     /// Where a leader epoch ends in a partition's log (Kafka's OffsetForLeaderEpoch).
     OffsetForLeaderEpoch = 22,
+    /// A fetch of only the records with given tags (native only; keys 30-34 are the tags and
+    /// delay features').
+    FilteredFetch = 30,
+    /// A message appended to its partition at a given time, not now (native only).
+    DelayedProduce = 31,
 }
 
 impl ApiKey {
@@ -54,6 +59,8 @@ impl ApiKey {
         ApiKey::ListGroups,
         ApiKey::DescribeGroups,
         ApiKey::OffsetForLeaderEpoch,
+        ApiKey::FilteredFetch,
+        ApiKey::DelayedProduce,
     ];
 
     pub fn from_u16(v: u16) -> Option<ApiKey> {

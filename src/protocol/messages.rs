@@ -176,6 +176,47 @@ pub struct FetchResponse {
     pub partitions: Vec<FetchPartitionResult>,
 }
 
+/// A fetch that returns only the records carrying the given tags, offsets unchanged (gaps
+/// between them are normal): a native feature, Kafka clients filter themselves.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct FilteredFetchRequest {
+    pub fetch: FetchRequest,
+    /// Not empty.
+    pub tags: Vec<String>,
+    /// A record must carry every tag (true) or any one of them (false).
+    pub match_all: bool,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct FilteredFetchPartitionResult {
+    /// The matching records' batches, rebuilt (offsets unchanged), in the payload.
+    pub result: FetchPartitionResult,
+    /// Where the next fetch of this partition starts: past every batch the broker scanned,
+    /// matching or not, so a filtered consumer is never stuck behind non-matching data.
+    pub next_offset: u64,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct FilteredFetchResponse {
+    pub partitions: Vec<FilteredFetchPartitionResult>,
+}
+
+/// One batch (in the payload) to append to a partition at `deliver_at_ms`: kept durably by
+/// the partition's shard until then, appended then (its offsets assigned then).
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct DelayedProduceRequest {
+    pub topic: String,
+    pub partition: u32,
+    /// Milliseconds since the epoch; at most `--max-delay-ms` ahead of the broker's clock.
+    pub deliver_at_ms: i64,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct DelayedProduceResponse {
+    pub error_code: i16,
+    pub message: String,
+}
+
 /// Special timestamps of a ListOffsets query, as Kafka.
 pub const LATEST_TIMESTAMP: i64 = -1;
 pub const EARLIEST_TIMESTAMP: i64 = -2;

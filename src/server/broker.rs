@@ -410,6 +410,13 @@ async fn run_shard(
     );
     shard.apply_metadata(handle.metadata()).await;
     crate::broker::offsets_log::replay(&shard).await;
+    if let Err(e) = crate::delay::queue::start(&shard).await {
+        let _ = bound.send(Err(BrokerError::Config(format!(
+            "shard {}: delayed messages: {e}",
+            ctx.id
+        ))));
+        return;
+    }
     spawn_local(shard.group_commit.clone().run()).detach();
     if let FsyncPolicy::Interval(every) = cfg.fsync {
         let s = shard.clone();

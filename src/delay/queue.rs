@@ -1,0 +1,290 @@
+//! One shard's delayed messages at run time: accepting one (durable in the [`DelayStore`]
+//! before the producer is answered, then armed in the [`TimingWheel`]), and the task that
+//! appends each to its partition when due, in due order, exactly once across crashes:
+//!
+//! 1. *firing* mark (the partition's log end), synced;
+//! 2. the batch appended, marked (flags bit [`FLAG_DELAYED`], producer id = the message's
+//!    id, body CRC recomputed), and waited on until durable;
+//! 3. *fired* mark, synced.
+//!
+//! After a crash between 1 and 3, recovery looks for the marked batch in the partition from
+//! the logged offset: found, the message is done; not found, it fires again.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::store::{DelayStore, DelayStoreError, PendingEntry};
+use super::wheel::TimingWheel;
+use crate::batch::{body_checksum, stamp_batch, BatchIter, BatchView, FLAG_DELAYED};
+use crate::broker::produce::{await_acks, Appended};
+use crate::broker::{locate, OpError, Shard};
+use crate::clock::now_ms;
+use crate::log::FileReads;
+use crate::partition::ReadLimits;
+use crate::protocol::error_code::ErrorCode;
+
+/// A message whose append failed (a full or failing disk) is tried again this much later.
+const RETRY_AFTER_MS: u64 = 1_000;
+
+/// See the module docs. Empty until [`start`] opened the store.
+#[derive(Default)]
+pub struct DelayQueue {
+    inner: RefCell<Option<Inner>>,
+    /// Fired when a message is accepted: the firing task re-arms its timer.
+    accepted: event_listener::Event,
+}
+
+struct Inner {
+    store: Arc<Mutex<DelayStore>>,
+    wheel: TimingWheel<PendingEntry>,
+}
+
+/// Runs `f` on the store on the blocking pool (file writes and syncs).
+async fn on_store<R: Send + 'static>(
+    store: &Arc<Mutex<DelayStore>>,
+    f: impl FnOnce(&mut DelayStore) -> Result<R, DelayStoreError> + Send + 'static,
+) -> Result<R, OpError> {
+    let store = store.clone();
+    rill_shards::rt::spawn_blocking(move || {
+        let mut s = store.lock().unwrap_or_else(|p| p.into_inner());
+        f(&mut s)
+    })
+    .await
+    .map_err(|e| {
+        let code = match e {
+            DelayStoreError::Full(_) => ErrorCode::PolicyViolation,
+            _ => ErrorCode::KafkaStorageError,
+        };
+        OpError::new(code, e.to_string())
+    })
+}
+
+/// Opens the shard's store under `<data>/delay/<shard>/`, arms every message not fired yet
+/// and starts the firing task. Run once at shard start, before serving.
+pub async fn start(shard: &Rc<Shard>) -> Result<(), OpError> {
+    let dir = shard.cfg.data_dir.join("delay").join(shard.id.to_string());
+    let (store, pending) = rill_shards::rt::spawn_blocking(move || DelayStore::open(&dir))
+        .await
+        .map_err(|e| OpError::new(ErrorCode::KafkaStorageError, e.to_string()))?;
+    let mut wheel = TimingWheel::new(now_ms().max(0) as u64);
+    let n = pending.len();
+    for e in pending {
+        wheel.insert(e.due_ms.max(0) as u64, e);
+    }
+    if n > 0 {
+        log::info!("shard {}: {n} delayed messages pending", shard.id);
+    }
+    *shard.delays.inner.borrow_mut() = Some(Inner {
+        store: Arc::new(Mutex::new(store)),
+        wheel,
+    });
+    rill_shards::rt::spawn_local(fire_loop(shard.clone())).detach();
+    Ok(())
+}
+
+/// Accepts one delayed message for `topic`/`partition` (led by this shard): `batch` is
+/// validated, `deliver_at_ms` checked against `--max-delay-ms`; returns once it is durable.
+pub async fn accept(
+    shard: &Rc<Shard>,
+    topic: &str,
+    partition: u32,
+    deliver_at_ms: i64,
+    batch: &[u8],
+) -> Result<(), OpError> {
+    let now = now_ms();
+    let max = shard.cfg.max_delay.as_millis() as i64;
+    if deliver_at_ms > now.saturating_add(max) {
+        return Err(OpError::new(
+            ErrorCode::InvalidRequest,
+            format!(
+                "delivery {} ms from now is past --max-delay-ms {max}",
+                deliver_at_ms - now
+            ),
+        ));
+    }
+    let view = BatchView::validate(batch)
+        .map_err(|e| OpError::new(ErrorCode::CorruptMessage, e.to_string()))?;
+    if view.len() != batch.len() {
+        return Err(OpError::new(
+            ErrorCode::InvalidRequest,
+            "a delayed produce carries exactly one batch",
+        ));
+    }
+    let p = locate(shard, topic, partition)?;
+    p.check_produce(batch.len())?;
+    let store = match shard.delays.inner.borrow().as_ref() {
+        Some(i) => i.store.clone(),
+        None => {
+            return Err(OpError::new(
+                ErrorCode::KafkaStorageError,
+                "the delay store is not open",
+            ))
+        }
+    };
+    let (topic, bytes) = (topic.to_string(), batch.to_vec());
+    let max = shard.cfg.max_delayed_per_shard;
+    let entry = on_store(&store, move |s| {
+        s.append(deliver_at_ms, &topic, partition, &bytes, max)
+    })
+    .await?;
+    if let Some(i) = shard.delays.inner.borrow_mut().as_mut() {
+        i.wheel.insert(deliver_at_ms.max(0) as u64, entry);
+    }
+    shard.delays.accepted.notify(usize::MAX);
+    Ok(())
+}
+
+/// Fires due messages in due order, sleeping on the shard's deadline wheel until the next.
+async fn fire_loop(shard: Rc<Shard>) {
+    loop {
+        let accepted = shard.delays.accepted.listen();
+        let now = now_ms().max(0) as u64;
+        let due = match shard.delays.inner.borrow_mut().as_mut() {
+            Some(i) => i.wheel.advance(now),
+            None => return,
+        };
+        for (_, e) in due {
+            // An error before the append or from it: nothing was appended.
+            if let Err(err) = fire(&shard, &e).await {
+                log::warn!(
+                    "delayed message {} for {}-{}: {err}; retrying in {RETRY_AFTER_MS} ms",
+                    e.id,
+                    e.topic,
+                    e.partition
+                );
+                retry_later(&shard, &e, None);
+            }
+        }
+        // After firing: retries were armed meanwhile.
+        let next = shard
+            .delays
+            .inner
+            .borrow()
+            .as_ref()
+            .and_then(|i| i.wheel.next_due());
+        let wait = async {
+            match next {
+                Some(at) => {
+                    let ms = at.saturating_sub(now_ms().max(0) as u64);
+                    shard
+                        .deadlines
+                        .sleep_until(Instant::now() + Duration::from_millis(ms))
+                        .await
+                }
+                None => std::future::pending().await,
+            }
+        };
+        futures_lite::future::or(wait, accepted).await;
+    }
+}
+
+/// Appends one due message (once: see the module docs) and marks it fired.
+async fn fire(shard: &Rc<Shard>, e: &PendingEntry) -> Result<(), OpError> {
+    let store = match shard.delays.inner.borrow().as_ref() {
+        Some(i) => i.store.clone(),
+        None => return Ok(()),
+    };
+    let id = e.id;
+    let p = match locate(shard, &e.topic, e.partition) {
+        Ok(p) => p,
+        Err(err) if err.code == ErrorCode::UnknownTopicOrPartition => {
+            // The topic was deleted meanwhile: nothing to deliver to.
+            log::warn!("delayed message {id}: {err}; dropped");
+            return on_store(&store, move |s| s.mark_fired(id)).await;
+        }
+        Err(err) => return Err(err),
+    };
+    if let Some(from) = e.firing_from {
+        if appended_before(shard, &p, from, id).await? {
+            return on_store(&store, move |s| s.mark_fired(id)).await;
+        }
+    }
+    let entry = e.clone();
+    let mut batch = on_store(&store, move |s| s.read_batch(&entry)).await?;
+    // The marker recovery looks for; the producer's CRC is recomputed over it.
+    let flags = u16::from_le_bytes([batch[28], batch[29]]) | FLAG_DELAYED;
+    batch[28..30].copy_from_slice(&flags.to_le_bytes());
+    batch[56..64].copy_from_slice(&(id as i64).to_le_bytes());
+    let crc = body_checksum(&batch);
+    batch[4..8].copy_from_slice(&crc.to_le_bytes());
+    stamp_batch(&mut batch, 0, 0);
+    let bytes = crate::batch::aligned16(&batch);
+    let view = BatchView::validate(&bytes)
+        .map_err(|err| OpError::new(ErrorCode::CorruptMessage, err.to_string()))?;
+    let log_end = p.log_end_offset();
+    on_store(&store, move |s| s.mark_firing(id, log_end)).await?;
+    let (base, next) = p.append(&[view], now_ms(), &shard.cache)?;
+    shard.group_commit.mark_dirty(&p);
+    let appended = Appended {
+        partition: p.clone(),
+        base_offset: base,
+        next_offset: next,
+    };
+    let deadline = Instant::now() + shard.cfg.max_produce_timeout;
+    if let Some((_, err)) = await_acks(shard, vec![appended.ack(0)], deadline)
+        .await
+        .pop()
+    {
+        // Not durable yet: fired again later, and found by the firing mark if it was.
+        log::warn!("delayed message {id}: {err}; retrying in {RETRY_AFTER_MS} ms");
+        retry_later(shard, e, Some(log_end));
+        return Ok(());
+    }
+    if let Err(err) = on_store(&store, move |s| s.mark_fired(id)).await {
+        // Appended, but not known to be: the retry finds the batch by its firing mark.
+        log::warn!("delayed message {id}: {err}; retrying in {RETRY_AFTER_MS} ms");
+        retry_later(shard, e, Some(log_end));
+        return Ok(());
+    }
+    if let Err(err) = on_store(&store, |s| s.reset_if_drained()).await {
+        log::warn!("delay store: {err}");
+    }
+    Ok(())
+}
+
+/// Arms `e` again [`RETRY_AFTER_MS`] from now; `appended_from`: its append may have
+/// happened at or after this offset (look before appending again).
+fn retry_later(shard: &Shard, e: &PendingEntry, appended_from: Option<u64>) {
+    if let Some(i) = shard.delays.inner.borrow_mut().as_mut() {
+        let mut again = e.clone();
+        again.firing_from = appended_from.or(e.firing_from);
+        i.wheel
+            .insert(now_ms().max(0) as u64 + RETRY_AFTER_MS, again);
+    }
+}
+
+/// Whether the marked batch of message `id` is in `p` at or after `from`.
+async fn appended_before(
+    shard: &Shard,
+    p: &crate::partition::Partition,
+    from: u64,
+    id: u64,
+) -> Result<bool, OpError> {
+    let mut at = from.max(p.log_start_offset());
+    while at < p.high_watermark() {
+        let limits = ReadLimits {
+            max_bytes: 1 << 20,
+            file_reads: FileReads::Copy,
+        };
+        let chunks = p.read(at, limits, &shard.cache).await?;
+        let before = at;
+        for c in &chunks {
+            let Some(bytes) = c.as_slice() else { break };
+            for b in BatchIter::new(bytes) {
+                let h = *b
+                    .map_err(|err| OpError::new(ErrorCode::CorruptMessage, err.to_string()))?
+                    .header();
+                if h.flags & FLAG_DELAYED != 0 && h.producer_id == id as i64 {
+                    return Ok(true);
+                }
+                at = at.max(h.next_offset());
+            }
+        }
+        if at == before {
+            break;
+        }
+    }
+    Ok(false)
+}
