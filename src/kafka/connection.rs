@@ -57,6 +57,9 @@ async fn read_requests(
     replies: &InOrder<Encoded>,
 ) {
     loop {
+        // Not read while the bound is reached: a client that does not read its replies stops
+        // being read.
+        replies.room().await;
         // Waiting for request memory counts as idle: the request is not in yet.
         let read = read_request(shard, &mut stream);
         let idle = shard.cfg.connection_idle_timeout;

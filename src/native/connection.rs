@@ -56,6 +56,9 @@ async fn read_requests(
     replies: &InOrder<Answer>,
 ) {
     loop {
+        // Not read while the bound is reached: a client that does not read its replies stops
+        // being read.
+        replies.room().await;
         // Waiting for request memory counts as idle: the request is not in yet.
         let read = read_frame(
             &mut stream,

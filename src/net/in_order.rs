@@ -58,9 +58,16 @@ impl<T> InOrder<T> {
         }
     }
 
+    /// Waits until fewer than `max` replies are in flight: the reader waits here before it
+    /// reads the next request, so at most `max` requests are read and unanswered (with 1, a
+    /// connection reads its next request only once the previous reply is written).
+    pub async fn room(&self) {
+        self.wait_until(|q| q.in_flight.get() < q.max).await
+    }
+
     /// Queues the next reply once fewer than `max` are in flight.
     pub async fn push(&self, reply: Later<T>) {
-        self.wait_until(|q| q.in_flight.get() < q.max).await;
+        self.room().await;
         self.queue.borrow_mut().push_back(reply);
         self.in_flight.set(self.in_flight.get() + 1);
         assert!(self.in_flight.get() <= self.max);
@@ -154,7 +161,8 @@ mod tests {
             .await;
             q.push_ready(2).await;
             assert_eq!(q.in_flight(), 2);
-            // A third must wait for room.
+            // The reader may not read a third request, nor queue its reply.
+            assert!(poll_once(Box::pin(q.room())).await.is_none(), "no room");
             let mut third = Box::pin(q.push_ready(3));
             assert!(poll_once(&mut third).await.is_none(), "the bound is 2");
             let mut first = Box::pin(q.next());
