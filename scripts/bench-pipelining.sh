@@ -5,7 +5,11 @@
 # a fresh data dir each run. Prints and appends to OUT/ab.tsv: round, bound, msg/s, p50 us,
 # p99 us.
 #
-# Knobs (environment): ROUNDS [5], FSYNC [always], MESSAGES [1000000], BATCH [107656 bytes:
+# rill's own producer keeps one request per partition in flight, so with one partition per
+# shard it does not pipeline at all; DRIVER=kafka (librdkafka through the Kafka listener, up to
+# 5 requests per connection) does.
+#
+# Knobs (environment): DRIVER [native | kafka], ROUNDS [5], FSYNC [always], MESSAGES [1000000], BATCH [107656 bytes:
 # 100 records of 1 KiB], RILL_BIN_DIR [target/release], OUT [a new directory under /tmp],
 # BENCH_DIR [/tmp] for the data. Brokers listen on 127.0.0.1 and are stopped by pid.
 set -euo pipefail
@@ -22,17 +26,40 @@ cleanup() {
   [ -z "$data" ] || rm -rf "$data"
 }
 trap cleanup EXIT
+free_ports() { # the first of two consecutive free ports (the broker takes port + shard)
+  python3 -c '
+import socket
+while True:
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close()
+    t = socket.socket()
+    try:
+        t.bind(("127.0.0.1", p + 1)); print(p); break
+    except OSError:
+        pass
+    finally:
+        t.close()'
+}
 for r in $(seq 1 "$ROUNDS"); do
   if [ $((r % 2)) = 1 ]; then order="1 5"; else order="5 1"; fi
   for inflight in $order; do
     data=$(mktemp -d "${BENCH_DIR:-/tmp}/bench-pipelining-data.XXXXXX")
-    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    port=$(free_ports)
+    kport=$(free_ports)
+    while [ $((kport - port)) -lt 2 ] && [ $((port - kport)) -lt 2 ]; do kport=$(free_ports); done
+    if [ "${DRIVER:-native}" = kafka ]; then
+      kafka=127.0.0.1:$kport bench=(--driver kafka -b "127.0.0.1:$kport")
+    else
+      kafka=off bench=(-b "127.0.0.1:$port")
+    fi
     "$R/rill" broker --data-dir "$data" --shards 2 --fsync "$FSYNC" --listen "127.0.0.1:$port" \
-      --kafka-listen off --max-in-flight-requests-per-connection "$inflight" \
+      --kafka-listen "$kafka" --max-in-flight-requests-per-connection "$inflight" \
       >"$OUT/broker-$r-$inflight.log" 2>&1 &
     pid=$!
     for _ in $(seq 1 300); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
-    "$R/rill-bench" produce -b "127.0.0.1:$port" --topic ab --partitions 2 --producers 2 --acks 1 \
+    if [ "$kafka" != off ]; then
+      for _ in $(seq 1 300); do (exec 3<>"/dev/tcp/127.0.0.1/$kport") 2>/dev/null && break; sleep 0.1; done
+    fi
+    "$R/rill-bench" produce "${bench[@]}" --topic ab --partitions 2 --producers 2 --acks 1 \
       --messages "${MESSAGES:-1000000}" --batch-bytes "${BATCH:-107656}" --linger-ms 5 \
       --json "$OUT/r$r-$inflight.json" >/dev/null 2>>"$OUT/bench.log"
     kill "$pid"; wait "$pid" 2>/dev/null || true; pid=
