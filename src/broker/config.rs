@@ -74,6 +74,9 @@ pub struct BrokerConfig {
     /// How long one response (a fetch's file ranges included) may take to drain into the
     /// client's socket before the connection is closed.
     pub fetch_send_timeout: Duration,
+    /// Requests of one connection read and in progress whose replies are not yet written
+    /// (`--max-in-flight-requests-per-connection`); past it the connection is not read.
+    pub max_in_flight_requests_per_connection: usize,
     /// At start, the longest wait for the broker's ports to be released.
     pub port_release_wait: Duration,
     pub max_partitions_per_topic: u32,
@@ -145,6 +148,7 @@ impl BrokerConfig {
             max_connections_per_ip: 1_000,
             connection_idle_timeout: Duration::from_secs(600),
             fetch_send_timeout: Duration::from_secs(30),
+            max_in_flight_requests_per_connection: 5,
             port_release_wait: Duration::from_secs(30),
             max_partitions_per_topic: 10_000,
             max_partitions_per_shard: crate::controller::metadata::DEFAULT_MAX_PARTITIONS_PER_SHARD,

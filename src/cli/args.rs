@@ -195,6 +195,16 @@ pub struct BrokerArgs {
     /// socket; a client that reads slower is disconnected.
     #[arg(long, env = "RILL_FETCH_SEND_TIMEOUT_MS", default_value_t = 30_000)]
     pub fetch_send_timeout_ms: u64,
+    /// Requests one connection may have read and in progress before their replies are written
+    /// (librdkafka's max.in.flight is 5): produces are appended in arrival order and wait for
+    /// their acknowledgements together, answered in request order. Past it the connection is
+    /// not read until the oldest reply is written.
+    #[arg(
+        long,
+        env = "RILL_MAX_IN_FLIGHT_REQUESTS_PER_CONNECTION",
+        default_value_t = 5
+    )]
+    pub max_in_flight_requests_per_connection: usize,
     /// At start, longest wait for the broker's ports to be released (by a killed broker).
     #[arg(long, env = "RILL_PORT_RELEASE_WAIT_MS", default_value_t = 30_000)]
     pub port_release_wait_ms: u64,

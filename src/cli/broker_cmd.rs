@@ -171,6 +171,10 @@ pub fn config_from_args(a: &BrokerArgs) -> Result<BrokerConfig, String> {
         return Err("--fetch-send-timeout-ms must be at least 1".into());
     }
     c.fetch_send_timeout = Duration::from_millis(a.fetch_send_timeout_ms);
+    if a.max_in_flight_requests_per_connection == 0 {
+        return Err("--max-in-flight-requests-per-connection must be at least 1".into());
+    }
+    c.max_in_flight_requests_per_connection = a.max_in_flight_requests_per_connection;
     c.port_release_wait = Duration::from_millis(a.port_release_wait_ms);
     c.max_partitions_per_topic = a.max_partitions_per_topic;
     if a.max_partitions_per_shard == 0 {

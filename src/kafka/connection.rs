@@ -1,12 +1,15 @@
-//! One Kafka client connection: read a size-prefixed request, decode it, answer it, in order
-//! (Kafka brokers too handle one request per connection at a time).
+//! One Kafka client connection, pipelined as the native one (`crate::native::connection`): a
+//! reader reads, decodes and handles requests one after another (a produce is appended in
+//! arrival order and only its acknowledgement wait overlaps the next requests; librdkafka
+//! sends up to 5 at once) while a writer answers in request order, at most
+//! `--max-in-flight-requests-per-connection` replies queued or being written.
 //!
 //! What Kafka does with bad input, this does: an unknown API key, an unsupported version or an
 //! undecodable body closes the connection (after answering ApiVersions, which a client may
-//! send at any version to learn ours); a size outside 8..=`--max-frame-bytes` closes it too.
-//! As Kafka's `connections.max.idle.ms`, a connection without a request for
-//! `--connection-idle-timeout-ms` is closed; a response that does not drain into the socket
-//! within `--fetch-send-timeout-ms` closes it too.
+//! send at any version to learn ours, and the requests read before it); a size outside
+//! 8..=`--max-frame-bytes` closes it too. As Kafka's `connections.max.idle.ms`, a connection
+//! without a request and nothing in flight for `--connection-idle-timeout-ms` is closed; a
+//! response that does not drain into the socket within `--fetch-send-timeout-ms` closes it too.
 
 use std::rc::Rc;
 
@@ -21,25 +24,46 @@ use super::versions;
 use crate::broker::produce::hold_until_acked;
 use crate::broker::Shard;
 use crate::net::conn_limits::{accepted, after, until};
+use crate::net::in_order::InOrder;
 use crate::net::request_memory::{read_body, Grant};
+use crate::net::shared_stream::SharedStream;
 use crate::protocol::frame::FrameError;
 use crate::protocol::ErrorCode;
 
 /// Smallest request: api key, api version and correlation id.
 const MIN_REQUEST: usize = 8;
 
-pub async fn serve(shard: Rc<Shard>, mut stream: TcpStream) {
+/// An encoded response (size prefix included), or why it could not be encoded.
+type Encoded = Result<Bytes, String>;
+
+pub async fn serve(shard: Rc<Shard>, stream: TcpStream) {
     let peer = accepted(&stream);
-    loop {
-        let idle_until = after(shard.cfg.connection_idle_timeout);
-        // Waiting for request memory counts as idle: the request is not in yet.
-        let (body, grant) = match until(
-            &shard.deadlines,
-            idle_until,
-            read_request(&shard, &mut stream),
+    let stream = SharedStream::new(stream);
+    let replies: InOrder<Encoded> = InOrder::new(shard.cfg.max_in_flight_requests_per_connection);
+    let reader = stream.clone();
+    replies
+        .serve(
+            read_requests(&shard, &peer, reader, &replies),
+            write_replies(&shard, &peer, stream, &replies),
         )
         .await
-        {
+}
+
+/// Reads and handles requests until the client closes, stays idle or sends what is refused.
+async fn read_requests(
+    shard: &Rc<Shard>,
+    peer: &str,
+    mut stream: SharedStream,
+    replies: &InOrder<Encoded>,
+) {
+    loop {
+        // Not read while the bound is reached: a client that does not read its replies stops
+        // being read.
+        replies.room().await;
+        // Waiting for request memory counts as idle: the request is not in yet.
+        let read = read_request(shard, &mut stream);
+        let idle = shard.cfg.connection_idle_timeout;
+        let (body, grant) = match replies.unless_idle(&shard.deadlines, idle, read).await {
             None => {
                 log::debug!(
                     "kafka {peer}: no request for {} ms (--connection-idle-timeout-ms); closing",
@@ -59,10 +83,20 @@ pub async fn serve(shard: Rc<Shard>, mut stream: TcpStream) {
             Ok(Decoded::Request(api, version, header, request)) => {
                 let correlation = header.correlation_id;
                 let client = header.client_id.as_ref().map(|c| c.to_string());
-                match handlers::handle(&shard, version, client.as_deref(), *request).await {
+                match handlers::handle(shard, version, client.as_deref(), *request).await {
                     Handled::Answer(r) => encode(api, version, correlation, &r),
                     Handled::Unanswered(waits) => {
-                        hold_until_acked(&shard, waits, grant);
+                        hold_until_acked(shard, waits, grant);
+                        continue;
+                    }
+                    Handled::Later(later) => {
+                        replies
+                            .push(Box::pin(async move {
+                                let r = later.await;
+                                drop(grant);
+                                encode(api, version, correlation, &r)
+                            }))
+                            .await;
                         continue;
                     }
                 }
@@ -85,6 +119,19 @@ pub async fn serve(shard: Rc<Shard>, mut stream: TcpStream) {
         };
         // The request is done (see `request_memory`: what a produce stores is a copy).
         drop(grant);
+        replies.push_ready(response).await;
+    }
+}
+
+/// Writes the replies in request order until the reader is done, or a reply cannot be
+/// encoded, a write fails or misses its deadline.
+async fn write_replies(
+    shard: &Shard,
+    peer: &str,
+    mut stream: SharedStream,
+    replies: &InOrder<Encoded>,
+) {
+    while let Some(response) = replies.next().await {
         let bytes = match response {
             Ok(b) => b,
             Err(e) => {
@@ -106,6 +153,7 @@ pub async fn serve(shard: Rc<Shard>, mut stream: TcpStream) {
                 return;
             }
         }
+        replies.written();
     }
 }
 
@@ -113,7 +161,7 @@ pub async fn serve(shard: Rc<Shard>, mut stream: TcpStream) {
 /// dropped. `Err(None)`: the connection closed; `Err(Some(why))`: a size out of bounds.
 async fn read_request(
     shard: &Shard,
-    stream: &mut TcpStream,
+    stream: &mut SharedStream,
 ) -> Result<(Bytes, Grant), Option<String>> {
     let mut len = [0u8; 4];
     stream.read_exact(&mut len).await.map_err(|_| None)?;

@@ -29,6 +29,7 @@ use crate::broker::{locate, request_timeout, topics, OpError, Shard};
 use crate::clock::now_ms;
 use crate::controller::metadata::{validate_topic_name, ClusterMetadata, TopicInfo};
 use crate::log::FileReads;
+use crate::net::in_order::Later;
 use crate::protocol::ErrorCode;
 
 /// What a request comes to.
@@ -37,6 +38,9 @@ pub enum Handled {
     /// No answer is due (a produce with acks=0); the request's memory stays taken until
     /// these writes are durable ([`crate::broker::produce::hold_until_acked`]).
     Unanswered(Vec<AckWait>),
+    /// The answer once a produce's writes are acknowledged; the connection reads the next
+    /// requests meanwhile and answers in order.
+    Later(Later<ResponseKind>),
 }
 
 /// Answers one request.
@@ -49,10 +53,7 @@ pub async fn handle(
     Handled::Answer(Box::new(match request {
         RequestKind::ApiVersions(_) => ResponseKind::ApiVersions(api_versions()),
         RequestKind::Metadata(r) => ResponseKind::Metadata(metadata(shard, &r).await),
-        RequestKind::Produce(r) => match produce(shard, r).await {
-            Ok(r) => ResponseKind::Produce(r),
-            Err(waits) => return Handled::Unanswered(waits),
-        },
+        RequestKind::Produce(r) => return produce(shard, r),
         RequestKind::Fetch(r) => ResponseKind::Fetch(fetch(shard, version, r).await),
         RequestKind::ListOffsets(r) => ResponseKind::ListOffsets(list_offsets(shard, r).await),
         RequestKind::FindCoordinator(r) => {
@@ -237,8 +238,9 @@ fn resolve_topic(md: &ClusterMetadata, topic: &TopicName, id: uuid::Uuid) -> Opt
         .map(|t| t.name.clone())
 }
 
-/// The response, or (acks=0) the writes nobody waits for.
-async fn produce(shard: &Rc<Shard>, req: ProduceRequest) -> Result<ProduceResponse, Vec<AckWait>> {
+/// Converts and appends now (in arrival order: no await before the append); answers once the
+/// writes are acknowledged, or (acks=0) hands back the writes nobody waits for.
+fn produce(shard: &Rc<Shard>, req: ProduceRequest) -> Handled {
     let now = now_ms();
     let md = shard.metadata.borrow().clone();
     let acks = Acks::parse(req.acks);
@@ -284,16 +286,19 @@ async fn produce(shard: &Rc<Shard>, req: ProduceRequest) -> Result<ProduceRespon
         response.responses.push(tr);
     }
     if acks == Ok(Acks::None) {
-        return Err(waits);
+        return Handled::Unanswered(waits);
     }
-    for (i, e) in await_acks(shard, waits, deadline).await {
-        let (t, p) = slots[i];
-        let pr = &mut response.responses[t].partition_responses[p];
-        pr.error_code = e.code.code();
-        pr.error_message = Some(StrBytes::from_string(e.message));
-        pr.base_offset = -1;
-    }
-    Ok(response)
+    let shard = shard.clone();
+    Handled::Later(Box::pin(async move {
+        for (i, e) in await_acks(&shard, waits, deadline).await {
+            let (t, p) = slots[i];
+            let pr = &mut response.responses[t].partition_responses[p];
+            pr.error_code = e.code.code();
+            pr.error_message = Some(StrBytes::from_string(e.message));
+            pr.base_offset = -1;
+        }
+        ResponseKind::Produce(response)
+    }))
 }
 
 /// Converts one partition's records to a stored batch (checked against the topic's

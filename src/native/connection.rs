@@ -1,11 +1,19 @@
-//! One client connection: read a frame, dispatch it, write the response, in order.
+//! One client connection, pipelined: a reader reads, decodes and handles requests one after
+//! another while a writer answers them in request order.
+//!
+//! A produce is validated and appended by the reader, in arrival order (so a partition's
+//! append order is the arrival order), and only its acknowledgement wait overlaps the next
+//! requests. At most `--max-in-flight-requests-per-connection` replies are queued or being
+//! written ([`InOrder`]); past it the connection is not read. Other requests are handled by the
+//! reader one at a time, as before. A reply carrying sendfile ranges is a barrier: the reader
+//! reads nothing until it is written, so no operation of ours is on the socket while the
+//! sendfile worker owns it (ARCHITECTURE.md, "Reads").
 //!
 //! Two clocks close a connection: `--connection-idle-timeout-ms` while it waits for a request
-//! (the time a request takes to be handled, a long-poll fetch included, does not count), and
-//! `--fetch-send-timeout-ms` while a response drains into its socket (a client that stops
-//! reading costs only its own connection).
+//! with nothing in flight (a request being handled, a long-poll fetch or an acknowledgement
+//! wait included, does not count), and `--fetch-send-timeout-ms` while a response drains into
+//! its socket (a client that stops reading costs only its own connection).
 
-use std::os::unix::io::AsRawFd;
 use std::rc::Rc;
 
 use futures_lite::AsyncWriteExt;
@@ -14,23 +22,51 @@ use rill_shards::rt::TcpStream;
 use super::{dispatch, Reply};
 use crate::broker::produce::hold_until_acked;
 use crate::broker::Shard;
+use crate::log::ReadChunk;
 use crate::net::conn_limits::{accepted, after, shutdown, until};
+use crate::net::in_order::InOrder;
 use crate::net::request_memory::read_frame;
+use crate::net::shared_stream::SharedStream;
 use crate::protocol::frame::{encode_meta, encode_response_head, FrameError, RequestFrame};
 use crate::protocol::messages::ErrorBody;
 use crate::protocol::ErrorCode;
 
-pub async fn serve(shard: Rc<Shard>, mut stream: TcpStream) {
+/// A reply with the correlation id it answers.
+type Answer = (u32, Reply);
+
+pub async fn serve(shard: Rc<Shard>, stream: TcpStream) {
     let peer = accepted(&stream);
+    let stream = SharedStream::new(stream);
+    let replies: InOrder<Answer> = InOrder::new(shard.cfg.max_in_flight_requests_per_connection);
+    let reader = stream.clone();
+    replies
+        .serve(
+            read_requests(&shard, &peer, reader, &replies),
+            write_replies(&shard, &peer, stream, &replies),
+        )
+        .await
+}
+
+/// Reads and handles requests until the client closes, stays idle or sends a bad frame
+/// (answered, then the connection closes).
+async fn read_requests(
+    shard: &Rc<Shard>,
+    peer: &str,
+    mut stream: SharedStream,
+    replies: &InOrder<Answer>,
+) {
     loop {
-        let idle_until = after(shard.cfg.connection_idle_timeout);
+        // Not read while the bound is reached: a client that does not read its replies stops
+        // being read.
+        replies.room().await;
         // Waiting for request memory counts as idle: the request is not in yet.
         let read = read_frame(
             &mut stream,
             shard.cfg.max_frame_bytes,
             &shard.request_memory,
         );
-        let Some(read) = until(&shard.deadlines, idle_until, read).await else {
+        let idle = shard.cfg.connection_idle_timeout;
+        let Some(read) = replies.unless_idle(&shard.deadlines, idle, read).await else {
             log::debug!(
                 "{peer}: no request for {} ms (--connection-idle-timeout-ms); closing",
                 shard.cfg.connection_idle_timeout.as_millis()
@@ -43,7 +79,9 @@ pub async fn serve(shard: Rc<Shard>, mut stream: TcpStream) {
             Err(e) => {
                 log::debug!("{peer}: {e}; closing");
                 // The rest of an oversized frame cannot be skipped safely: answer and close.
-                let _ = write_error(&mut stream, 0, e.code(), &e.to_string()).await;
+                replies
+                    .push_ready((0, Reply::Error(e.code(), e.to_string())))
+                    .await;
                 return;
             }
         };
@@ -51,29 +89,54 @@ pub async fn serve(shard: Rc<Shard>, mut stream: TcpStream) {
             Ok(f) => f,
             Err(e) => {
                 log::debug!("{peer}: {e}; closing");
-                let _ = write_error(&mut stream, 0, e.code(), &e.to_string()).await;
+                replies
+                    .push_ready((0, Reply::Error(e.code(), e.to_string())))
+                    .await;
                 return;
             }
         };
         let correlation = frame.header.correlation_id;
-        let reply = dispatch(&shard, frame).await;
-        // The request is done: what a produce keeps of its frame is the tail cache's and
-        // the pending writes' (see `request_memory`); unanswered writes keep the grant.
-        let reply = match reply {
-            Reply::Unanswered(waits) => {
-                hold_until_acked(&shard, waits, grant);
-                continue;
+        // The request is done when its reply is: what a produce keeps of its frame is the
+        // tail cache's and the pending writes' (see `request_memory`); unanswered writes
+        // keep the grant until durable.
+        match dispatch(shard, frame).await {
+            Reply::Unanswered(waits) => hold_until_acked(shard, waits, grant),
+            Reply::Later(later) => {
+                replies
+                    .push(Box::pin(async move {
+                        let reply = later.await;
+                        drop(grant);
+                        (correlation, reply)
+                    }))
+                    .await
             }
-            other => {
+            reply => {
                 drop(grant);
-                other
+                let barrier = matches!(&reply, Reply::Meta(_, chunks)
+                    if chunks.iter().any(|c| matches!(c, ReadChunk::Sendfile(_))));
+                replies.push_ready((correlation, reply)).await;
+                if barrier {
+                    replies.drained().await;
+                }
             }
-        };
+        }
+    }
+}
+
+/// Writes the replies in request order until the reader is done, or a write fails or misses
+/// its deadline (then the socket is shut down).
+async fn write_replies(
+    shard: &Shard,
+    peer: &str,
+    mut stream: SharedStream,
+    replies: &InOrder<Answer>,
+) {
+    let fd = stream.fd();
+    while let Some((correlation, reply)) = replies.next().await {
         let send_until = after(shard.cfg.fetch_send_timeout);
-        let fd = stream.as_raw_fd();
         let write = async {
             match reply {
-                Reply::Unanswered(_) => Ok(()),
+                Reply::Unanswered(_) | Reply::Later(_) => Ok(()),
                 Reply::Error(code, message) => {
                     write_error(&mut stream, correlation, code, &message).await
                 }
@@ -81,7 +144,7 @@ pub async fn serve(shard: Rc<Shard>, mut stream: TcpStream) {
                     let payload_len = chunks.iter().map(|c| c.len()).sum();
                     let head =
                         encode_response_head(correlation, ErrorCode::None, &meta, payload_len);
-                    write_all(&shard, &mut stream, &head, &chunks, send_until).await
+                    write_all(shard, &mut stream, &head, &chunks, send_until).await
                 }
             }
         };
@@ -103,27 +166,26 @@ pub async fn serve(shard: Rc<Shard>, mut stream: TcpStream) {
             shutdown(fd);
             return;
         }
+        replies.written();
     }
 }
 
 async fn write_all(
     shard: &Shard,
-    stream: &mut TcpStream,
+    stream: &mut SharedStream,
     head: &[u8],
-    chunks: &[crate::log::ReadChunk],
+    chunks: &[ReadChunk],
     deadline: std::time::Instant,
 ) -> std::io::Result<()> {
     stream.write_all(head).await?;
     for c in chunks {
         match (c, &shard.sendfile) {
-            (crate::log::ReadChunk::Sendfile(range), Some(worker)) => {
+            (ReadChunk::Sendfile(range), Some(worker)) => {
                 // Nothing of ours may be in flight on the socket while the worker owns it.
                 stream.flush().await?;
-                worker
-                    .send(stream.as_raw_fd(), range.clone(), deadline)
-                    .await?;
+                worker.send(stream.fd(), range.clone(), deadline).await?;
             }
-            (crate::log::ReadChunk::Sendfile(_), None) => {
+            (ReadChunk::Sendfile(_), None) => {
                 return Err(std::io::Error::other(
                     "sendfile range without a sendfile worker",
                 ));
@@ -139,7 +201,7 @@ async fn write_all(
 }
 
 async fn write_error(
-    stream: &mut TcpStream,
+    stream: &mut SharedStream,
     correlation: u32,
     code: ErrorCode,
     message: &str,

@@ -19,6 +19,7 @@ use std::rc::Rc;
 use crate::broker::produce::AckWait;
 use crate::broker::{OpError, Shard};
 use crate::log::ReadChunk;
+use crate::net::in_order::Later;
 use crate::protocol::frame::{encode_meta, FrameError, RequestFrame};
 use crate::protocol::{ApiKey, ErrorCode};
 
@@ -31,6 +32,9 @@ pub enum Reply {
     Error(ErrorCode, String),
     /// An encoded meta body and payload chunks.
     Meta(Vec<u8>, Vec<ReadChunk>),
+    /// The reply once something else is done (a produce's acknowledgements): the connection
+    /// reads the next requests meanwhile and answers in order.
+    Later(Later<Reply>),
 }
 
 impl Reply {
@@ -89,7 +93,7 @@ pub async fn dispatch(shard: &Rc<Shard>, frame: RequestFrame) -> Reply {
         ApiKey::Metadata => metadata::metadata(shard, &frame).await,
         ApiKey::CreateTopics => topics::create(shard, &frame).await,
         ApiKey::DeleteTopics => topics::delete(shard, &frame).await,
-        ApiKey::Produce => produce::produce(shard, frame).await,
+        ApiKey::Produce => produce::produce(shard, frame),
         ApiKey::Fetch => fetch::fetch(shard, &frame).await,
         ApiKey::FilteredFetch => fetch::filtered_fetch(shard, &frame).await,
         ApiKey::DelayedProduce => delayed_produce::delayed_produce(shard, &frame).await,

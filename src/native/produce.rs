@@ -12,7 +12,9 @@ use crate::protocol::frame::RequestFrame;
 use crate::protocol::messages::{ProducePartitionResult, ProduceRequest, ProduceResponse};
 use crate::protocol::ErrorCode;
 
-pub async fn produce(shard: &Rc<Shard>, frame: RequestFrame) -> Reply {
+/// Validates and appends now (in arrival order: no await before the append), and answers
+/// once the writes are acknowledged.
+pub fn produce(shard: &Rc<Shard>, frame: RequestFrame) -> Reply {
     let req: ProduceRequest = match frame.decode_meta() {
         Ok(r) => r,
         Err(e) => return e.into(),
@@ -80,10 +82,13 @@ pub async fn produce(shard: &Rc<Shard>, frame: RequestFrame) -> Reply {
     if acks == Acks::None {
         return Reply::Unanswered(waits);
     }
-    for (i, e) in await_acks(shard, waits, deadline).await {
-        refuse(&mut results[i], e);
-    }
-    Reply::meta(&ProduceResponse {
-        partitions: results,
-    })
+    let shard = shard.clone();
+    Reply::Later(Box::pin(async move {
+        for (i, e) in await_acks(&shard, waits, deadline).await {
+            refuse(&mut results[i], e);
+        }
+        Reply::meta(&ProduceResponse {
+            partitions: results,
+        })
+    }))
 }

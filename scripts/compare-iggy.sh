@@ -1,0 +1,324 @@
+#!/usr/bin/env bash
+# Compares rill with Apache Iggy on Iggy's own workloads, same machine, same run, as ratios.
+#
+# Usage: scripts/compare-iggy.sh [--rounds N] [--quick] IGGY_DIR
+#
+# IGGY_DIR holds iggy-server, iggy-bench and server-config.toml (../shared/peers/iggy here;
+# its README says how they were built and how to read iggy-bench's figures). Every round runs
+# each workload on both systems, alternating which goes first, and the summary gives the
+# medians over the rounds and rill / Iggy:
+#   - produce, 1000-message batches and 100-message batches (msg/s);
+#   - consume from the start what the 1000-message produce wrote (msg/s);
+#   - producer+consumer at a fixed 50 MB/s in (end-to-end latency p50 ... p99.99, and
+#     rill-bench's true max; Iggy's percentiles are means over actors, not pooled);
+#   - produce with an fsync per write (rill --fsync always, Iggy --enforce-fsync);
+#   - a 10 M-message produce (its tail latency, while Iggy's page cache is written back).
+# Shapes: 2 producers (and 2 consumers), 2 partitions on 2 shards for rill, 2 streams of one
+# partition for Iggy, messages of MESSAGE_BYTES [1024] B. rill-bench's batches are sized in
+# bytes: BATCH_OVERHEAD [48] B per message is added so a batch holds as many messages as Iggy's.
+# fio (O_DIRECT 1 MiB writes; 4 KiB write + fdatasync; 64 KiB writes at 50 MB/s) and iperf3
+# (loopback) run once, at the start, in the same data directory.
+#
+# --rounds N [5]: rounds (5 or more for figures to quote); --quick: 1 round and a tenth of the
+# messages (a smoke run; its figures are not to be quoted). Knobs (environment): SCALE [1]
+# divides every message count (e.g. SCALE=10 --rounds 3 for a shorter run), MESSAGE_BYTES,
+# BATCH_OVERHEAD, BENCH_DIR [/tmp] (data and results), RILL_BIN_DIR [built here with cargo build
+# --release], RILL_SHARDS [2]. Results (logs, JSON, results.tsv, summary.md) stay in
+# BENCH_DIR/compare-iggy.*/results. Every process it starts is stopped by pid when it ends.
+# Iggy listens on its config's fixed loopback ports (TCP 8090, QUIC 8080, HTTP 3000, WS 8092).
+set -euo pipefail
+
+usage() { sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; }
+
+rounds=5
+scale=${SCALE:-1}
+iggy_dir=
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --rounds) rounds=$2; shift ;;
+    --quick) rounds=1; scale=10 ;;
+    -h | --help) usage; exit 0 ;;
+    -*) echo "compare-iggy: unknown option $1" >&2; exit 2 ;;
+    *) iggy_dir=$1 ;;
+  esac
+  shift
+done
+[ -n "$iggy_dir" ] || { usage >&2; exit 2; }
+IGGY_SERVER=$iggy_dir/iggy-server
+IGGY_BENCH=$iggy_dir/iggy-bench
+[ -x "$IGGY_SERVER" ] && [ -x "$IGGY_BENCH" ] && [ -f "$iggy_dir/server-config.toml" ] \
+  || { echo "compare-iggy: $iggy_dir has no iggy-server, iggy-bench and server-config.toml" >&2; exit 1; }
+for tool in python3 fio iperf3; do
+  command -v "$tool" >/dev/null 2>&1 || { echo "compare-iggy: $tool is needed (apt-get install $tool)" >&2; exit 1; }
+done
+
+MESSAGE_BYTES=${MESSAGE_BYTES:-1024}
+BATCH_OVERHEAD=${BATCH_OVERHEAD:-48}
+BENCH_DIR=${BENCH_DIR:-/tmp}
+RILL_SHARDS=${RILL_SHARDS:-2}
+# 2 actors x batches x messages per batch, as iggy-bench counts them.
+B1000=$((1000 / scale))     # 1000-message batches per producer: 2 M messages
+B100=$((10000 / scale))     # 100-message batches per producer: 2 M messages
+B10M=$((5000 / scale))      # 1000-message batches per producer: 10 M messages
+BE2E=$((2442 / scale))      # 100-message batches per producer at 50 MB/s in
+E2E_RATE=$((50000000 / MESSAGE_BYTES)) # msg/s over both producers: 50 MB/s
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+if [ -z "${RILL_BIN_DIR:-}" ]; then
+  echo "== building rill and rill-bench (release)"
+  (cd "$repo" && cargo build --release -p rill -p rill-bench --bins)
+  RILL_BIN_DIR=${CARGO_TARGET_DIR:-$repo/target}/release
+fi
+RILL=$RILL_BIN_DIR/rill
+BENCH=$RILL_BIN_DIR/rill-bench
+[ -x "$RILL" ] && [ -x "$BENCH" ] || { echo "compare-iggy: no rill/rill-bench in $RILL_BIN_DIR" >&2; exit 1; }
+
+work=$(mktemp -d "$BENCH_DIR/compare-iggy.XXXXXX")
+results=$work/results
+mkdir -p "$results"
+tsv=$results/results.tsv
+: >"$tsv"
+
+# --- processes we start, stopped by pid --------------------------------------------------
+pids=()
+stop_pid() {
+  local pid=$1 i
+  kill -0 "$pid" 2>/dev/null || return 0
+  kill -TERM "$pid" 2>/dev/null || true
+  for i in $(seq 1 100); do
+    kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null || true; return 0; }
+    sleep 0.1
+  done
+  kill -KILL "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+}
+server=
+stop_server() { [ -z "$server" ] || stop_pid "$server"; server=; rm -rf "$work/data"; }
+cleanup() {
+  local pid
+  stop_server
+  for pid in "${pids[@]}"; do stop_pid "$pid"; done
+  rm -rf "$work/data" "$work/fio"
+  echo "== results kept in $results"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+wait_port() { # PORT SECONDS NAME (gives up early if the server started last exited)
+  local i
+  for i in $(seq 1 $(($2 * 10))); do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
+    if [ -n "$server" ] && ! kill -0 "$server" 2>/dev/null; then
+      echo "compare-iggy: $3 exited before listening (see $results)" >&2
+      exit 1
+    fi
+    sleep 0.1
+  done
+  echo "compare-iggy: $3 did not listen on port $1 within $2 s" >&2
+  exit 1
+}
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); p=s.getsockname()[1]
+while any(socket.socket().connect_ex(("127.0.0.1", q)) == 0 for q in range(p, p + 4)): p += 4
+print(p)'
+}
+record() { printf '%s\t%s\t%s\t%s\t%s\n' "$@" >>"$tsv"; } # system workload round metric value
+
+# --- the machine: disk and loopback, once --------------------------------------------------
+echo "== machine: $(nproc) cpus, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), kernel $(uname -r), $(date -u +%Y-%m-%dT%H:%MZ)"
+mkdir -p "$work/fio"
+fio --name=seq1m --directory="$work/fio" --rw=write --bs=1M --size=1G --direct=1 --ioengine=io_uring \
+  --iodepth=8 --output-format=json >"$results/fio-seq1m.json"
+fio --name=sync4k --directory="$work/fio" --rw=write --bs=4k --size=20M --direct=1 --fdatasync=1 \
+  --ioengine=sync --output-format=json >"$results/fio-sync4k.json"
+fio --name=rate64k --directory="$work/fio" --rw=write --bs=64k --size=1G --direct=1 --rate=50m \
+  --ioengine=sync --runtime=10 --time_based --output-format=json >"$results/fio-rate64k.json"
+rm -rf "$work/fio"
+iperf_port=$(free_port)
+iperf3 -s -B 127.0.0.1 -p "$iperf_port" >/dev/null 2>&1 &
+iperf_pid=$!
+pids+=("$iperf_pid")
+# Not probed with a connection (iperf3 takes it for a test): the client retries instead.
+for i in $(seq 1 50); do
+  iperf3 -c 127.0.0.1 -p "$iperf_port" -t 5 -J >"$results/iperf3.json" 2>/dev/null && break
+  sleep 0.2
+done
+stop_pid "$iperf_pid"
+python3 - "$results" <<'EOF' | tee "$results/machine.md"
+import json, sys
+d = sys.argv[1]
+seq = json.load(open(f"{d}/fio-seq1m.json"))["jobs"][0]["write"]
+sync = json.load(open(f"{d}/fio-sync4k.json"))["jobs"][0]["sync"]["lat_ns"]["percentile"]
+rate = json.load(open(f"{d}/fio-rate64k.json"))["jobs"][0]["write"]["clat_ns"]["percentile"]
+ip = json.load(open(f"{d}/iperf3.json"))["end"]["sum_received"]["bits_per_second"]
+print(f"- fio O_DIRECT 1 MiB sequential writes (io_uring, depth 8): {seq['bw'] * 1024 / 1e6:.0f} MB/s")
+print(f"- fio 4 KiB write + fdatasync: p50 {sync['50.000000'] / 1e3:.0f} us, p99 {sync['99.000000'] / 1e3:.0f} us")
+print(f"- fio 64 KiB O_DIRECT writes at 50 MB/s, one at a time: p50 {rate['50.000000'] / 1e3:.0f} us, "
+      f"p99 {rate['99.000000'] / 1e3:.0f} us, p99.99 {rate['99.990000'] / 1e3:.0f} us")
+print(f"- iperf3 loopback: {ip / 1e9:.1f} Gbit/s")
+EOF
+
+# --- the two systems -----------------------------------------------------------------------
+start_rill() { # FSYNC
+  local port
+  port=$(free_port)
+  RILL_ADDR=127.0.0.1:$port
+  "$RILL" broker --data-dir "$work/data" --shards "$RILL_SHARDS" --fsync "$1" --listen "$RILL_ADDR" \
+    --kafka-listen off >>"$results/rill-broker.log" 2>&1 &
+  server=$!
+  wait_port "$port" 120 rill
+}
+start_iggy() {
+  for p in 8090 8080 3000 8092; do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+      echo "compare-iggy: port $p is taken: Iggy's config needs it" >&2
+      exit 1
+    fi
+  done
+  IGGY_CONFIG_PATH=$iggy_dir/server-config.toml IGGY_SYSTEM_PATH=$work/data \
+    "$IGGY_SERVER" --fresh --with-default-root-credentials >>"$results/iggy-server.log" 2>&1 &
+  server=$!
+  wait_port 8090 120 iggy-server
+}
+
+# rill-bench WORKLOAD NAME ROUND ARGS...: msg/s and latency percentiles (us).
+rill_bench() {
+  local workload=$1 name=$2 round=$3 json
+  shift 3
+  json=$results/rill-$name-$round.json
+  if "$BENCH" "$workload" -b "$RILL_ADDR" --partitions 2 --message-bytes "$MESSAGE_BYTES" "$@" \
+    --json "$json" >>"$results/rill-bench.log" 2>&1; then
+    python3 - "$json" <<'EOF' | while read -r metric value; do record rill "$name" "$round" "$metric" "$value"; done
+import json, sys
+r = json.load(open(sys.argv[1]))
+print("msgs_per_sec", r["msgs_per_sec"])
+for k in ("p50", "p99", "p999", "p9999", "max"):
+    print(k + "_us", r["latency_us"][k])
+EOF
+    echo "   rill $name: $(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); l=r["latency_us"]; print("%.0f msg/s, p50 %.0f us, p99 %.0f us, p99.99 %.0f us" % (r["msgs_per_sec"], l["p50"], l["p99"], l["p9999"]))' "$json")"
+  else
+    record rill "$name" "$round" failed 1
+    echo "   rill $name: FAILED (see $results/rill-bench.log)"
+  fi
+}
+
+# iggy-bench NAME ROUND GLOBAL-ARGS... -- COMMAND-ARGS...: its total msg/s and percentiles
+# (ms, converted to us), the consumers' where it has consumers.
+iggy_bench() {
+  local name=$1 round=$2 out global=()
+  shift 2
+  while [ "$1" != -- ]; do global+=("$1"); shift; done
+  shift
+  out=$results/iggy-$name-$round.log
+  if timeout 1200 "$IGGY_BENCH" -m "$MESSAGE_BYTES" "${global[@]}" "$@" tcp --nodelay >"$out" 2>&1; then
+    python3 - "$out" <<'EOF' | while read -r metric value; do record iggy "$name" "$round" "$metric" "$value"; done
+import re, sys
+text = re.sub(r"\x1b\[[0-9;]*m", "", open(sys.argv[1]).read())
+# "Producers Results: Total throughput: X MB/s, Y messages/s, ..., p50 latency: Z ms, ...,
+# p9999 latency: Z ms, ..., max: Z ms, ..."; with consumers, theirs is producer-to-consumer.
+results = dict(re.findall(r"^(Producers|Consumers) Results: (.*)$", text, re.M))
+line = results.get("Consumers") or results.get("Producers") or ""
+m = re.search(r"Total throughput:\s*[0-9.]+\s*MB/s,\s*([0-9.]+)\s*messages/s", line)
+if m:
+    print("msgs_per_sec", m.group(1))
+for key, metric in (("p50 latency", "p50_us"), ("p99 latency", "p99_us"), ("p999 latency", "p999_us"),
+                    ("p9999 latency", "p9999_us"), ("max", "max_us")):
+    m = re.search(rf"\b{key}:\s*([0-9.]+)\s*ms", line)
+    if m:
+        print(metric, float(m.group(1)) * 1000)
+EOF
+    echo "   iggy $name: $(sed 's/\x1b\[[0-9;]*m//g' "$out" | grep -E '^(Producers|Consumers) Results' | tail -n 1 | cut -c1-160)"
+  else
+    record iggy "$name" "$round" failed 1
+    echo "   iggy $name: FAILED (see $out)"
+  fi
+}
+
+batch_bytes() { echo $(($1 * (MESSAGE_BYTES + BATCH_OVERHEAD) + 256)); } # MESSAGES per batch (+ header)
+
+run_rill() { # ROUND
+  local r=$1
+  start_rill never
+  rill_bench produce produce-1000 "$r" --topic p1000 --producers 2 --acks 1 --linger-ms 5 \
+    --messages $((2 * B1000 * 1000)) --batch-bytes "$(batch_bytes 1000)"
+  rill_bench consume consume "$r" --topic p1000 --consumers 2 --messages $((2 * B1000 * 1000))
+  rill_bench produce produce-100 "$r" --topic p100 --producers 2 --acks 1 --linger-ms 5 \
+    --messages $((2 * B100 * 100)) --batch-bytes "$(batch_bytes 100)"
+  rill_bench e2e e2e-50mb "$r" --topic e2e --producers 2 --consumers 2 --acks 1 --linger-ms 0 \
+    --rate "$E2E_RATE" --messages $((2 * BE2E * 100)) --batch-bytes "$(batch_bytes 100)"
+  rill_bench produce produce-10m "$r" --topic p10m --producers 2 --acks 1 --linger-ms 5 \
+    --messages $((2 * B10M * 1000)) --batch-bytes "$(batch_bytes 1000)"
+  stop_server
+  start_rill always
+  rill_bench produce produce-fsync "$r" --topic pfsync --producers 2 --acks 1 --linger-ms 5 \
+    --messages $((2 * B1000 * 1000 / 4)) --batch-bytes "$(batch_bytes 1000)"
+  stop_server
+}
+
+run_iggy() { # ROUND
+  local r=$1
+  start_iggy
+  iggy_bench produce-1000 "$r" -P 1000 -b "$B1000" -- pinned-producer --producers 2 --streams 2
+  iggy_bench consume "$r" -P 1000 -b "$B1000" --reuse-streams -- pinned-consumer --consumers 2 --streams 2
+  iggy_bench produce-100 "$r" -P 100 -b "$B100" -- pinned-producer --producers 2 --streams 2
+  iggy_bench e2e-50mb "$r" -P 100 -b "$BE2E" -r 100MB -- pinned-producer-and-consumer \
+    --producers 2 --consumers 2 --streams 2
+  iggy_bench produce-10m "$r" -P 1000 -b "$B10M" -- pinned-producer --producers 2 --streams 2
+  iggy_bench produce-fsync "$r" -P 1000 -b $((B1000 / 4)) --enforce-fsync -- pinned-producer \
+    --producers 2 --streams 2
+  stop_server
+}
+
+echo "== $rounds rounds, messages of $MESSAGE_BYTES B, 2 producers / 2 consumers, rill on $RILL_SHARDS shards"
+for r in $(seq 1 "$rounds"); do
+  if [ $((r % 2)) = 1 ]; then order=(rill iggy); else order=(iggy rill); fi
+  echo "== round $r of $rounds: ${order[*]}"
+  for s in "${order[@]}"; do "run_$s" "$r"; done
+done
+
+# --- summary -------------------------------------------------------------------------------
+echo
+echo "== medians of $rounds rounds ($(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) cpus, $(uname -r))"
+python3 - "$tsv" "$rounds" <<'EOF' | tee "$results/summary.md"
+import collections, statistics, sys
+
+rows = collections.defaultdict(list)
+failed = collections.Counter()
+for line in open(sys.argv[1]):
+    system, workload, rnd, metric, value = line.rstrip("\n").split("\t")
+    if metric == "failed":
+        failed[(system, workload)] += 1
+    elif value:
+        rows[(system, workload, metric)].append(float(value))
+
+def med(system, workload, metric):
+    v = rows.get((system, workload, metric))
+    return statistics.median(v) if v else None
+
+def fmt(x, unit):
+    if x is None:
+        return "n/a"
+    return f"{x:,.0f}" if unit == "msg/s" else f"{x / 1000:,.2f} ms"
+
+lines = [
+    ("produce-1000", "msgs_per_sec", "msg/s", "produce, 1000-message batches"),
+    ("produce-100", "msgs_per_sec", "msg/s", "produce, 100-message batches"),
+    ("consume", "msgs_per_sec", "msg/s", "consume from the start"),
+    ("e2e-50mb", "p50_us", "ms", "50 MB/s in, consumers along: p50"),
+    ("e2e-50mb", "p99_us", "ms", "50 MB/s in, consumers along: p99"),
+    ("e2e-50mb", "p999_us", "ms", "50 MB/s in, consumers along: p99.9"),
+    ("e2e-50mb", "p9999_us", "ms", "50 MB/s in, consumers along: p99.99"),
+    ("e2e-50mb", "max_us", "ms", "50 MB/s in, consumers along: max (rill true, Iggy bucket)"),
+    ("produce-fsync", "msgs_per_sec", "msg/s", "produce, fsync per write"),
+    ("produce-10m", "msgs_per_sec", "msg/s", "10 M-message produce"),
+    ("produce-10m", "p9999_us", "ms", "10 M-message produce: p99.99"),
+]
+print(f"| workload ({sys.argv[2]} rounds, medians) | Iggy | rill | rill / Iggy |")
+print("|---|---|---|---|")
+for workload, metric, unit, label in lines:
+    i, r = med("iggy", workload, metric), med("rill", workload, metric)
+    ratio = "n/a" if i is None or r is None or i == 0 else f"{r / i:.2f}x"
+    print(f"| {label} | {fmt(i, unit)} | {fmt(r, unit)} | {ratio} |")
+for (system, workload), n in sorted(failed.items()):
+    print(f"\n{system} {workload}: failed in {n} round(s)")
+EOF
