@@ -487,3 +487,80 @@ fn cli_headers_go_in_order_with_repeats_and_a_bare_name_is_a_null_value() {
     );
     assert_eq!(got[0].value.as_deref(), Some(&b"one"[..]));
 }
+
+/// OffsetCommit at `version` of (partition, offset, committed leader epoch) for topic t.
+fn commit_offsets(addr: &str, version: i16, group: &str, parts: &[(i32, i64, i32)]) {
+    use kafka_protocol::messages::offset_commit_request::{
+        OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+    };
+    use kafka_protocol::messages::{GroupId, OffsetCommitRequest, OffsetCommitResponse};
+    let mut t = OffsetCommitRequestTopic::default();
+    t.name = TopicName(StrBytes::from_static_str("t"));
+    for &(partition, offset, epoch) in parts {
+        let mut p = OffsetCommitRequestPartition::default();
+        p.partition_index = partition;
+        p.committed_offset = offset;
+        p.committed_leader_epoch = epoch;
+        t.partitions.push(p);
+    }
+    let mut req = OffsetCommitRequest::default();
+    req.group_id = GroupId(StrBytes::from_string(group.to_string()));
+    req.generation_id_or_member_epoch = -1;
+    req.topics = vec![t];
+    let r: OffsetCommitResponse = call(addr, ApiKey::OffsetCommit, version, &req);
+    for p in &r.topics[0].partitions {
+        assert_eq!(p.error_code, 0, "commit v{version} {p:?}");
+    }
+}
+
+/// OffsetFetch (v5..v7 shape) of topic t's partitions: (partition, offset, leader epoch).
+fn fetch_offsets(addr: &str, version: i16, group: &str, parts: &[i32]) -> Vec<(i32, i64, i32)> {
+    use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
+    use kafka_protocol::messages::{GroupId, OffsetFetchRequest, OffsetFetchResponse};
+    let mut t = OffsetFetchRequestTopic::default();
+    t.name = TopicName(StrBytes::from_static_str("t"));
+    t.partition_indexes = parts.to_vec();
+    let mut req = OffsetFetchRequest::default();
+    req.group_id = GroupId(StrBytes::from_string(group.to_string()));
+    req.topics = Some(vec![t]);
+    let r: OffsetFetchResponse = call(addr, ApiKey::OffsetFetch, version, &req);
+    assert_eq!(r.error_code, 0);
+    r.topics[0]
+        .partitions
+        .iter()
+        .map(|p| {
+            assert_eq!(p.error_code, 0);
+            (
+                p.partition_index,
+                p.committed_offset,
+                p.committed_leader_epoch,
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn offset_commit_keeps_the_committed_leader_epoch_across_a_restart() {
+    let mut b = TestBroker::start_kafka(1, &[]);
+    b.client().create_topic("t", 3, 1, vec![]).unwrap();
+    let kafka = b.kafka_bootstrap();
+    // v8 carries the epoch; -1 means the client did not know it; v5 has no epoch field.
+    commit_offsets(&kafka, 8, "g", &[(0, 10, 5), (1, 20, -1)]);
+    commit_offsets(&kafka, 5, "g", &[(2, 30, 9)]);
+    let want = vec![(0, 10, 5), (1, 20, -1), (2, 30, -1)];
+    assert_eq!(fetch_offsets(&kafka, 7, "g", &[0, 1, 2]), want);
+    // A later commit without an epoch replaces the epoch too.
+    commit_offsets(&kafka, 8, "h", &[(0, 1, 3)]);
+    commit_offsets(&kafka, 8, "h", &[(0, 2, -1)]);
+    assert_eq!(fetch_offsets(&kafka, 7, "h", &[0]), vec![(0, 2, -1)]);
+    // Read back from __consumer_offsets after a crash.
+    b.restart();
+    let kafka = b.kafka_bootstrap();
+    assert_eq!(fetch_offsets(&kafka, 7, "g", &[0, 1, 2]), want);
+    // OffsetFetch v4 has no epoch field: the offsets alone.
+    let v4: Vec<i64> = fetch_offsets(&kafka, 4, "g", &[0, 1, 2])
+        .iter()
+        .map(|p| p.1)
+        .collect();
+    assert_eq!(v4, vec![10, 20, 30]);
+}

@@ -290,7 +290,7 @@ fn offsets_commit_durably_and_read_back_only_at_the_coordinator() {
             .expect("committed");
         let got = offsets::committed(&shard, "g", Some(vec![("t".into(), 0), ("t".into(), 1)]))
             .expect("fetched");
-        assert_eq!(got[0].offset.as_ref().map(|o| o.0), Some(42));
+        assert_eq!(got[0].offset.as_ref().map(|o| o.offset), Some(42));
         assert_eq!(got[1].offset, None);
         let all = offsets::committed(&shard, "g", None).expect("all");
         assert_eq!((all.len(), all[0].partition), (1, 0));
