@@ -564,3 +564,60 @@ fn offset_commit_keeps_the_committed_leader_epoch_across_a_restart() {
         .collect();
     assert_eq!(v4, vec![10, 20, 30]);
 }
+
+#[test]
+fn authorized_operations_are_every_supported_one_when_asked_and_absent_otherwise() {
+    use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+    use kafka_protocol::messages::{
+        DescribeGroupsRequest, DescribeGroupsResponse, GroupId, MetadataRequest, MetadataResponse,
+    };
+    // Kafka without an authorizer: every operation of the resource type (READ 3, WRITE 4,
+    // CREATE 5, DELETE 6, ALTER 7, DESCRIBE 8, CLUSTER_ACTION 9, DESCRIBE_CONFIGS 10,
+    // ALTER_CONFIGS 11, IDEMPOTENT_WRITE 12).
+    let bits = |ops: &[i32]| ops.iter().map(|op| 1 << op).sum::<i32>();
+    let topic_ops = bits(&[3, 4, 5, 6, 7, 8, 10, 11]);
+    let cluster_ops = bits(&[5, 7, 8, 9, 10, 11, 12]);
+    let group_ops = bits(&[3, 6, 8]);
+
+    let b = TestBroker::start_kafka(1, &[]);
+    b.client().create_topic("t", 1, 1, vec![]).unwrap();
+    let kafka = b.kafka_bootstrap();
+    let metadata = |version: i16, asked: bool| -> MetadataResponse {
+        let mut t = MetadataRequestTopic::default();
+        t.name = Some(TopicName(StrBytes::from_static_str("t")));
+        let mut req = MetadataRequest::default();
+        req.topics = Some(vec![t]);
+        req.include_topic_authorized_operations = asked;
+        req.include_cluster_authorized_operations = asked && version <= 10;
+        call(&kafka, ApiKey::Metadata, version, &req)
+    };
+    for version in [8i16, 10, 12] {
+        let r = metadata(version, true);
+        assert_eq!(r.topics[0].error_code, 0);
+        assert_eq!(
+            r.topics[0].topic_authorized_operations, topic_ops,
+            "v{version}"
+        );
+        if version <= 10 {
+            assert_eq!(r.cluster_authorized_operations, cluster_ops, "v{version}");
+        }
+        let r = metadata(version, false);
+        assert_eq!(
+            r.topics[0].topic_authorized_operations,
+            i32::MIN,
+            "v{version}"
+        );
+        assert_eq!(r.cluster_authorized_operations, i32::MIN, "v{version}");
+    }
+
+    commit_offsets(&kafka, 8, "g", &[(0, 1, -1)]);
+    for asked in [true, false] {
+        let mut req = DescribeGroupsRequest::default();
+        req.groups = vec![GroupId(StrBytes::from_static_str("g"))];
+        req.include_authorized_operations = asked;
+        let r: DescribeGroupsResponse = call(&kafka, ApiKey::DescribeGroups, 5, &req);
+        assert_eq!(r.groups[0].error_code, 0);
+        let want = if asked { group_ops } else { i32::MIN };
+        assert_eq!(r.groups[0].authorized_operations, want, "asked: {asked}");
+    }
+}

@@ -30,7 +30,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
-use super::node_id;
+use super::{authorized_operations, node_id};
 use crate::broker::groups::{self, coordinated_here, Leaving};
 use crate::broker::offsets::{self, Committed, Position};
 use crate::broker::{OpError, Shard};
@@ -477,6 +477,7 @@ pub fn describe(shard: &Shard, version: i16, req: DescribeGroupsRequest) -> Desc
                 continue;
             }
         };
+        dg.authorized_operations = authorized_operations::group(req.include_authorized_operations);
         dg.group_state = text(&d.state);
         dg.protocol_type = text(&d.protocol_type);
         dg.protocol_data = text(&d.protocol);
