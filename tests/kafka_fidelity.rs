@@ -621,3 +621,81 @@ fn authorized_operations_are_every_supported_one_when_asked_and_absent_otherwise
         assert_eq!(r.groups[0].authorized_operations, want, "asked: {asked}");
     }
 }
+
+/// ListOffsets (Kafka) of partition 0 of `topic` at a special timestamp: (offset, timestamp).
+fn list_offset(addr: &str, version: i16, topic: &str, timestamp: i64) -> (i64, i64) {
+    use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+    use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
+    let mut p = ListOffsetsPartition::default();
+    p.partition_index = 0;
+    p.timestamp = timestamp;
+    let mut t = ListOffsetsTopic::default();
+    t.name = TopicName(StrBytes::from_string(topic.to_string()));
+    t.partitions = vec![p];
+    let mut req = ListOffsetsRequest::default();
+    req.replica_id = (-1).into();
+    req.topics = vec![t];
+    let r: ListOffsetsResponse = call(addr, ApiKey::ListOffsets, version, &req);
+    let pr = &r.topics[0].partitions[0];
+    assert_eq!(pr.error_code, 0, "v{version} at {timestamp}");
+    (pr.offset, pr.timestamp)
+}
+
+#[test]
+fn max_timestamp_is_the_record_with_the_largest_create_time_across_segments_and_restarts() {
+    let mut b = TestBroker::start_kafka(1, &[]);
+    let mut c = b.client();
+    let small = vec![("segment.bytes".to_string(), "65536".to_string())];
+    c.create_topic("t", 1, 1, small).unwrap();
+    c.create_topic("empty", 1, 1, vec![]).unwrap();
+    let kafka = b.kafka_bootstrap();
+    // A partition without records has no max: -1, -1 (as Kafka answers).
+    assert_eq!(list_offset(&kafka, 7, "empty", -3), (-1, -1));
+
+    // 400 records of 1 KiB (several segments), create times rising except two records in the
+    // first segment and one in the last holding the largest: the first of them is the answer.
+    let base = 1_700_000_000_000i64;
+    let top = base + 10_000_000;
+    let p = rill_testkit::producer(&b, 16 << 10);
+    let value = vec![b'v'; 1024];
+    let reports: Vec<_> = (0..400i64)
+        .map(|i| {
+            let ts = if [37, 38, 390].contains(&i) {
+                top
+            } else {
+                base + i
+            };
+            p.send(
+                ProducerRecord::new("t", value.as_slice())
+                    .partition(0)
+                    .timestamp(ts),
+            )
+            .unwrap()
+        })
+        .collect();
+    p.flush().unwrap();
+    for r in reports {
+        r.wait().unwrap();
+    }
+    let dir = rill_testkit::partition_dir(&b.data_dir(), "t", 0);
+    let segments = rill_testkit::segment_files(&dir).len();
+    assert!(segments >= 4, "{segments} segments");
+    let check = |kafka: &str, c: &mut rill::client::Client| {
+        for version in [7i16, 8] {
+            assert_eq!(list_offset(kafka, version, "t", -3), (37, top));
+        }
+        // Earliest local (v8) is the earliest: every segment is local.
+        assert_eq!(list_offset(kafka, 8, "t", -4).0, 0);
+        assert_eq!(
+            c.list_offset("t", 0, rill::protocol::messages::MAX_TIMESTAMP)
+                .unwrap(),
+            Some(37),
+            "native"
+        );
+    };
+    check(&kafka, &mut c);
+    // Closed segments reopen from their index trailers (max timestamp kept there).
+    b.restart();
+    let kafka = b.kafka_bootstrap();
+    check(&kafka, &mut b.client());
+}

@@ -505,6 +505,25 @@ impl PartitionLog {
             .iter()
             .find_map(|s| s.reader_for_timestamp(ts))
     }
+
+    /// The largest record timestamp of the log, with a reader for the first segment holding
+    /// it (positioned by its time index); `None` for a log without records. Each segment's
+    /// max timestamp is kept in its index (and its trailer once closed), so this reads no file.
+    pub fn reader_for_max_timestamp(&self) -> Option<(i64, SegmentReader)> {
+        // The first segment of the largest: Kafka answers the first record with the max.
+        let top = self
+            .segments
+            .iter()
+            .fold(None::<&Segment>, |top, s| match top {
+                Some(t) if t.max_timestamp() >= s.max_timestamp() => Some(t),
+                _ => Some(s),
+            })?;
+        let ts = top.max_timestamp();
+        if ts == i64::MIN {
+            return None;
+        }
+        top.reader_for_timestamp(ts).map(|r| (ts, r))
+    }
 }
 
 const LOG_START_FILE: &str = "log-start-offset";

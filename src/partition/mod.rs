@@ -368,6 +368,20 @@ impl Partition {
         }
     }
 
+    /// The offset and timestamp of the record with the largest timestamp (the first such
+    /// record if several share it; timestamps are the producers' create times, so not always
+    /// the last record's), below the high watermark; `None` while there is none. No record
+    /// is later than the max, so it is the first record at or after the max timestamp in the
+    /// segment holding it: the time index finds it with a bounded scan.
+    pub async fn offset_of_max_timestamp(&self) -> Result<Option<(u64, i64)>, LogError> {
+        let hw = self.high_watermark.get();
+        let reader = self.log.borrow().reader_for_max_timestamp();
+        match reader {
+            Some((ts, r)) => r.find_timestamp(ts, hw).await,
+            None => Ok(None),
+        }
+    }
+
     /// Writes the high watermark checkpoint if it moved since the last one: recovery refuses
     /// to hand out offsets below it again (see [`PartitionLog::open`]). The file is synced on
     /// the executor's blocking pool, off the shard thread.
