@@ -86,6 +86,7 @@ impl Partition {
         cleaned_to: u64,
         cfg: &CleanerConfig,
         throttle: &mut Throttle,
+        forget_cached: &dyn Fn(u64, u64),
     ) -> Result<PassOutcome, LogError> {
         let s = self.settings();
         let mut outcome = PassOutcome::default();
@@ -187,7 +188,11 @@ impl Partition {
                 Err(e) => Err(e),
             };
             match reopened {
-                Ok(seg) => self.log.borrow_mut().end_swap(Some(seg)),
+                Ok(seg) => {
+                    self.log.borrow_mut().end_swap(Some(seg));
+                    // Cached batches of the segment are the uncompacted ones.
+                    forget_cached(self.cache_key, next);
+                }
                 Err(e) => {
                     // The old segment keeps serving; the files are finished at the next open.
                     self.log.borrow_mut().end_swap(None);
@@ -196,7 +201,9 @@ impl Partition {
             }
             outcome.segments_rewritten += 1;
             outcome.records_dropped += cleaned.dropped;
-            outcome.bytes_freed += cleaned.bytes_before - cleaned.bytes_after;
+            // A rewrite may grow a segment: survivors scattered among superseded records
+            // become one batch each (80-byte header).
+            outcome.bytes_freed += cleaned.bytes_before.saturating_sub(cleaned.bytes_after);
         }
         outcome.cleaned_to = Some(mapped_to);
         Ok(outcome)
@@ -204,8 +211,13 @@ impl Partition {
 }
 
 /// The cleaner of one shard: every `cfg.backoff`, one pass over each compacted partition
-/// `partitions()` lists, one partition at a time.
-pub async fn run(partitions: impl Fn() -> Vec<Rc<Partition>>, cfg: CleanerConfig) {
+/// `partitions()` lists, one partition at a time; `forget_cached(cache key, below)` drops the
+/// tail cache's batches of a rewritten segment.
+pub async fn run(
+    partitions: impl Fn() -> Vec<Rc<Partition>>,
+    forget_cached: impl Fn(u64, u64),
+    cfg: CleanerConfig,
+) {
     let mut cleaned_to: HashMap<(u64, u32), u64> = HashMap::new();
     let mut throttle = Throttle {
         budget: cfg.io_bytes_per_tick,
@@ -228,7 +240,13 @@ pub async fn run(partitions: impl Fn() -> Vec<Rc<Partition>>, cfg: CleanerConfig
                 }
             };
             match p
-                .compact(crate::clock::now_ms(), from, &cfg, &mut throttle)
+                .compact(
+                    crate::clock::now_ms(),
+                    from,
+                    &cfg,
+                    &mut throttle,
+                    &forget_cached,
+                )
                 .await
             {
                 Ok(o) => {

@@ -422,9 +422,10 @@ async fn run_shard(
         .detach();
     }
     spawn_local(retention_loop(shard.clone())).detach();
-    let cleaned = shard.clone();
+    let (cleaned, cached) = (shard.clone(), shard.clone());
     spawn_local(crate::partition::cleaner::run(
         move || cleaned.all_partitions(),
+        move |key, below| cached.cache.forget_below(key, below),
         shard.cfg.log_cleaner.clone(),
     ))
     .detach();
