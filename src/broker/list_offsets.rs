@@ -3,9 +3,13 @@
 
 use super::{locate, OpError, Shard};
 use crate::protocol::error_code::ErrorCode;
-use crate::protocol::messages::{EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP};
 
-/// Kafka's EARLIEST_LOCAL_TIMESTAMP (ListOffsets v8, tiered storage).
+/// The special timestamps of a ListOffsets query, Kafka's numbers (both protocols use them;
+/// the broker's operations know no wire format, so they are named here).
+const LATEST_TIMESTAMP: i64 = -1;
+const EARLIEST_TIMESTAMP: i64 = -2;
+const MAX_TIMESTAMP: i64 = -3;
+/// EARLIEST_LOCAL_TIMESTAMP (ListOffsets v8, tiered storage).
 const EARLIEST_LOCAL_TIMESTAMP: i64 = -4;
 
 /// Which offset a ListOffsets asks for.

@@ -31,7 +31,7 @@ use rkyv::util::AlignedVec;
 use super::error::LogError;
 use super::index::{SegmentExtent, SparseIndex};
 use super::segment::{index_paths, sync_dir};
-use crate::batch::{BatchBuilder, BatchHeader, BatchView, HEADER_LEN};
+use crate::batch::{BatchBuilder, BatchHeader, BatchView, RecordView, HEADER_LEN};
 
 /// Memory a key takes in a [`KeyMap`] beside its bytes (hash table slot, box, offset).
 pub const KEY_ENTRY_OVERHEAD: usize = 48;
@@ -168,17 +168,21 @@ impl FileBatches {
     }
 }
 
+/// A record or batch of the segment at `path` that does not decode (position `at`).
+fn corrupt_at(path: &Path, at: u64) -> impl Fn(crate::batch::BatchError) -> LogError + '_ {
+    move |e| LogError::Corrupt {
+        path: path.to_path_buf(),
+        position: at,
+        what: e.to_string(),
+    }
+}
+
 /// The keys of one segment with the latest offset of each there.
 pub fn segment_keys(path: &Path) -> Result<HashMap<Box<[u8]>, u64>, LogError> {
     let mut keys: HashMap<Box<[u8]>, u64> = HashMap::new();
     let mut batches = FileBatches::open(path)?;
     while let Some((at, b)) = batches.next_batch()? {
-        let records = b.records().map_err(|e| LogError::Corrupt {
-            path: path.to_path_buf(),
-            position: at,
-            what: e.to_string(),
-        })?;
-        for r in records {
+        for r in b.records().map_err(corrupt_at(path, at))? {
             // Produce refuses keyless records on compacted topics; older ones are kept.
             if let Some(k) = r.key() {
                 match keys.get_mut(k) {
@@ -211,21 +215,16 @@ pub struct Cleaned {
     pub bytes_after: u64,
 }
 
-/// Whether compaction keeps `record` (at `offset`, in a batch appended at `append_ms`).
-fn keeps(
-    map: &KeyMap,
-    rules: &CleanRules,
-    key: Option<&[u8]>,
-    is_tombstone: bool,
-    offset: u64,
-    append_ms: i64,
-) -> bool {
-    let Some(key) = key else { return true };
+/// Whether compaction keeps `record` (of a batch appended at `append_ms`).
+fn keeps(map: &KeyMap, rules: &CleanRules, record: &RecordView<'_>, append_ms: i64) -> bool {
+    let Some(key) = record.key() else {
+        return true;
+    };
     match map.latest(key) {
-        Some(latest) if latest > offset => false,
+        Some(latest) if latest > record.offset => false,
         // Its key's latest record (or one the map does not cover): kept, unless it is a
         // tombstone past delete.retention.ms.
-        _ => !(is_tombstone && append_ms < rules.tombstones_before_ms),
+        _ => !(record.value().is_none() && append_ms < rules.tombstones_before_ms),
     }
 }
 
@@ -253,20 +252,8 @@ pub fn clean_segment(
     let bytes_before = batches.len;
     while let Some((at, b)) = batches.next_batch()? {
         let append_ms = b.header().append_time_ms;
-        let records = b.records().map_err(|e| LogError::Corrupt {
-            path: path.to_path_buf(),
-            position: at,
-            what: e.to_string(),
-        })?;
-        for r in records {
-            if !keeps(
-                map,
-                rules,
-                r.key(),
-                r.value().is_none(),
-                r.offset,
-                append_ms,
-            ) {
+        for r in b.records().map_err(corrupt_at(path, at))? {
+            if !keeps(map, rules, &r, append_ms) {
                 dropped += 1;
             }
         }
@@ -283,24 +270,13 @@ pub fn clean_segment(
     let mut batches = FileBatches::open(path)?;
     while let Some((at, b)) = batches.next_batch()? {
         let append_ms = b.header().append_time_ms;
-        let corrupt = |e: crate::batch::BatchError| LogError::Corrupt {
-            path: path.to_path_buf(),
-            position: at,
-            what: e.to_string(),
-        };
+        let corrupt = corrupt_at(path, at);
         // Runs of surviving records with contiguous offsets, each one new batch.
         let mut run: Option<(u64, BatchBuilder)> = None;
         let mut runs = Vec::new();
         let mut last = None;
-        for r in b.records().map_err(corrupt)? {
-            if !keeps(
-                map,
-                rules,
-                r.key(),
-                r.value().is_none(),
-                r.offset,
-                append_ms,
-            ) {
+        for r in b.records().map_err(&corrupt)? {
+            if !keeps(map, rules, &r, append_ms) {
                 continue;
             }
             if last.is_some_and(|l: u64| l + 1 != r.offset) {
@@ -314,9 +290,9 @@ pub fn clean_segment(
         }
         runs.extend(run);
         for (first, builder) in runs {
-            let mut bytes = builder.build().map_err(corrupt)?;
+            let mut bytes = builder.build().map_err(&corrupt)?;
             crate::batch::stamp_batch(&mut bytes, first, append_ms);
-            let view = BatchView::parse_header(&bytes).map_err(corrupt)?;
+            let view = BatchView::parse_header(&bytes).map_err(&corrupt)?;
             let h = view.header();
             index.on_batch(first, position as u32, h.length, h.max_timestamp_ms);
             out.write_all(&bytes)

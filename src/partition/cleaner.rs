@@ -225,7 +225,13 @@ pub async fn run(
     };
     loop {
         rill_shards::rt::sleep(cfg.backoff).await;
-        for p in partitions() {
+        let live = partitions();
+        // Forget deleted partitions (bounded by the shard's partitions).
+        cleaned_to.retain(|(topic_id, index), _| {
+            live.iter()
+                .any(|p| p.topic_id == *topic_id && p.index == *index)
+        });
+        for p in live {
             if !p.settings().cleanup.compact {
                 continue;
             }
