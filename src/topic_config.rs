@@ -17,13 +17,79 @@ pub const SEGMENT_MS: &str = "segment.ms";
 /// `max.message.bytes`: the largest batch a produce may carry.
 pub const MAX_MESSAGE_BYTES: &str = "max.message.bytes";
 
+/// `cleanup.policy`: `delete` (retention), `compact` (keep the latest record per key), or
+/// both (`compact,delete`).
+pub const CLEANUP_POLICY: &str = "cleanup.policy";
+/// `delete.retention.ms`: how long a compacted topic keeps a tombstone (a null value) that is
+/// the latest record of its key, so consumers can see the deletion.
+pub const DELETE_RETENTION_MS: &str = "delete.retention.ms";
+/// `min.cleanable.dirty.ratio`: a partition is compacted once the share of its closed bytes
+/// written since the last compaction reaches this.
+pub const MIN_CLEANABLE_DIRTY_RATIO: &str = "min.cleanable.dirty.ratio";
+/// `min.compaction.lag.ms`: a record stays uncompacted at least this long.
+pub const MIN_COMPACTION_LAG_MS: &str = "min.compaction.lag.ms";
+/// `max.compaction.lag.ms`: a closed segment is compacted at the latest this long after its
+/// newest record, whatever the dirty ratio.
+pub const MAX_COMPACTION_LAG_MS: &str = "max.compaction.lag.ms";
+
 pub const KNOWN: &[&str] = &[
     RETENTION_MS,
     RETENTION_BYTES,
     SEGMENT_BYTES,
     SEGMENT_MS,
     MAX_MESSAGE_BYTES,
+    CLEANUP_POLICY,
+    DELETE_RETENTION_MS,
+    MIN_CLEANABLE_DIRTY_RATIO,
+    MIN_COMPACTION_LAG_MS,
+    MAX_COMPACTION_LAG_MS,
 ];
+
+/// Kafka's defaults for the compaction settings.
+const DEFAULT_DELETE_RETENTION: Duration = Duration::from_millis(86_400_000);
+const DEFAULT_MIN_CLEANABLE_DIRTY_RATIO: f64 = 0.5;
+
+/// What happens to a topic's old records (`cleanup.policy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CleanupPolicy {
+    /// Closed segments past `retention.ms` / `retention.bytes` are deleted.
+    pub delete: bool,
+    /// Closed segments are rewritten keeping the latest record of each key.
+    pub compact: bool,
+}
+
+impl CleanupPolicy {
+    pub const DELETE: CleanupPolicy = CleanupPolicy {
+        delete: true,
+        compact: false,
+    };
+
+    /// Parses Kafka's list: `delete`, `compact`, `compact,delete` (any order, spaces allowed).
+    pub fn parse(value: &str) -> Option<CleanupPolicy> {
+        let mut p = CleanupPolicy {
+            delete: false,
+            compact: false,
+        };
+        for part in value.split(',').map(str::trim) {
+            match part {
+                "delete" => p.delete = true,
+                "compact" => p.compact = true,
+                _ => return None,
+            }
+        }
+        Some(p)
+    }
+}
+
+impl std::fmt::Display for CleanupPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match (self.compact, self.delete) {
+            (true, true) => "compact,delete",
+            (true, false) => "compact",
+            _ => "delete",
+        })
+    }
+}
 
 const MIN_SEGMENT_BYTES: u64 = 64 << 10;
 
@@ -76,6 +142,34 @@ pub fn validate(configs: &BTreeMap<String, String>) -> Result<(), TopicConfigErr
                     return Err(invalid(key, value, "must be a positive number"));
                 }
             }
+            CLEANUP_POLICY => {
+                if CleanupPolicy::parse(value).is_none() {
+                    return Err(invalid(
+                        key,
+                        value,
+                        "must be delete, compact or compact,delete",
+                    ));
+                }
+            }
+            DELETE_RETENTION_MS | MIN_COMPACTION_LAG_MS => {
+                if parse_i64(key, value)? < 0 {
+                    return Err(invalid(key, value, "must be at least 0"));
+                }
+            }
+            MAX_COMPACTION_LAG_MS => {
+                if parse_i64(key, value)? < 1 {
+                    return Err(invalid(key, value, "must be a positive number"));
+                }
+            }
+            MIN_CLEANABLE_DIRTY_RATIO => {
+                let ok = value
+                    .trim()
+                    .parse::<f64>()
+                    .is_ok_and(|r| (0.0..=1.0).contains(&r));
+                if !ok {
+                    return Err(invalid(key, value, "must be a number from 0 to 1"));
+                }
+            }
             other => {
                 return Err(TopicConfigError::Unknown {
                     key: other.to_string(),
@@ -116,6 +210,13 @@ pub struct TopicSettings {
     pub segment_bytes: u64,
     pub segment_age: Option<Duration>,
     pub max_message_bytes: usize,
+    pub cleanup: CleanupPolicy,
+    pub delete_retention: Duration,
+    /// `min.cleanable.dirty.ratio` in millionths (kept whole so settings compare exactly).
+    pub min_cleanable_dirty_ppm: u32,
+    pub min_compaction_lag: Duration,
+    /// `None`: no maximum (Kafka's default, Long.MAX_VALUE).
+    pub max_compaction_lag: Option<Duration>,
 }
 
 impl TopicSettings {
@@ -131,6 +232,26 @@ impl TopicSettings {
             segment_bytes: num(SEGMENT_BYTES).map_or(d.segment_bytes, |v| v as u64),
             segment_age: num(SEGMENT_MS).map_or(d.segment_age, limit_ms),
             max_message_bytes: num(MAX_MESSAGE_BYTES).map_or(d.max_message_bytes, |v| v as usize),
+            cleanup: configs
+                .get(CLEANUP_POLICY)
+                .and_then(|v| CleanupPolicy::parse(v))
+                .unwrap_or(CleanupPolicy::DELETE),
+            delete_retention: num(DELETE_RETENTION_MS)
+                .and_then(limit_ms)
+                .unwrap_or(DEFAULT_DELETE_RETENTION),
+            min_cleanable_dirty_ppm: (configs
+                .get(MIN_CLEANABLE_DIRTY_RATIO)
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .filter(|r| (0.0..=1.0).contains(r))
+                .unwrap_or(DEFAULT_MIN_CLEANABLE_DIRTY_RATIO)
+                * 1e6) as u32,
+            min_compaction_lag: num(MIN_COMPACTION_LAG_MS)
+                .and_then(limit_ms)
+                .unwrap_or(Duration::ZERO),
+            // Kafka's "no maximum" is Long.MAX_VALUE.
+            max_compaction_lag: num(MAX_COMPACTION_LAG_MS)
+                .filter(|&v| v > 0 && v < i64::MAX)
+                .and_then(limit_ms),
         }
     }
 }
@@ -156,6 +277,12 @@ mod tests {
             ("segment.ms", "0"),
             ("max.message.bytes", "-1"),
             ("retention.msx", "1"),
+            ("cleanup.policy", "compacted"),
+            ("cleanup.policy", ""),
+            ("delete.retention.ms", "-1"),
+            ("min.cleanable.dirty.ratio", "1.5"),
+            ("min.compaction.lag.ms", "x"),
+            ("max.compaction.lag.ms", "0"),
         ] {
             let e = validate(&cfg(&[bad])).unwrap_err();
             let key = match &e {
@@ -180,5 +307,43 @@ mod tests {
         let s = TopicSettings::resolve(&cfg(&[("retention.bytes", "5000")]), &d);
         assert_eq!(s.retention_bytes, Some(5000));
         assert_eq!(s.retention, d.retention);
+    }
+
+    #[test]
+    fn compaction_settings_have_kafkas_names_and_defaults() {
+        let d = TopicDefaults::default();
+        let s = TopicSettings::resolve(&cfg(&[]), &d);
+        assert_eq!(s.cleanup, CleanupPolicy::DELETE);
+        assert_eq!(s.delete_retention, Duration::from_millis(86_400_000));
+        assert_eq!(s.min_cleanable_dirty_ppm, 500_000);
+        assert_eq!(s.min_compaction_lag, Duration::ZERO);
+        assert_eq!(s.max_compaction_lag, None);
+        for (value, compact, delete) in [
+            ("compact", true, false),
+            ("compact,delete", true, true),
+            ("delete, compact", true, true),
+            ("delete", false, true),
+        ] {
+            let c = cfg(&[("cleanup.policy", value)]);
+            validate(&c).expect(value);
+            let p = TopicSettings::resolve(&c, &d).cleanup;
+            assert_eq!((p.compact, p.delete), (compact, delete), "{value}");
+        }
+        let c = cfg(&[
+            ("delete.retention.ms", "100"),
+            ("min.cleanable.dirty.ratio", "0.01"),
+            ("min.compaction.lag.ms", "5"),
+            ("max.compaction.lag.ms", "9223372036854775807"),
+        ]);
+        validate(&c).expect("valid");
+        let s = TopicSettings::resolve(&c, &d);
+        assert_eq!(s.delete_retention, Duration::from_millis(100));
+        assert_eq!(s.min_cleanable_dirty_ppm, 10_000);
+        assert_eq!(s.min_compaction_lag, Duration::from_millis(5));
+        assert_eq!(s.max_compaction_lag, None);
+        assert_eq!(
+            CleanupPolicy::parse("compact,delete").unwrap().to_string(),
+            "compact,delete"
+        );
     }
 }

@@ -175,7 +175,7 @@ fn bad_create_requests_get_kafka_errors_per_topic() {
             {"name": "rf3", "partitions": 1, "rf": 3},
             {"name": "rf0", "partitions": 1, "rf": 0},
             {"name": "badvalue", "partitions": 1, "config": {"retention.ms": "soon"}},
-            {"name": "badkey", "partitions": 1, "config": {"cleanup.policy": "compact"}},
+            {"name": "badkey", "partitions": 1, "config": {"cleanup.policy": "compacted"}},
             {"name": "bad/name", "partitions": 1},
             {"name": "fine", "partitions": 2, "config": {"max.message.bytes": "2000000"}},
         ]),
@@ -188,7 +188,7 @@ fn bad_create_requests_get_kafka_errors_per_topic() {
         ("rf3", Some(38)),   // INVALID_REPLICATION_FACTOR: one broker
         ("rf0", Some(38)),
         ("badvalue", Some(40)), // INVALID_CONFIG
-        ("badkey", Some(40)),   // rill has no compaction
+        ("badkey", Some(40)),   // not delete, compact or both
         ("bad/name", Some(17)), // INVALID_TOPIC_EXCEPTION
         ("fine", None),
     ]
@@ -327,6 +327,30 @@ fn describe_configs_reports_what_was_set_and_the_broker_flags() {
         ((16 << 20).to_string(), DEFAULT_CONFIG)
     );
     assert_eq!(c["cleanup.policy"], ("delete".into(), DEFAULT_CONFIG));
+    // Compaction settings, as set through the admin client.
+    assert_eq!(
+        create(
+            &b,
+            serde_json::json!([{"name": "cmp", "partitions": 1,
+                                "config": {"cleanup.policy": "compact,delete",
+                                           "min.cleanable.dirty.ratio": "0.2"}}]),
+            false
+        )["cmp"],
+        None
+    );
+    let cmp = describe_configs(&b, "topic", "cmp").unwrap();
+    assert_eq!(
+        cmp["cleanup.policy"],
+        ("compact,delete".into(), TOPIC_CONFIG)
+    );
+    assert_eq!(
+        cmp["min.cleanable.dirty.ratio"],
+        ("0.2".into(), TOPIC_CONFIG)
+    );
+    assert_eq!(
+        cmp["delete.retention.ms"],
+        ("86400000".into(), DEFAULT_CONFIG)
+    );
     // A change made through the native protocol shows at once.
     b.client()
         .alter_topic_config("t", vec![("retention.ms".into(), "120000".into())])
@@ -362,7 +386,7 @@ fn describe_configs_reports_what_was_set_and_the_broker_flags() {
             call(&b.kafka_bootstrap(), ApiKey::DescribeConfigs, version, &req);
         let codes: Vec<i16> = r.results.iter().map(|r| r.error_code).collect();
         assert_eq!(codes, vec![42, 42, 0], "v{version}");
-        assert_eq!(r.results[2].configs.len(), 6, "v{version}");
+        assert_eq!(r.results[2].configs.len(), 10, "v{version}");
     }
 }
 

@@ -487,3 +487,215 @@ fn cli_headers_go_in_order_with_repeats_and_a_bare_name_is_a_null_value() {
     );
     assert_eq!(got[0].value.as_deref(), Some(&b"one"[..]));
 }
+
+/// OffsetCommit at `version` of (partition, offset, committed leader epoch) for topic t.
+fn commit_offsets(addr: &str, version: i16, group: &str, parts: &[(i32, i64, i32)]) {
+    use kafka_protocol::messages::offset_commit_request::{
+        OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+    };
+    use kafka_protocol::messages::{GroupId, OffsetCommitRequest, OffsetCommitResponse};
+    let mut t = OffsetCommitRequestTopic::default();
+    t.name = TopicName(StrBytes::from_static_str("t"));
+    for &(partition, offset, epoch) in parts {
+        let mut p = OffsetCommitRequestPartition::default();
+        p.partition_index = partition;
+        p.committed_offset = offset;
+        p.committed_leader_epoch = epoch;
+        t.partitions.push(p);
+    }
+    let mut req = OffsetCommitRequest::default();
+    req.group_id = GroupId(StrBytes::from_string(group.to_string()));
+    req.generation_id_or_member_epoch = -1;
+    req.topics = vec![t];
+    let r: OffsetCommitResponse = call(addr, ApiKey::OffsetCommit, version, &req);
+    for p in &r.topics[0].partitions {
+        assert_eq!(p.error_code, 0, "commit v{version} {p:?}");
+    }
+}
+
+/// OffsetFetch (v5..v7 shape) of topic t's partitions: (partition, offset, leader epoch).
+fn fetch_offsets(addr: &str, version: i16, group: &str, parts: &[i32]) -> Vec<(i32, i64, i32)> {
+    use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
+    use kafka_protocol::messages::{GroupId, OffsetFetchRequest, OffsetFetchResponse};
+    let mut t = OffsetFetchRequestTopic::default();
+    t.name = TopicName(StrBytes::from_static_str("t"));
+    t.partition_indexes = parts.to_vec();
+    let mut req = OffsetFetchRequest::default();
+    req.group_id = GroupId(StrBytes::from_string(group.to_string()));
+    req.topics = Some(vec![t]);
+    let r: OffsetFetchResponse = call(addr, ApiKey::OffsetFetch, version, &req);
+    assert_eq!(r.error_code, 0);
+    r.topics[0]
+        .partitions
+        .iter()
+        .map(|p| {
+            assert_eq!(p.error_code, 0);
+            (
+                p.partition_index,
+                p.committed_offset,
+                p.committed_leader_epoch,
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn offset_commit_keeps_the_committed_leader_epoch_across_a_restart() {
+    let mut b = TestBroker::start_kafka(1, &[]);
+    b.client().create_topic("t", 3, 1, vec![]).unwrap();
+    let kafka = b.kafka_bootstrap();
+    // v8 carries the epoch; -1 means the client did not know it; v5 has no epoch field.
+    commit_offsets(&kafka, 8, "g", &[(0, 10, 5), (1, 20, -1)]);
+    commit_offsets(&kafka, 5, "g", &[(2, 30, 9)]);
+    let want = vec![(0, 10, 5), (1, 20, -1), (2, 30, -1)];
+    assert_eq!(fetch_offsets(&kafka, 7, "g", &[0, 1, 2]), want);
+    // A later commit without an epoch replaces the epoch too.
+    commit_offsets(&kafka, 8, "h", &[(0, 1, 3)]);
+    commit_offsets(&kafka, 8, "h", &[(0, 2, -1)]);
+    assert_eq!(fetch_offsets(&kafka, 7, "h", &[0]), vec![(0, 2, -1)]);
+    // Read back from __consumer_offsets after a crash.
+    b.restart();
+    let kafka = b.kafka_bootstrap();
+    assert_eq!(fetch_offsets(&kafka, 7, "g", &[0, 1, 2]), want);
+    // OffsetFetch v4 has no epoch field: the offsets alone.
+    let v4: Vec<i64> = fetch_offsets(&kafka, 4, "g", &[0, 1, 2])
+        .iter()
+        .map(|p| p.1)
+        .collect();
+    assert_eq!(v4, vec![10, 20, 30]);
+}
+
+#[test]
+fn authorized_operations_are_every_supported_one_when_asked_and_absent_otherwise() {
+    use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+    use kafka_protocol::messages::{
+        DescribeGroupsRequest, DescribeGroupsResponse, GroupId, MetadataRequest, MetadataResponse,
+    };
+    // Kafka without an authorizer: every operation of the resource type (READ 3, WRITE 4,
+    // CREATE 5, DELETE 6, ALTER 7, DESCRIBE 8, CLUSTER_ACTION 9, DESCRIBE_CONFIGS 10,
+    // ALTER_CONFIGS 11, IDEMPOTENT_WRITE 12).
+    let bits = |ops: &[i32]| ops.iter().map(|op| 1 << op).sum::<i32>();
+    let topic_ops = bits(&[3, 4, 5, 6, 7, 8, 10, 11]);
+    let cluster_ops = bits(&[5, 7, 8, 9, 10, 11, 12]);
+    let group_ops = bits(&[3, 6, 8]);
+
+    let b = TestBroker::start_kafka(1, &[]);
+    b.client().create_topic("t", 1, 1, vec![]).unwrap();
+    let kafka = b.kafka_bootstrap();
+    let metadata = |version: i16, asked: bool| -> MetadataResponse {
+        let mut t = MetadataRequestTopic::default();
+        t.name = Some(TopicName(StrBytes::from_static_str("t")));
+        let mut req = MetadataRequest::default();
+        req.topics = Some(vec![t]);
+        req.include_topic_authorized_operations = asked;
+        req.include_cluster_authorized_operations = asked && version <= 10;
+        call(&kafka, ApiKey::Metadata, version, &req)
+    };
+    for version in [8i16, 10, 12] {
+        let r = metadata(version, true);
+        assert_eq!(r.topics[0].error_code, 0);
+        assert_eq!(
+            r.topics[0].topic_authorized_operations, topic_ops,
+            "v{version}"
+        );
+        if version <= 10 {
+            assert_eq!(r.cluster_authorized_operations, cluster_ops, "v{version}");
+        }
+        let r = metadata(version, false);
+        assert_eq!(
+            r.topics[0].topic_authorized_operations,
+            i32::MIN,
+            "v{version}"
+        );
+        assert_eq!(r.cluster_authorized_operations, i32::MIN, "v{version}");
+    }
+
+    commit_offsets(&kafka, 8, "g", &[(0, 1, -1)]);
+    for asked in [true, false] {
+        let mut req = DescribeGroupsRequest::default();
+        req.groups = vec![GroupId(StrBytes::from_static_str("g"))];
+        req.include_authorized_operations = asked;
+        let r: DescribeGroupsResponse = call(&kafka, ApiKey::DescribeGroups, 5, &req);
+        assert_eq!(r.groups[0].error_code, 0);
+        let want = if asked { group_ops } else { i32::MIN };
+        assert_eq!(r.groups[0].authorized_operations, want, "asked: {asked}");
+    }
+}
+
+/// ListOffsets (Kafka) of partition 0 of `topic` at a special timestamp: (offset, timestamp).
+fn list_offset(addr: &str, version: i16, topic: &str, timestamp: i64) -> (i64, i64) {
+    use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+    use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
+    let mut p = ListOffsetsPartition::default();
+    p.partition_index = 0;
+    p.timestamp = timestamp;
+    let mut t = ListOffsetsTopic::default();
+    t.name = TopicName(StrBytes::from_string(topic.to_string()));
+    t.partitions = vec![p];
+    let mut req = ListOffsetsRequest::default();
+    req.replica_id = (-1).into();
+    req.topics = vec![t];
+    let r: ListOffsetsResponse = call(addr, ApiKey::ListOffsets, version, &req);
+    let pr = &r.topics[0].partitions[0];
+    assert_eq!(pr.error_code, 0, "v{version} at {timestamp}");
+    (pr.offset, pr.timestamp)
+}
+
+#[test]
+fn max_timestamp_is_the_record_with_the_largest_create_time_across_segments_and_restarts() {
+    let mut b = TestBroker::start_kafka(1, &[]);
+    let mut c = b.client();
+    let small = vec![("segment.bytes".to_string(), "65536".to_string())];
+    c.create_topic("t", 1, 1, small).unwrap();
+    c.create_topic("empty", 1, 1, vec![]).unwrap();
+    let kafka = b.kafka_bootstrap();
+    // A partition without records has no max: -1, -1 (as Kafka answers).
+    assert_eq!(list_offset(&kafka, 7, "empty", -3), (-1, -1));
+
+    // 400 records of 1 KiB (several segments), create times rising except two records in the
+    // first segment and one in the last holding the largest: the first of them is the answer.
+    let base = 1_700_000_000_000i64;
+    let top = base + 10_000_000;
+    let p = rill_testkit::producer(&b, 16 << 10);
+    let value = vec![b'v'; 1024];
+    let reports: Vec<_> = (0..400i64)
+        .map(|i| {
+            let ts = if [37, 38, 390].contains(&i) {
+                top
+            } else {
+                base + i
+            };
+            p.send(
+                ProducerRecord::new("t", value.as_slice())
+                    .partition(0)
+                    .timestamp(ts),
+            )
+            .unwrap()
+        })
+        .collect();
+    p.flush().unwrap();
+    for r in reports {
+        r.wait().unwrap();
+    }
+    let dir = rill_testkit::partition_dir(&b.data_dir(), "t", 0);
+    let segments = rill_testkit::segment_files(&dir).len();
+    assert!(segments >= 4, "{segments} segments");
+    let check = |kafka: &str, c: &mut rill::client::Client| {
+        for version in [7i16, 8] {
+            assert_eq!(list_offset(kafka, version, "t", -3), (37, top));
+        }
+        // Earliest local (v8) is the earliest: every segment is local.
+        assert_eq!(list_offset(kafka, 8, "t", -4).0, 0);
+        assert_eq!(
+            c.list_offset("t", 0, rill::protocol::messages::MAX_TIMESTAMP)
+                .unwrap(),
+            Some(37),
+            "native"
+        );
+    };
+    check(&kafka, &mut c);
+    // Closed segments reopen from their index trailers (max timestamp kept there).
+    b.restart();
+    let kafka = b.kafka_bootstrap();
+    check(&kafka, &mut b.client());
+}

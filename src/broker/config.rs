@@ -33,6 +33,8 @@ pub struct BrokerConfig {
     pub topic_defaults: TopicDefaults,
     /// How often each shard applies retention (`--retention-check-interval-ms`).
     pub retention_check_interval: Duration,
+    /// Each shard's log cleaner (compaction): `--log-cleaner-*`.
+    pub log_cleaner: crate::partition::cleaner::CleanerConfig,
     /// How often each shard checkpoints high watermarks
     /// (`--replica-high-watermark-checkpoint-interval-ms`).
     pub hw_checkpoint_interval: Duration,
@@ -129,6 +131,7 @@ impl BrokerConfig {
             fsync: FsyncPolicy::Always,
             topic_defaults: TopicDefaults::default(),
             retention_check_interval: Duration::from_secs(300),
+            log_cleaner: Default::default(),
             hw_checkpoint_interval: Duration::from_secs(5),
             storage_retry_interval: Duration::from_secs(5),
             stray_log_retention: Some(Duration::from_millis(DEFAULT_STRAY_LOG_RETENTION_MS)),

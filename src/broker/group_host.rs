@@ -5,6 +5,7 @@
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 
+use super::offsets::Position;
 use crate::controller::metadata::ClusterMetadata;
 use crate::group::coordinator::{
     Action, Group, GroupConfig, GroupError, JoinRequest, JoinResult, MemberDescription,
@@ -383,12 +384,16 @@ impl GroupHost {
     }
 
     /// The committed offset of a partition for a group.
-    pub fn committed(&self, group: &str, topic: &str, partition: u32) -> Option<(u64, String)> {
+    pub fn committed(&self, group: &str, topic: &str, partition: u32) -> Option<Position> {
         self.groups
             .borrow()
             .get(group)
             .and_then(|g| g.committed(topic, partition))
-            .map(|c| (c.offset, c.metadata.clone()))
+            .map(|c| Position {
+                offset: c.offset,
+                leader_epoch: c.leader_epoch,
+                metadata: c.metadata.clone(),
+            })
     }
 }
 

@@ -1,7 +1,16 @@
-//! ListOffsets: earliest, latest (the high watermark), or the first offset at or after a time.
+//! ListOffsets: earliest, latest (the high watermark), the first offset at or after a time, or
+//! the record with the largest timestamp.
 
 use super::{locate, OpError, Shard};
 use crate::protocol::error_code::ErrorCode;
+
+/// The special timestamps of a ListOffsets query, Kafka's numbers (both protocols use them;
+/// the broker's operations know no wire format, so they are named here).
+const LATEST_TIMESTAMP: i64 = -1;
+const EARLIEST_TIMESTAMP: i64 = -2;
+const MAX_TIMESTAMP: i64 = -3;
+/// EARLIEST_LOCAL_TIMESTAMP (ListOffsets v8, tiered storage).
+const EARLIEST_LOCAL_TIMESTAMP: i64 = -4;
 
 /// Which offset a ListOffsets asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -10,14 +19,19 @@ pub enum OffsetQuery {
     Latest,
     /// The first record with a timestamp at or after this (milliseconds).
     AtOrAfter(i64),
+    /// The record with the largest timestamp (Kafka's MAX_TIMESTAMP, KIP-734).
+    MaxTimestamp,
 }
 
 impl OffsetQuery {
-    /// The protocols' encoding: -2 earliest, -1 latest, else a timestamp (>= 0).
+    /// The protocols' encoding (Kafka's): -1 latest, -2 earliest, -3 max timestamp, -4
+    /// earliest local (rill keeps every segment locally, so the earliest), else a timestamp
+    /// (>= 0).
     pub fn from_timestamp(ts: i64) -> Result<OffsetQuery, OpError> {
         match ts {
-            -2 => Ok(OffsetQuery::Earliest),
-            -1 => Ok(OffsetQuery::Latest),
+            EARLIEST_TIMESTAMP | EARLIEST_LOCAL_TIMESTAMP => Ok(OffsetQuery::Earliest),
+            LATEST_TIMESTAMP => Ok(OffsetQuery::Latest),
+            MAX_TIMESTAMP => Ok(OffsetQuery::MaxTimestamp),
             ts if ts < 0 => Err(OpError::new(
                 ErrorCode::InvalidRequest,
                 format!("bad timestamp {ts}"),
@@ -35,7 +49,7 @@ pub struct FoundOffset {
 }
 
 /// The offset `query` names in `topic`-`partition`; `None` when nothing is at or after
-/// the time asked.
+/// the time asked (or, for the max timestamp, the partition has no record).
 pub async fn list_offset(
     shard: &Shard,
     topic: &str,
@@ -54,6 +68,14 @@ pub async fn list_offset(
         }),
         OffsetQuery::AtOrAfter(ts) => {
             p.offset_for_timestamp(ts)
+                .await?
+                .map(|(offset, at)| FoundOffset {
+                    offset,
+                    timestamp: Some(at),
+                })
+        }
+        OffsetQuery::MaxTimestamp => {
+            p.offset_of_max_timestamp()
                 .await?
                 .map(|(offset, at)| FoundOffset {
                     offset,

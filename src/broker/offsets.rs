@@ -190,8 +190,16 @@ async fn remove(
 pub struct Committed {
     pub topic: String,
     pub partition: u32,
-    /// (offset, metadata).
-    pub offset: Option<(u64, String)>,
+    pub offset: Option<Position>,
+}
+
+/// Where a group's committed offset of one partition stands.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Position {
+    pub offset: u64,
+    /// The committed leader epoch (Kafka's `committed_leader_epoch`), when the commit had one.
+    pub leader_epoch: Option<i32>,
+    pub metadata: String,
 }
 
 /// OffsetFetch: the committed offsets of the asked partitions, in the order asked, or of
@@ -218,7 +226,11 @@ pub fn committed(
             .map(|o| Committed {
                 topic: o.topic,
                 partition: o.partition,
-                offset: Some((o.offset, o.metadata)),
+                offset: Some(Position {
+                    offset: o.offset,
+                    leader_epoch: o.leader_epoch,
+                    metadata: o.metadata,
+                }),
             })
             .collect(),
     })

@@ -110,6 +110,7 @@ impl Produce {
         let mut offset = at;
         for b in &batches {
             p.check_produce(b.len())?;
+            p.check_keys(b)?;
             spans.push(Span {
                 at: offset,
                 len: b.len(),

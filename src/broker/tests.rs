@@ -121,7 +121,16 @@ fn batch(values: &[&str]) -> rkyv::util::AlignedVec<16> {
 
 /// Produces `values` to `topic`-`partition` and waits for the acknowledgement: base offset.
 async fn produce(shard: &Rc<Shard>, topic: &str, partition: u32, values: &[&str]) -> u64 {
-    let bytes = batch(values);
+    produce_batch(shard, topic, partition, batch(values)).await
+}
+
+/// Produces one batch to `topic`-`partition` and waits for the acknowledgement: base offset.
+async fn produce_batch(
+    shard: &Rc<Shard>,
+    topic: &str,
+    partition: u32,
+    bytes: rkyv::util::AlignedVec<16>,
+) -> u64 {
     let mut p = Produce::new();
     p.stage(shard, topic, partition, &bytes, 0).expect("staged");
     let a = p
@@ -194,6 +203,37 @@ fn produce_fetch_and_list_offsets_through_the_operations() {
 }
 
 #[test]
+fn max_timestamp_finds_the_first_record_with_the_largest_create_time() {
+    on_broker(|shard| async move {
+        create(&shard, "t", 1).await;
+        let at = |q| list_offset(&shard, "t", 0, q);
+        assert_eq!(at(OffsetQuery::MaxTimestamp).await.unwrap(), None, "empty");
+        let timed = |records: &[i64]| {
+            let mut b = BatchBuilder::new();
+            for &ts in records {
+                b.push(ts, None, b"v", &[], &[]);
+            }
+            b.build().expect("batch")
+        };
+        // Create times out of order: the largest (900) first at offset 4, again at 6.
+        produce_batch(&shard, "t", 0, timed(&[100, 500, 200])).await;
+        produce_batch(&shard, "t", 0, timed(&[300, 900, 50])).await;
+        produce_batch(&shard, "t", 0, timed(&[900, 10])).await;
+        let found = at(OffsetQuery::MaxTimestamp).await.unwrap().unwrap();
+        assert_eq!((found.offset, found.timestamp), (4, Some(900)));
+        assert_eq!(
+            OffsetQuery::from_timestamp(-3).unwrap(),
+            OffsetQuery::MaxTimestamp
+        );
+        // -4, earliest local: every segment is local.
+        assert_eq!(
+            OffsetQuery::from_timestamp(-4).unwrap(),
+            OffsetQuery::Earliest
+        );
+    });
+}
+
+#[test]
 fn refusals_are_typed_with_the_wire_code_and_say_why() {
     on_broker(|shard| async move {
         create(&shard, "t", 2).await;
@@ -223,7 +263,7 @@ fn refusals_are_typed_with_the_wire_code_and_say_why() {
             ErrorCode::InvalidRequiredAcks
         );
         assert_eq!(
-            OffsetQuery::from_timestamp(-3).unwrap_err().code,
+            OffsetQuery::from_timestamp(-5).unwrap_err().code,
             ErrorCode::InvalidRequest
         );
         // An unknown partition answers at once, with data for the others.
@@ -291,7 +331,7 @@ fn offsets_commit_durably_and_read_back_only_at_the_coordinator() {
             .expect("committed");
         let got = offsets::committed(&shard, "g", Some(vec![("t".into(), 0), ("t".into(), 1)]))
             .expect("fetched");
-        assert_eq!(got[0].offset.as_ref().map(|o| o.0), Some(42));
+        assert_eq!(got[0].offset.as_ref().map(|o| o.offset), Some(42));
         assert_eq!(got[1].offset, None);
         let all = offsets::committed(&shard, "g", None).expect("all");
         assert_eq!((all.len(), all[0].partition), (1, 0));

@@ -116,6 +116,26 @@ pub struct BrokerArgs {
         default_value_t = 300_000
     )]
     pub retention_check_interval_ms: u64,
+    /// How often each shard's log cleaner looks for compacted topics' partitions to compact
+    /// (Kafka's `log.cleaner.backoff.ms`).
+    #[arg(long, env = "RILL_LOG_CLEANER_BACKOFF_MS", default_value_t = 15_000)]
+    pub log_cleaner_backoff_ms: u64,
+    /// Memory of one compaction's key map, per shard: the keys of the segments compacted in
+    /// one pass must fit (each key's bytes plus 48).
+    #[arg(
+        long,
+        env = "RILL_LOG_CLEANER_DEDUPE_BUFFER_BYTES",
+        default_value_t = 32 << 20
+    )]
+    pub log_cleaner_dedupe_buffer_bytes: usize,
+    /// Segment bytes a shard's log cleaner reads per 100 ms at most (a throttle, so
+    /// compaction never takes the disk from producers and consumers).
+    #[arg(
+        long,
+        env = "RILL_LOG_CLEANER_IO_BYTES_PER_TICK",
+        default_value_t = 16 << 20
+    )]
+    pub log_cleaner_io_bytes_per_tick: u64,
     /// How often each shard records its partitions' high watermarks on disk (Kafka's
     /// `replica.high.watermark.checkpoint.interval.ms`); recovery never hands out an offset
     /// below the last one recorded.

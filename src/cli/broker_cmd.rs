@@ -108,6 +108,21 @@ pub fn config_from_args(a: &BrokerArgs) -> Result<BrokerConfig, String> {
         return Err("--retention-check-interval-ms must be at least 1".into());
     }
     c.retention_check_interval = Duration::from_millis(a.retention_check_interval_ms);
+    if a.log_cleaner_backoff_ms == 0
+        || a.log_cleaner_dedupe_buffer_bytes == 0
+        || a.log_cleaner_io_bytes_per_tick == 0
+    {
+        return Err(
+            "--log-cleaner-backoff-ms, --log-cleaner-dedupe-buffer-bytes and \
+                    --log-cleaner-io-bytes-per-tick must be at least 1"
+                .into(),
+        );
+    }
+    c.log_cleaner = crate::partition::cleaner::CleanerConfig {
+        dedupe_buffer_bytes: a.log_cleaner_dedupe_buffer_bytes,
+        io_bytes_per_tick: a.log_cleaner_io_bytes_per_tick,
+        backoff: Duration::from_millis(a.log_cleaner_backoff_ms),
+    };
     if a.replica_high_watermark_checkpoint_interval_ms == 0 || a.storage_retry_interval_ms == 0 {
         return Err("--replica-high-watermark-checkpoint-interval-ms and \
                     --storage-retry-interval-ms must be at least 1"

@@ -942,9 +942,10 @@ impl Fetcher {
             let payload = frame
                 .payload_slice(r.payload_offset, r.payload_len)
                 .map_err(|e| ClientError::Invalid(e.to_string()))?;
-            // Validate every batch once here (both CRCs, rkyv, contiguous offsets from the one
-            // asked for; increasing ones, gaps allowed, when filtered): untrusted bytes, and
-            // the broker's sendfile path does not read them.
+            // Validate every batch once here (both CRCs, rkyv, offsets growing from the one
+            // asked for; compaction and tag filters leave gaps between batches, so a batch may start past the
+            // offset before it): untrusted bytes, and the broker's sendfile path does not read
+            // them.
             let corrupt = |what: String| {
                 ClientError::broker(
                     ErrorCode::CorruptMessage,
@@ -964,16 +965,12 @@ impl Fetcher {
                     Ok(b) => {
                         let h = b.header();
                         match expected {
-                            None if h.base_offset > from && !filtered => Err(format!(
-                                "the first batch starts at offset {}",
-                                h.base_offset
+                            None if h.next_offset() <= from => Err(format!(
+                                "the first batch ends at offset {}, before {from}",
+                                h.next_offset()
                             )),
-                            Some(want) if h.base_offset > want && filtered => b
-                                .records()
-                                .map(|body| (b, body.count()))
-                                .map_err(|e| e.to_string()),
-                            Some(want) if h.base_offset != want => Err(format!(
-                                "a batch starts at offset {} after one that ends at {want}",
+                            Some(want) if h.base_offset < want => Err(format!(
+                                "a batch starts at offset {} inside one that ends at {want}",
                                 h.base_offset
                             )),
                             _ => b

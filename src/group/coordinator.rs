@@ -138,6 +138,7 @@ pub struct MemberDescription {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CommittedOffset {
     pub offset: u64,
+    pub leader_epoch: Option<i32>,
     pub metadata: String,
     pub commit_time_ms: u64,
 }
@@ -857,6 +858,7 @@ impl Group {
                 (o.topic, o.partition),
                 CommittedOffset {
                     offset: o.offset,
+                    leader_epoch: o.leader_epoch,
                     metadata: o.metadata,
                     commit_time_ms: now_ms,
                 },
@@ -872,6 +874,7 @@ impl Group {
                 topic: topic.clone(),
                 partition: *partition,
                 offset: c.offset,
+                leader_epoch: c.leader_epoch,
                 metadata: c.metadata.clone(),
             })
     }

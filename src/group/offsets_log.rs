@@ -3,7 +3,10 @@
 //! `server::offsets_log`).
 //!
 //! A record's key is `group \0 topic \0 partition` (decimal), its value `offset (u64 LE) ++
-//! metadata (UTF-8)`. The latest record of a key is the committed offset.
+//! [0xFF ++ leader epoch (i32 LE)] ++ metadata (UTF-8)`. The latest record of a key is the
+//! committed offset. The leader epoch part is present when the commit carried one (Kafka's
+//! `committed_leader_epoch`); records written before it existed have none and still read:
+//! 0xFF never occurs in UTF-8, so it cannot be the first byte of an old record's metadata.
 
 use super::coordinator::Group;
 
@@ -13,8 +16,13 @@ pub struct PartitionOffset {
     pub topic: String,
     pub partition: u32,
     pub offset: u64,
+    /// The leader epoch of the record the committed offset follows, when the client knew it.
+    pub leader_epoch: Option<i32>,
     pub metadata: String,
 }
+
+/// Marks the optional leader epoch in a commit record's value (never a UTF-8 byte).
+const LEADER_EPOCH_MARK: u8 = 0xFF;
 
 impl PartitionOffset {
     pub fn new(topic: impl Into<String>, partition: u32, offset: u64) -> PartitionOffset {
@@ -22,6 +30,7 @@ impl PartitionOffset {
             topic: topic.into(),
             partition,
             offset,
+            leader_epoch: None,
             metadata: String::new(),
         }
     }
@@ -40,6 +49,10 @@ impl CommitRecord {
         let c = &self.committed;
         let key = format!("{}\0{}\0{}", self.group, c.topic, c.partition).into_bytes();
         let mut value = c.offset.to_le_bytes().to_vec();
+        if let Some(epoch) = c.leader_epoch {
+            value.push(LEADER_EPOCH_MARK);
+            value.extend_from_slice(&epoch.to_le_bytes());
+        }
         value.extend_from_slice(c.metadata.as_bytes());
         (key, value)
     }
@@ -53,13 +66,21 @@ impl CommitRecord {
             return None;
         }
         let offset = u64::from_le_bytes(value.get(..8)?.try_into().ok()?);
+        let (leader_epoch, metadata) = match value.get(8) {
+            Some(&LEADER_EPOCH_MARK) => (
+                Some(i32::from_le_bytes(value.get(9..13)?.try_into().ok()?)),
+                &value[13..],
+            ),
+            _ => (None, &value[8..]),
+        };
         Some(CommitRecord {
             group: group.to_string(),
             committed: PartitionOffset {
                 topic: topic.to_string(),
                 partition: partition.parse().ok()?,
                 offset,
-                metadata: String::from_utf8_lossy(&value[8..]).into_owned(),
+                leader_epoch,
+                metadata: String::from_utf8_lossy(metadata).into_owned(),
             },
         })
     }
@@ -142,6 +163,35 @@ mod tests {
         assert_eq!(CommitRecord::decode(b"g\0t\0x", &[0; 8]), None);
         assert_eq!(CommitRecord::decode(b"g\0t\x003\0more", &[0; 8]), None);
         assert_eq!(CommitRecord::decode(&[0xff, 0], &[0; 8]), None);
+    }
+
+    #[test]
+    fn leader_epochs_round_trip_and_old_records_still_read() {
+        let with_epoch = CommitRecord {
+            group: "g".into(),
+            committed: PartitionOffset {
+                leader_epoch: Some(7),
+                metadata: "meta".into(),
+                ..PartitionOffset::new("t", 0, 42)
+            },
+        };
+        let (k, v) = with_epoch.encode();
+        assert_eq!(v.len(), 8 + 1 + 4 + 4);
+        assert_eq!(CommitRecord::decode(&k, &v), Some(with_epoch));
+        // A record as the build before leader epochs wrote it: offset ++ metadata.
+        let mut old = 42u64.to_le_bytes().to_vec();
+        old.extend_from_slice(b"meta");
+        let got = CommitRecord::decode(b"g\0t\x000", &old).expect("old record");
+        assert_eq!(
+            (got.committed.offset, got.committed.leader_epoch),
+            (42, None)
+        );
+        assert_eq!(got.committed.metadata, "meta");
+        // A mark without its 4 epoch bytes is no commit.
+        assert_eq!(
+            CommitRecord::decode(b"g\0t\x000", &[0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 1]),
+            None
+        );
     }
 
     #[test]

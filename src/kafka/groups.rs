@@ -30,9 +30,9 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
-use super::node_id;
+use super::{authorized_operations, node_id};
 use crate::broker::groups::{self, coordinated_here, Leaving};
-use crate::broker::offsets::{self, Committed};
+use crate::broker::offsets::{self, Committed, Position};
 use crate::broker::{OpError, Shard};
 use crate::group::coordinator::{JoinRequest, SyncRequest};
 use crate::group::offsets_log::PartitionOffset;
@@ -275,6 +275,9 @@ pub async fn commit(shard: &Rc<Shard>, req: OffsetCommitRequest) -> OffsetCommit
                     topic: t.name.0.to_string(),
                     partition,
                     offset,
+                    // -1: the client did not know the epoch (and v2..v5 do not carry it).
+                    leader_epoch: (p.committed_leader_epoch >= 0)
+                        .then_some(p.committed_leader_epoch),
                     metadata: p
                         .committed_metadata
                         .as_ref()
@@ -320,9 +323,9 @@ pub async fn commit(shard: &Rc<Shard>, req: OffsetCommitRequest) -> OffsetCommit
     r
 }
 
-/// (topic, partition) -> committed (offset, metadata) for one group: the asked partitions,
-/// or every committed one when `asked` is `None`.
-type ByTopic = Vec<(String, Vec<(i32, Option<(u64, String)>)>)>;
+/// (topic, partition) -> committed position for one group: the asked partitions, or every
+/// committed one when `asked` is `None`.
+type ByTopic = Vec<(String, Vec<(i32, Option<Position>)>)>;
 
 fn committed(
     shard: &Shard,
@@ -369,6 +372,11 @@ fn committed(
         .collect())
 }
 
+/// OffsetFetch's `committed_leader_epoch`: -1 when none was committed.
+fn leader_epoch(c: &Option<Position>) -> i32 {
+    c.as_ref().and_then(|c| c.leader_epoch).unwrap_or(-1)
+}
+
 pub fn fetch_offsets(shard: &Shard, version: i16, req: OffsetFetchRequest) -> OffsetFetchResponse {
     let mut r = OffsetFetchResponse::default();
     if version >= 8 {
@@ -395,9 +403,9 @@ pub fn fetch_offsets(shard: &Shard, version: i16, req: OffsetFetchRequest) -> Of
                 for (p, c) in parts {
                     let mut pr = OffsetFetchResponsePartitions::default();
                     pr.partition_index = p;
-                    pr.committed_leader_epoch = -1;
-                    pr.committed_offset = c.as_ref().map_or(-1, |(o, _)| *o as i64);
-                    pr.metadata = Some(text(c.as_ref().map_or("", |(_, m)| m.as_str())));
+                    pr.committed_leader_epoch = leader_epoch(&c);
+                    pr.committed_offset = c.as_ref().map_or(-1, |c| c.offset as i64);
+                    pr.metadata = Some(text(c.as_ref().map_or("", |c| c.metadata.as_str())));
                     tr.partitions.push(pr);
                 }
                 gr.topics.push(tr);
@@ -440,9 +448,9 @@ pub fn fetch_offsets(shard: &Shard, version: i16, req: OffsetFetchRequest) -> Of
         for (p, c) in parts {
             let mut pr = OffsetFetchResponsePartition::default();
             pr.partition_index = p;
-            pr.committed_leader_epoch = -1;
-            pr.committed_offset = c.as_ref().map_or(-1, |(o, _)| *o as i64);
-            pr.metadata = Some(text(c.as_ref().map_or("", |(_, m)| m.as_str())));
+            pr.committed_leader_epoch = leader_epoch(&c);
+            pr.committed_offset = c.as_ref().map_or(-1, |c| c.offset as i64);
+            pr.metadata = Some(text(c.as_ref().map_or("", |c| c.metadata.as_str())));
             tr.partitions.push(pr);
         }
         r.topics.push(tr);
@@ -469,6 +477,7 @@ pub fn describe(shard: &Shard, version: i16, req: DescribeGroupsRequest) -> Desc
                 continue;
             }
         };
+        dg.authorized_operations = authorized_operations::group(req.include_authorized_operations);
         dg.group_state = text(&d.state);
         dg.protocol_type = text(&d.protocol_type);
         dg.protocol_data = text(&d.protocol);

@@ -21,7 +21,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 use super::records::{to_kafka_batches, to_stored_batch};
-use super::{groups, node_id, topic_uuid, versions};
+use super::{authorized_operations, groups, node_id, topic_uuid, versions};
 use crate::broker::fetch::{self, FetchPartition};
 use crate::broker::list_offsets::{list_offset, OffsetQuery};
 use crate::broker::produce::{await_acks, AckWait, Acks, Appended, Produce};
@@ -166,6 +166,10 @@ async fn metadata(shard: &Rc<Shard>, req: &MetadataRequest) -> MetadataResponse 
     let mut r = MetadataResponse::default();
     r.cluster_id = Some(StrBytes::from_string(md.cluster_id.clone()));
     r.controller_id = BrokerId(node_id(md.controller_id as u32, 0));
+    // Asked only in v8..v10 (later versions moved it to DescribeCluster), so the field stays
+    // "not provided" for the versions that cannot encode it.
+    r.cluster_authorized_operations =
+        authorized_operations::cluster(req.include_cluster_authorized_operations);
     for b in md.brokers.values() {
         let Some(port) = b.kafka_port else { continue };
         for s in 0..b.shards {
@@ -181,6 +185,8 @@ async fn metadata(shard: &Rc<Shard>, req: &MetadataRequest) -> MetadataResponse 
         mt.name = Some(name(&t.name));
         mt.topic_id = topic_uuid(t.id);
         mt.is_internal = t.name.starts_with("__");
+        mt.topic_authorized_operations =
+            authorized_operations::topic(req.include_topic_authorized_operations);
         mt.partitions = t
             .partitions
             .iter()

@@ -1,5 +1,6 @@
 //! Log storage: per partition a directory of segments with sparse offset and time indexes.
 mod appender;
+pub mod compaction;
 pub mod error;
 pub mod fsync;
 pub mod index;

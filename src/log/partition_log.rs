@@ -126,6 +126,19 @@ pub struct PartitionLog {
     failed: Option<Failure>,
     /// Ranges of offsets that are lost or damaged (the log is failed when there are any).
     holes: Vec<Hole>,
+    /// The base of a closed segment whose compacted files are being swapped in: retention
+    /// and truncation leave it (and what follows) until the swap is over.
+    swapping: Option<u64>,
+}
+
+/// A closed segment as the cleaner sees it.
+#[derive(Debug, Clone)]
+pub struct ClosedSegment {
+    pub base_offset: u64,
+    pub next_offset: u64,
+    pub path: PathBuf,
+    pub size: u64,
+    pub max_timestamp: i64,
 }
 
 impl PartitionLog {
@@ -155,6 +168,9 @@ impl PartitionLog {
                 }
             }
         }
+        // A compaction cut short: finished if it committed, else its files go (both keep
+        // every key's latest record).
+        super::compaction::finish_or_undo_swaps(&dir)?;
         let mut bases = Vec::new();
         for entry in std::fs::read_dir(&dir).map_err(|e| LogError::io(&dir, e))? {
             let entry = entry.map_err(|e| LogError::io(&dir, e))?;
@@ -299,6 +315,7 @@ impl PartitionLog {
                 written_offset: log_end,
                 failed,
                 holes,
+                swapping: None,
             },
             recovery,
         ))
@@ -351,7 +368,10 @@ impl PartitionLog {
         write_offset_file(&self.dir, LOG_START_FILE, offset)?;
         self.log_start = offset;
         let mut gone = Vec::new();
-        while self.segments.len() > 1 && self.segments[0].next_offset() <= offset {
+        while self.segments.len() > 1
+            && self.segments[0].next_offset() <= offset
+            && self.swapping != Some(self.segments[0].base_offset)
+        {
             gone.push(self.segments.remove(0));
         }
         Ok(gone)
@@ -372,6 +392,9 @@ impl PartitionLog {
         let mut gone = Vec::new();
         while gone.len() < max && self.segments.len() > 1 {
             let first = &self.segments[0];
+            if self.swapping == Some(first.base_offset) {
+                break;
+            }
             let too_old = retention.is_some_and(|r| {
                 first.max_timestamp() < now_ms.saturating_sub(r.as_millis() as i64)
             });
@@ -505,6 +528,78 @@ impl PartitionLog {
             .iter()
             .find_map(|s| s.reader_for_timestamp(ts))
     }
+
+    /// The largest record timestamp of the log, with a reader for the first segment holding
+    /// it (positioned by its time index); `None` for a log without records. Each segment's
+    /// max timestamp is kept in its index (and its trailer once closed), so this reads no file.
+    pub fn reader_for_max_timestamp(&self) -> Option<(i64, SegmentReader)> {
+        // The first segment of the largest: Kafka answers the first record with the max.
+        let top = self
+            .segments
+            .iter()
+            .fold(None::<&Segment>, |top, s| match top {
+                Some(t) if t.max_timestamp() >= s.max_timestamp() => Some(t),
+                _ => Some(s),
+            })?;
+        let ts = top.max_timestamp();
+        if ts == i64::MIN {
+            return None;
+        }
+        top.reader_for_timestamp(ts).map(|r| (ts, r))
+    }
+
+    /// The closed segments, oldest first (the active one never is compacted).
+    pub fn closed_segments(&self) -> Vec<ClosedSegment> {
+        self.segments[..self.segments.len().saturating_sub(1)]
+            .iter()
+            .filter(|s| s.is_closed())
+            .map(|s| ClosedSegment {
+                base_offset: s.base_offset,
+                next_offset: s.next_offset(),
+                path: s.path().to_path_buf(),
+                size: s.size(),
+                max_timestamp: s.max_timestamp(),
+            })
+            .collect()
+    }
+
+    /// The base of the segment after the one starting at `base`, if any.
+    pub fn segment_after(&self, base: u64) -> Option<u64> {
+        let i = self.segments.partition_point(|s| s.base_offset <= base);
+        self.segments.get(i).map(|s| s.base_offset)
+    }
+
+    /// Starts swapping compacted files in for the closed segment at `base`: `false` when it is
+    /// gone (retention, truncation) or the log failed, and the cleaning is given up.
+    pub fn begin_swap(&mut self, base: u64) -> bool {
+        let present = self.segments[..self.segments.len().saturating_sub(1)]
+            .iter()
+            .any(|s| s.base_offset == base && s.is_closed());
+        if !present || self.failed.is_some() || self.swapping.is_some() {
+            return false;
+        }
+        self.swapping = Some(base);
+        true
+    }
+
+    /// Ends a swap: `cleaned` (the segment reopened from its new files) replaces the old one,
+    /// whose readers keep reading the old file until they finish; `None` if the swap failed.
+    pub fn end_swap(&mut self, cleaned: Option<Segment>) {
+        let Some(base) = self.swapping.take() else {
+            return;
+        };
+        if let Some(seg) = cleaned {
+            assert_eq!(seg.base_offset, base, "a swap replaces its own segment");
+            if let Some(old) = self.segments.iter_mut().find(|s| s.base_offset == base) {
+                assert_eq!(
+                    old.next_offset(),
+                    seg.next_offset(),
+                    "a compacted segment keeps its offsets"
+                );
+                *old = seg;
+            }
+        }
+    }
 }
 
 const LOG_START_FILE: &str = "log-start-offset";
@@ -537,6 +632,19 @@ pub(super) fn replace_file(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), L
     super::segment::write_synced(&tmp, bytes)?;
     std::fs::rename(&tmp, dir.join(name)).map_err(|e| LogError::io(&tmp, e))?;
     super::segment::sync_dir(dir)
+}
+
+/// How far compaction has cleaned the partition: offsets below it hold at most one record per
+/// key the last cleaning mapped (Kafka's cleaner offset checkpoint).
+const CLEANER_OFFSET_FILE: &str = "cleaner-offset";
+
+pub fn read_cleaner_offset(dir: &Path) -> Option<u64> {
+    read_offset_file(dir, CLEANER_OFFSET_FILE)
+}
+
+/// Blocking (a synced file): on the executor's blocking pool.
+pub fn write_cleaner_offset(dir: &Path, offset: u64) -> Result<(), LogError> {
+    write_offset_file(dir, CLEANER_OFFSET_FILE, offset)
 }
 
 /// Records that offsets below `high_watermark` were acknowledged (see [`PartitionLog::open`]).

@@ -41,7 +41,7 @@ pub enum ScanStop {
     Truncated { position: u64, need: usize },
     /// Bytes at `position` are not a valid batch (torn write, zeros, garbage, a flipped bit).
     Invalid { position: u64, error: BatchError },
-    /// The batch at `position` does not continue the offsets (expected `expected`).
+    /// The batch at `position` starts below the offsets before it (at least `expected`).
     Discontiguous {
         position: u64,
         expected: u64,
@@ -67,7 +67,7 @@ impl ScanStop {
             ScanStop::Invalid { error, .. } => error.to_string(),
             ScanStop::Discontiguous {
                 expected, found, ..
-            } => format!("batch starts at offset {found}, expected {expected}"),
+            } => format!("batch starts at offset {found}, expected at least {expected}"),
         };
         LogError::Corrupt {
             path: path.to_path_buf(),
@@ -97,7 +97,8 @@ enum Parse {
 }
 
 /// A forward scan over `[start, end)` of a segment file, batch by batch, header + CRC checked,
-/// offsets checked for contiguity once the first batch (or `expected`) is known.
+/// offsets checked to grow once the first batch (or `expected`) is known (gaps are legal:
+/// compaction leaves them).
 pub struct SegmentScan<'f> {
     file: &'f DirectFile,
     path: &'f Path,
@@ -218,8 +219,9 @@ impl<'f> SegmentScan<'f> {
                 }),
             });
         }
+        // Offsets only grow; compaction leaves gaps between batches (never inside one).
         if let Some(expected) = self.expected {
-            if h.base_offset != expected {
+            if h.base_offset < expected {
                 return Parse::Step(ScanStep::End {
                     position,
                     stop: Some(ScanStop::Discontiguous {

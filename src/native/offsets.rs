@@ -22,6 +22,7 @@ pub async fn commit(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
             topic,
             partition,
             offset,
+            leader_epoch: None,
             metadata,
         })
         .collect();
@@ -49,7 +50,7 @@ pub fn fetch(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
             .unwrap_or_default()
             .into_iter()
             .map(|c| match c.offset {
-                Some((o, m)) => (c.topic, c.partition, o as i64, m),
+                Some(p) => (c.topic, c.partition, p.offset as i64, p.metadata),
                 None => (c.topic, c.partition, -1, String::new()),
             })
             .collect(),

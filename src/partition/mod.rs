@@ -5,6 +5,7 @@
 //! Producers are acknowledged and consumers see records only below it, so a consumer never
 //! reads a record that a crash could take back.
 
+pub mod cleaner;
 pub mod group_commit;
 pub mod tail_cache;
 #[cfg(test)]
@@ -189,6 +190,32 @@ impl Partition {
         check_message_bytes(len, self.max_message_bytes())
     }
 
+    /// A compacted topic keeps the latest record per key, so a record without a key has no
+    /// place in it: refused as Kafka does (INVALID_RECORD), naming the record.
+    pub fn check_keys(&self, batch: &BatchView<'_>) -> Result<(), (ErrorCode, String)> {
+        if !self.settings.borrow().cleanup.compact {
+            return Ok(());
+        }
+        let records = batch
+            .records()
+            .map_err(|e| (ErrorCode::CorruptMessage, e.to_string()))?;
+        for (i, r) in records.enumerate() {
+            if r.key().is_none() {
+                return Err((
+                    ErrorCode::InvalidRecord,
+                    format!(
+                        "{}-{} is compacted (cleanup.policy={}): record {i} of the batch has \
+                         no key",
+                        self.topic,
+                        self.index,
+                        self.settings.borrow().cleanup
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// The topic's `max.message.bytes`.
     pub fn max_message_bytes(&self) -> usize {
         self.settings.borrow().max_message_bytes
@@ -237,7 +264,13 @@ impl Partition {
         }
         let (gone, dir) = {
             let mut log = self.log.borrow_mut();
-            let gone = log.expire(now_ms, s.retention, s.retention_bytes, max);
+            // A compact-only topic keeps its segments whatever their age or size (Kafka).
+            let (retention, retention_bytes) = if s.cleanup.delete {
+                (s.retention, s.retention_bytes)
+            } else {
+                (None, None)
+            };
+            let gone = log.expire(now_ms, retention, retention_bytes, max);
             (gone, log.dir().to_path_buf())
         };
         let n = gone.len();
@@ -398,28 +431,38 @@ impl Partition {
         if let Some(chunks) = cache.read(self.cache_key, offset, hw, limits.max_bytes) {
             return Ok(chunks.into_iter().map(ReadChunk::Memory).collect());
         }
-        let reader = self.log.borrow().reader_for_offset(offset)?;
-        if limits.file_reads == FileReads::Sendfile {
-            let hw_at = self.hw_position.get();
-            // Segments before the high watermark's segment are wholly below it.
-            let limit = if reader.base_offset < hw_at.segment_base {
-                u64::MAX
+        // A compacted segment may hold nothing at or after `offset` (its last records were
+        // superseded): the read goes on in the next segment, below the high watermark.
+        let mut at = offset;
+        loop {
+            let reader = self.log.borrow().reader_for_offset(at)?;
+            let base = reader.base_offset;
+            let chunk = if limits.file_reads == FileReads::Sendfile {
+                let hw_at = self.hw_position.get();
+                // Segments before the high watermark's segment are wholly below it.
+                let limit = if reader.base_offset < hw_at.segment_base {
+                    u64::MAX
+                } else {
+                    hw_at.position
+                };
+                reader
+                    .file_range(at, limits.max_bytes, limit)
+                    .await?
+                    .map(ReadChunk::Sendfile)
             } else {
-                hw_at.position
+                reader
+                    .read(at, limits.max_bytes, hw)
+                    .await?
+                    .map(ReadChunk::File)
             };
-            return Ok(reader
-                .file_range(offset, limits.max_bytes, limit)
-                .await?
-                .map(ReadChunk::Sendfile)
-                .into_iter()
-                .collect());
+            if let Some(chunk) = chunk {
+                return Ok(vec![chunk]);
+            }
+            match self.log.borrow().segment_after(base) {
+                Some(next) if next < hw => at = next,
+                _ => return Ok(Vec::new()),
+            }
         }
-        Ok(reader
-            .read(offset, limits.max_bytes, hw)
-            .await?
-            .map(ReadChunk::File)
-            .into_iter()
-            .collect())
     }
 
     /// The first offset with a timestamp at or after `ts` (below the high watermark).
@@ -428,6 +471,20 @@ impl Partition {
         let reader = self.log.borrow().reader_for_timestamp(ts);
         match reader {
             Some(r) => r.find_timestamp(ts, hw).await,
+            None => Ok(None),
+        }
+    }
+
+    /// The offset and timestamp of the record with the largest timestamp (the first such
+    /// record if several share it; timestamps are the producers' create times, so not always
+    /// the last record's), below the high watermark; `None` while there is none. No record
+    /// is later than the max, so it is the first record at or after the max timestamp in the
+    /// segment holding it: the time index finds it with a bounded scan.
+    pub async fn offset_of_max_timestamp(&self) -> Result<Option<(u64, i64)>, LogError> {
+        let hw = self.high_watermark.get();
+        let reader = self.log.borrow().reader_for_max_timestamp();
+        match reader {
+            Some((ts, r)) => r.find_timestamp(ts, hw).await,
             None => Ok(None),
         }
     }

@@ -90,6 +90,20 @@ impl TailCache {
         Some(out)
     }
 
+    /// Drops a partition's batches below offset `below` (compaction rewrote them: readers go
+    /// to the compacted files).
+    pub fn forget_below(&self, key: u64, below: u64) {
+        let mut inner = self.inner.borrow_mut();
+        let mut freed = 0;
+        if let Some(q) = inner.by_partition.get_mut(&key) {
+            while q.front().is_some_and(|c| c.base < below) {
+                freed += q.pop_front().map_or(0, |c| c.bytes.len());
+            }
+        }
+        // Their `order` entries no longer match a front batch: eviction skips them.
+        inner.used -= freed;
+    }
+
     /// Drops a partition's batches (deletion, truncation).
     pub fn forget(&self, key: u64) {
         let mut inner = self.inner.borrow_mut();
@@ -119,6 +133,10 @@ mod tests {
         assert_eq!(cache.read(1, 25, 40, 1000).unwrap().len(), 2);
         // max bytes: at least one batch
         assert_eq!(cache.read(1, 25, 50, 1).unwrap().len(), 1);
+        cache.forget_below(1, 30);
+        assert!(cache.read(1, 25, 50, 1000).is_none(), "20..30 forgotten");
+        assert_eq!(cache.read(1, 30, 50, 1000).unwrap().len(), 2);
+        assert_eq!(cache.used_bytes(), 200);
         cache.forget(1);
         assert_eq!(cache.used_bytes(), 0);
     }

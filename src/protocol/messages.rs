@@ -220,6 +220,8 @@ pub struct DelayedProduceResponse {
 /// Special timestamps of a ListOffsets query, as Kafka.
 pub const LATEST_TIMESTAMP: i64 = -1;
 pub const EARLIEST_TIMESTAMP: i64 = -2;
+/// The record with the largest timestamp (Kafka's MAX_TIMESTAMP).
+pub const MAX_TIMESTAMP: i64 = -3;
 
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct ListOffsetsPartition {

@@ -429,6 +429,13 @@ async fn run_shard(
         .detach();
     }
     spawn_local(retention_loop(shard.clone())).detach();
+    let (cleaned, cached) = (shard.clone(), shard.clone());
+    spawn_local(crate::partition::cleaner::run(
+        move || cleaned.all_partitions(),
+        move |key, below| cached.cache.forget_below(key, below),
+        shard.cfg.log_cleaner.clone(),
+    ))
+    .detach();
     spawn_local(checkpoint_loop(shard.clone())).detach();
     spawn_local(storage_retry_loop(shard.clone())).detach();
     spawn_local(group_ticks(shard.clone())).detach();

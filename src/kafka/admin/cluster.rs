@@ -7,6 +7,7 @@ use kafka_protocol::messages::{
 };
 
 use super::s;
+use crate::kafka::authorized_operations;
 
 /// DescribeCluster endpoint types.
 const ENDPOINT_BROKER: i8 = 1;
@@ -18,17 +19,6 @@ pub fn brokers_only() -> MetadataRequest {
     r.topics = Some(Vec::new());
     r
 }
-
-/// Kafka's ACL operations a client may do on the cluster; rill has no authorization, so all.
-const CLUSTER_OPERATIONS: &[i32] = &[
-    5,  // CREATE
-    7,  // ALTER
-    8,  // DESCRIBE
-    9,  // CLUSTER_ACTION
-    10, // DESCRIBE_CONFIGS
-    11, // ALTER_CONFIGS
-    12, // IDEMPOTENT_WRITE
-];
 
 /// DescribeCluster from the answer Metadata gives (`metadata(shard, &brokers_only())`): the
 /// same cluster id, controller and nodes, every shard of every broker its own node.
@@ -66,9 +56,8 @@ pub fn describe_cluster(
             d
         })
         .collect();
-    if req.include_cluster_authorized_operations {
-        r.cluster_authorized_operations = CLUSTER_OPERATIONS.iter().map(|op| 1 << op).sum();
-    }
+    r.cluster_authorized_operations =
+        authorized_operations::cluster(req.include_cluster_authorized_operations);
     r
 }
 

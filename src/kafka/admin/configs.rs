@@ -32,6 +32,7 @@ const TYPE_BOOLEAN: i8 = 1;
 const TYPE_STRING: i8 = 2;
 const TYPE_INT: i8 = 3;
 const TYPE_LONG: i8 = 5;
+const TYPE_DOUBLE: i8 = 6;
 const TYPE_LIST: i8 = 7;
 
 /// One config as DescribeConfigs (and CreateTopics v5+) reports it.
@@ -68,12 +69,41 @@ struct TopicKey {
 
 const TOPIC_KEYS: &[TopicKey] = &[
     TopicKey {
-        name: "cleanup.policy",
+        name: topic_config::CLEANUP_POLICY,
         broker: "log.cleanup.policy",
         config_type: TYPE_LIST,
-        read_only: true,
-        doc: "Always delete: rill has no log compaction; whole segments past retention.ms or \
-              retention.bytes are deleted.",
+        read_only: false,
+        doc: "delete: closed segments past retention.ms or retention.bytes are deleted; \
+              compact: closed segments are rewritten keeping the latest record of each key; \
+              compact,delete: both.",
+    },
+    TopicKey {
+        name: topic_config::DELETE_RETENTION_MS,
+        broker: "log.cleaner.delete.retention.ms",
+        config_type: TYPE_LONG,
+        read_only: false,
+        doc: "How long compaction keeps a tombstone that is the latest record of its key.",
+    },
+    TopicKey {
+        name: topic_config::MAX_COMPACTION_LAG_MS,
+        broker: "log.cleaner.max.compaction.lag.ms",
+        config_type: TYPE_LONG,
+        read_only: false,
+        doc: "A closed segment is compacted at the latest this long after its newest record.",
+    },
+    TopicKey {
+        name: topic_config::MIN_CLEANABLE_DIRTY_RATIO,
+        broker: "log.cleaner.min.cleanable.ratio",
+        config_type: TYPE_DOUBLE,
+        read_only: false,
+        doc: "Compaction starts once this share of the closed bytes is new since the last one.",
+    },
+    TopicKey {
+        name: topic_config::MIN_COMPACTION_LAG_MS,
+        broker: "log.cleaner.min.compaction.lag.ms",
+        config_type: TYPE_LONG,
+        read_only: false,
+        doc: "A record stays uncompacted at least this long.",
     },
     TopicKey {
         name: topic_config::MAX_MESSAGE_BYTES,
@@ -130,7 +160,15 @@ fn topic_value(key: &str, t: &TopicSettings) -> String {
         topic_config::SEGMENT_BYTES => t.segment_bytes.to_string(),
         // Never rolling by age; Kafka has no "off" value for segment.ms.
         topic_config::SEGMENT_MS => millis(t.segment_age, i64::MAX),
-        _ => "delete".to_string(),
+        topic_config::CLEANUP_POLICY => t.cleanup.to_string(),
+        topic_config::DELETE_RETENTION_MS => millis(Some(t.delete_retention), -1),
+        topic_config::MIN_CLEANABLE_DIRTY_RATIO => {
+            (f64::from(t.min_cleanable_dirty_ppm) / 1e6).to_string()
+        }
+        topic_config::MIN_COMPACTION_LAG_MS => millis(Some(t.min_compaction_lag), -1),
+        topic_config::MAX_COMPACTION_LAG_MS => millis(t.max_compaction_lag, i64::MAX),
+        // Every name of TOPIC_KEYS is matched above.
+        _ => String::new(),
     }
 }
 
@@ -254,7 +292,7 @@ const BROKER_KEYS: &[BrokerKey] = &[
     BrokerKey {
         name: "log.cleanup.policy",
         config_type: TYPE_LIST,
-        doc: "Always delete: rill has no log compaction.",
+        doc: "The cleanup.policy of topics that set none.",
         always_static: false,
         value: |_, _| "delete".to_string(),
     },
