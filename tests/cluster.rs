@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rill::client::{Client, ClientConfig};
+use rill::protocol::messages::PartitionMeta;
 use rill_testkit::{rill_bin, TestBroker, TestCluster, DEADLINE};
 
 fn client(c: &TestCluster, id: u64, timeout: Duration) -> Client {
@@ -359,4 +360,235 @@ fn a_voter_started_with_another_voters_list_is_refused_and_exits() {
     }
     assert!(n1.is_running() && n2.is_running());
     n1.client().create_topic("still-up", 1, 1, vec![]).unwrap();
+}
+
+/// Short broker sessions, so fencing shows within a test (the defaults are Kafka's 9 s / 2 s).
+const FAST_SESSIONS: &[&str] = &[
+    "--broker-session-timeout-ms",
+    "2000",
+    "--broker-heartbeat-interval-ms",
+    "250",
+];
+
+/// Topic `topic`'s partitions in broker `id`'s metadata; `None` when it does not answer.
+fn partitions_on(c: &TestCluster, id: u64, topic: &str) -> Option<Vec<PartitionMeta>> {
+    let mut cl = Client::connect(ClientConfig::new(c.nodes[id as usize - 1].bootstrap())).ok()?;
+    let md = cl.refresh_metadata().ok()?;
+    md.topics.get(topic).map(|t| t.partitions.clone())
+}
+
+/// Waits until `f` holds for `topic`'s partitions as broker `id` sees them.
+fn wait_partitions(
+    c: &TestCluster,
+    id: u64,
+    topic: &str,
+    what: &str,
+    f: impl Fn(&[PartitionMeta]) -> bool,
+) -> Vec<PartitionMeta> {
+    let start = Instant::now();
+    loop {
+        let ps = partitions_on(c, id, topic);
+        if let Some(ps) = ps.as_ref().filter(|ps| f(ps)) {
+            return ps.clone();
+        }
+        assert!(
+            start.elapsed() < DEADLINE,
+            "node {id}: {what}; {topic}: {ps:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The partitions broker `node` leads.
+fn led_by(ps: &[PartitionMeta], node: u32) -> Vec<u32> {
+    ps.iter()
+        .filter(|p| p.leader == node)
+        .map(|p| p.partition)
+        .collect()
+}
+
+/// A broker other than `not` that leads some partition of `ps`.
+fn a_leader_other_than(ps: &[PartitionMeta], not: u64) -> u64 {
+    (1..=3u64)
+        .find(|&id| id != not && !led_by(ps, id as u32).is_empty())
+        .expect("partitions spread over the brokers")
+}
+
+/// Produces one small batch straight to the leader `broker` names in its own metadata.
+fn produce_once(c: &TestCluster, broker: u64, topic: &str, partition: u32) -> Result<(), String> {
+    let mut cl = client(c, broker, Duration::from_secs(10));
+    cl.refresh_metadata().map_err(|e| e.to_string())?;
+    let mut bb = rill::batch::BatchBuilder::new();
+    bb.push(1, None, b"probe", &[], &[]);
+    let batch = bb.build().map_err(|e| e.to_string())?.to_vec();
+    cl.produce_raw(topic, partition, &[&batch], 1, Duration::from_secs(10))
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+#[test]
+fn a_sigkilled_broker_is_fenced_and_its_partitions_come_back_when_it_restarts() {
+    let mut c = TestCluster::start(3, 2, FAST_SESSIONS);
+    let leader = c.wait_leader(&[1, 2, 3]);
+    client(&c, leader, Duration::from_secs(60))
+        .create_topic("spread", 6, 1, vec![])
+        .unwrap();
+    let before = wait_partitions(&c, leader, "spread", "6 partitions", |ps| ps.len() == 6);
+    // Leaders spread evenly over the three brokers.
+    for b in 1..=3 {
+        assert_eq!(led_by(&before, b).len(), 2, "{before:?}");
+    }
+    let victim = a_leader_other_than(&before, leader);
+    let lost = led_by(&before, victim as u32);
+    let values: Vec<String> = (0..40).map(|i| format!("kept-{i}")).collect();
+    rill_testkit::produce_values(c.node(victim), "spread", lost[0], values.clone());
+
+    let killed = Instant::now();
+    c.node(victim).kill();
+    // Fenced once its session (2 s) runs out: its RF 1 partitions have no other in-sync
+    // replica, so they go offline with a bumped leader epoch; the others keep their leaders.
+    let offline = wait_partitions(
+        &c,
+        leader,
+        "spread",
+        "the victim's partitions offline",
+        |ps| lost.iter().all(|&p| ps[p as usize].leader == 0),
+    );
+    assert!(
+        killed.elapsed() < Duration::from_secs(2 + 30),
+        "fenced only after {:?}",
+        killed.elapsed()
+    );
+    for (b, a) in before.iter().zip(&offline) {
+        if lost.contains(&b.partition) {
+            assert!(a.leader_epoch > b.leader_epoch, "{b:?} -> {a:?}");
+            assert_eq!(
+                a.isr,
+                vec![victim as u32],
+                "the last ISR member stays: {a:?}"
+            );
+        } else {
+            assert_eq!((a.leader, a.leader_epoch), (b.leader, b.leader_epoch));
+        }
+    }
+
+    // Restarted (a new incarnation): it registers again and leads its partitions again,
+    // with their data.
+    c.node(victim).start_again();
+    c.node(victim).wait_ready();
+    let back = wait_partitions(&c, leader, "spread", "the victim leads again", |ps| {
+        lost.iter().all(|&p| ps[p as usize].leader == victim as u32)
+    });
+    for &p in &lost {
+        assert!(back[p as usize].leader_epoch > offline[p as usize].leader_epoch);
+    }
+    let got = rill_testkit::consume_exactly(
+        c.node(victim),
+        "spread",
+        rill::client::StartFrom::Beginning,
+        values.len(),
+    );
+    assert_eq!(rill_testkit::values(&got), values);
+    wait_until("the restarted broker takes produces", || {
+        produce_once(&c, victim, "spread", lost[1]).is_ok()
+    });
+}
+
+#[test]
+fn sigterm_moves_leadership_away_before_the_broker_stops() {
+    // Sessions far longer than the test waits: only the controlled shutdown can move the
+    // leadership in time.
+    let mut c = TestCluster::start(
+        3,
+        1,
+        &[
+            "--broker-session-timeout-ms",
+            "120000",
+            "--broker-heartbeat-interval-ms",
+            "250",
+        ],
+    );
+    let leader = c.wait_leader(&[1, 2, 3]);
+    client(&c, leader, Duration::from_secs(60))
+        .create_topic("moved", 6, 1, vec![])
+        .unwrap();
+    let before = wait_partitions(&c, leader, "moved", "6 partitions", |ps| ps.len() == 6);
+    let victim = a_leader_other_than(&before, leader);
+    let lost = led_by(&before, victim as u32);
+    assert!(c.node(victim).terminate().success());
+    assert!(
+        c.node(victim).log_text().contains("controlled shutdown"),
+        "{}",
+        c.node(victim).log_text()
+    );
+    let start = Instant::now();
+    let after = wait_partitions(&c, leader, "moved", "the victim leads nothing", |ps| {
+        led_by(ps, victim as u32).is_empty()
+    });
+    assert!(
+        start.elapsed() < Duration::from_secs(60),
+        "{:?}",
+        start.elapsed()
+    );
+    for &p in &lost {
+        assert_eq!(
+            after[p as usize].leader, 0,
+            "RF 1: offline, {:?}",
+            after[p as usize]
+        );
+        assert!(after[p as usize].leader_epoch > before[p as usize].leader_epoch);
+    }
+}
+
+#[test]
+fn the_controller_leader_cut_off_fences_itself_and_serves_again_after_the_link_heals() {
+    let c = TestCluster::start_with_proxies(3, 1, FAST_SESSIONS);
+    let leader = c.wait_leader(&[1, 2, 3]);
+    client(&c, leader, Duration::from_secs(60))
+        .create_topic("cut", 3, 1, vec![])
+        .unwrap();
+    let before = wait_partitions(&c, leader, "cut", "3 partitions", |ps| ps.len() == 3);
+    let mine = led_by(&before, leader as u32);
+    assert_eq!(mine.len(), 1, "{before:?}");
+    wait_until("the leader takes produces", || {
+        produce_once(&c, leader, "cut", mine[0]).is_ok()
+    });
+
+    c.isolate(leader);
+    let others: Vec<u64> = (1..=3).filter(|&id| id != leader).collect();
+    let new_leader = c.wait_leader(&others);
+    // The cut-off broker learns nothing from the quorum: with no heartbeat answered for a
+    // session it fences itself and refuses produces to the partition it still thinks it leads.
+    wait_until("the cut-off broker refuses produces", || {
+        produce_once(&c, leader, "cut", mine[0])
+            .is_err_and(|e| e.contains("NOT_LEADER_OR_FOLLOWER") && e.contains("fenced"))
+    });
+    // The new controller fenced it: its partition is offline.
+    wait_partitions(
+        &c,
+        new_leader,
+        "cut",
+        "the cut-off broker's partition offline",
+        |ps| ps[mine[0] as usize].leader == 0,
+    );
+
+    c.heal(leader);
+    wait_partitions(
+        &c,
+        new_leader,
+        "cut",
+        "the healed broker leads again",
+        |ps| ps[mine[0] as usize].leader == leader as u32,
+    );
+    wait_until("the healed broker takes produces", || {
+        produce_once(&c, leader, "cut", mine[0]).is_ok()
+    });
+}
+
+fn wait_until(what: &str, f: impl Fn() -> bool) {
+    let start = Instant::now();
+    while !f() {
+        assert!(start.elapsed() < DEADLINE, "{what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }

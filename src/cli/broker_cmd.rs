@@ -203,6 +203,25 @@ pub fn config_from_args(a: &BrokerArgs) -> Result<BrokerConfig, String> {
     c.controller_listen = quorum.listen;
     c.controller_max_message_bytes = a.controller_max_message_bytes;
     c.broker_role = quorum.broker;
+    if a.broker_heartbeat_interval_ms == 0
+        || a.broker_heartbeat_interval_ms >= a.broker_session_timeout_ms
+    {
+        return Err(format!(
+            "--broker-heartbeat-interval-ms {} must be at least 1 and below \
+             --broker-session-timeout-ms {}",
+            a.broker_heartbeat_interval_ms, a.broker_session_timeout_ms
+        ));
+    }
+    c.broker_session_timeout = Duration::from_millis(a.broker_session_timeout_ms);
+    c.broker_heartbeat_interval = Duration::from_millis(a.broker_heartbeat_interval_ms);
+    c.controlled_shutdown_timeout = Duration::from_millis(a.controlled_shutdown_timeout_ms);
+    if let Some(r) = &a.rack {
+        let max = crate::controller::cluster::MAX_RACK_LEN;
+        if r.trim().is_empty() || r.len() > max {
+            return Err(format!("--rack '{r}': 1 to {max} bytes"));
+        }
+    }
+    c.rack = a.rack.clone();
     Ok(c)
 }
 

@@ -20,6 +20,7 @@
 //! is known (an election), proposals wait (parked) until one is, up to
 //! [`ControllerConfig::forward_timeout`].
 
+pub mod broker_session;
 pub mod cluster;
 pub mod core;
 pub mod metadata;
@@ -32,6 +33,9 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use serde::{Deserialize, Serialize};
+
+use self::cluster::{BrokerRegistration, ClusterError, ClusterManager, Heartbeat};
 pub use self::core::{Action, ControllerCore, CoreConfig, ProposalId};
 pub use self::metadata::{
     Applied, BrokerInfo, ClusterMetadata, Command, MetadataError, MetadataLimits, PartitionInfo,
@@ -90,6 +94,9 @@ pub struct ControllerConfig {
     /// After a storage failure (a full disk, say), how often the controller reopens its files
     /// to take writes again; proposals meanwhile fail with a storage error.
     pub storage_retry: Duration,
+    /// `--broker-session-timeout-ms`: as the active controller, fence a member broker whose
+    /// last heartbeat is older than this.
+    pub broker_session_timeout: Duration,
 }
 
 impl ControllerConfig {
@@ -110,6 +117,7 @@ impl ControllerConfig {
             compact_every: DEFAULT_COMPACT_EVERY,
             cluster_id: None,
             storage_retry: Duration::from_secs(5),
+            broker_session_timeout: Duration::from_millis(cluster::DEFAULT_SESSION_TIMEOUT_MS),
         }
     }
 
@@ -215,8 +223,22 @@ fn not_controller_text(node_id: u64, leader_id: u64) -> String {
 
 type Reply = flume::Sender<Result<Applied, ControllerError>>;
 
+/// What a caller asks of the controller. A follower forwards it to the leader (serde: it
+/// crosses the transport in a `FORWARD`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Call {
+    /// A metadata change (a raft entry).
+    Propose(Command),
+    /// A broker joins: the active controller's [`ClusterManager`] turns it into commands
+    /// (answered with [`Applied::MemberRegistered`] once applied) or refuses it.
+    Register(BrokerRegistration),
+    /// A broker's heartbeat: renews its session in the active controller's memory, no raft
+    /// entry; answered at once with [`Applied::Heartbeat`].
+    Heartbeat(Heartbeat),
+}
+
 enum Request {
-    Propose { cmd: Command, reply: Reply },
+    Call { call: Call, reply: Reply },
     Shutdown,
 }
 
@@ -256,6 +278,9 @@ struct State {
 struct Shared {
     state: Mutex<State>,
     changed: Condvar,
+    /// This broker must not acknowledge writes: its heartbeats say it is fenced, or none got
+    /// through for a session timeout (set by [`broker_session`]; read on every produce).
+    broker_fenced: std::sync::atomic::AtomicBool,
 }
 
 impl Shared {
@@ -353,6 +378,7 @@ pub fn start(cfg: ControllerConfig) -> Result<Controller, ControllerError> {
             subscribers: Vec::new(),
         }),
         changed: Condvar::new(),
+        broker_fenced: std::sync::atomic::AtomicBool::new(false),
     });
     let mut worker = Worker {
         core,
@@ -376,6 +402,10 @@ pub fn start(cfg: ControllerConfig) -> Result<Controller, ControllerError> {
         refused_by: BTreeSet::new(),
         ever_ready: false,
         fatal: None,
+        sessions: None,
+        session_timeout_ms: u64::try_from(cfg.broker_session_timeout.as_millis())
+            .unwrap_or(u64::MAX),
+        clock_start: Instant::now(),
     };
     worker.handle_actions(first);
     let thread = std::thread::Builder::new()
@@ -424,20 +454,53 @@ impl ControllerHandle {
     /// Never blocks: a full queue answers [`ControllerError::Overloaded`] at once.
     /// When the answer arrives, [`ControllerHandle::metadata`] and subscribers already have it.
     pub fn propose(&self, cmd: Command) -> flume::Receiver<Result<Applied, ControllerError>> {
+        self.call(Call::Propose(cmd))
+    }
+
+    /// Registers a member broker with the active controller (wherever it is): answered with
+    /// [`Applied::MemberRegistered`] once applied here, or the refusal (a live broker with
+    /// this node id and another incarnation: DUPLICATE_BROKER_REGISTRATION).
+    pub fn register(
+        &self,
+        reg: BrokerRegistration,
+    ) -> flume::Receiver<Result<Applied, ControllerError>> {
+        self.call(Call::Register(reg))
+    }
+
+    /// Sends a member broker's heartbeat to the active controller: answered with
+    /// [`Applied::Heartbeat`].
+    pub fn heartbeat(&self, hb: Heartbeat) -> flume::Receiver<Result<Applied, ControllerError>> {
+        self.call(Call::Heartbeat(hb))
+    }
+
+    /// Whether this broker is fenced (see [`broker_session`]): it must not acknowledge writes.
+    pub fn broker_fenced(&self) -> bool {
+        self.shared
+            .broker_fenced
+            .load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    fn set_broker_fenced(&self, fenced: bool) {
+        self.shared
+            .broker_fenced
+            .store(fenced, std::sync::atomic::Ordering::Release);
+    }
+
+    fn call(&self, call: Call) -> flume::Receiver<Result<Applied, ControllerError>> {
         let (reply, rx) = flume::bounded(1);
         if let Some(e) = self.shared.lock().stopped.clone() {
             let _ = reply.send(Err(e));
             return rx;
         }
-        match self.tx.try_send(Request::Propose { cmd, reply }) {
+        match self.tx.try_send(Request::Call { call, reply }) {
             Ok(()) => {}
-            Err(flume::TrySendError::Full(Request::Propose { reply, .. })) => {
+            Err(flume::TrySendError::Full(Request::Call { reply, .. })) => {
                 let _ = reply.send(Err(ControllerError::Overloaded(format!(
                     "controller queue full ({} requests)",
                     self.capacity
                 ))));
             }
-            Err(flume::TrySendError::Disconnected(Request::Propose { reply, .. })) => {
+            Err(flume::TrySendError::Disconnected(Request::Call { reply, .. })) => {
                 let _ = reply.send(Err(ControllerError::Stopped));
             }
             Err(_) => {}
@@ -503,7 +566,7 @@ enum Waiter {
 /// A proposal this follower forwarded to the leader `to`.
 struct Forwarded {
     reply: Reply,
-    cmd: Command,
+    call: Call,
     to: u64,
     deadline: Instant,
     hops: u32,
@@ -512,7 +575,7 @@ struct Forwarded {
 /// A proposal waiting for a leader to be known.
 struct Parked {
     reply: Reply,
-    cmd: Command,
+    call: Call,
     deadline: Instant,
     hops: u32,
 }
@@ -554,6 +617,28 @@ struct Worker {
     ever_ready: bool,
     /// Set when the worker must stop (a quorum refused this node).
     fatal: Option<ControllerError>,
+    /// The member brokers' heartbeat sessions, while this node is the active controller (a
+    /// ready leader); dropped when it is not.
+    sessions: Option<ClusterManager>,
+    session_timeout_ms: u64,
+    /// The sessions' clock (monotonic milliseconds since the worker started).
+    clock_start: Instant,
+}
+
+/// How a call made here went.
+enum Outcome {
+    /// Proposed: answered when the entry is applied.
+    Pending(ProposalId),
+    /// Answered already (a heartbeat).
+    Done(Applied),
+}
+
+/// A refusal of the active controller's membership logic, as the caller sees it.
+fn cluster_refusal(e: ClusterError) -> ControllerError {
+    match e {
+        ClusterError::Metadata(m) => ControllerError::Metadata(m),
+        other => ControllerError::Metadata(MetadataError::new(other.code(), other.to_string())),
+    }
 }
 
 /// One input to the loop.
@@ -594,7 +679,7 @@ impl Worker {
         // Requests still queued are answered by dropping their reply senders (the receivers see
         // a disconnect); answer them properly instead.
         for req in self.rx.drain() {
-            if let Request::Propose { reply, .. } = req {
+            if let Request::Call { reply, .. } = req {
                 let _ = reply.send(Err(ControllerError::Stopped));
             }
         }
@@ -677,7 +762,7 @@ impl Worker {
             let retry_at = Instant::now() + self.storage_retry;
             loop {
                 match self.rx.recv_deadline(retry_at) {
-                    Ok(Request::Propose { reply, .. }) => {
+                    Ok(Request::Call { reply, .. }) => {
                         let _ = reply.send(Err(reason.clone()));
                     }
                     Ok(Request::Shutdown) | Err(flume::RecvTimeoutError::Disconnected) => {
@@ -713,21 +798,102 @@ impl Worker {
     /// Returns true on shutdown.
     fn handle_request(&mut self, req: Request) -> bool {
         match req {
-            Request::Propose { cmd, reply } => {
+            Request::Call { call, reply } => {
                 let deadline = Instant::now() + self.forward_timeout;
-                self.submit(cmd, reply, deadline, 0);
+                self.submit(call, reply, deadline, 0);
                 false
             }
             Request::Shutdown => true,
         }
     }
 
+    /// Monotonic milliseconds for the heartbeat sessions.
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.clock_start.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// The heartbeat sessions while this node is the active controller, started (every
+    /// member gets a full session) when it became so; `None`, and forgotten, otherwise.
+    fn sessions(&mut self) -> Option<&mut ClusterManager> {
+        if !self.core.is_ready() {
+            self.sessions = None;
+            return None;
+        }
+        let now = self.now_ms();
+        let timeout = self.session_timeout_ms;
+        let md = self.core.metadata().clone();
+        Some(self.sessions.get_or_insert_with(|| {
+            let mut m = ClusterManager::new(timeout);
+            m.reset(&md, now);
+            m
+        }))
+    }
+
+    /// As the active controller: proposes a fence for every member whose session ran out.
+    fn fence_expired_sessions(&mut self) {
+        let now = self.now_ms();
+        let md = self.core.metadata().clone();
+        let Some(sessions) = self.sessions() else {
+            return;
+        };
+        for cmd in sessions.poll(&md, now) {
+            log::warn!("controller: broker session expired: {cmd:?}");
+            // No one waits: a lost fence is proposed again one session later.
+            if let Err(e) = self.core.propose(&cmd) {
+                log::info!("controller: fence not proposed: {e}");
+            }
+        }
+    }
+
+    /// Handles `call` on this node: proposes it (a leader), or answers it from the heartbeat
+    /// sessions (the active controller); else refuses with NotController naming the leader.
+    fn local(&mut self, call: &Call) -> Result<Outcome, ControllerError> {
+        let not_controller = ControllerError::NotController {
+            node_id: self.core.node_id(),
+            leader_id: self.core.leader_id(),
+        };
+        let now = self.now_ms();
+        let md = self.core.metadata().clone();
+        match call {
+            Call::Propose(cmd) => Ok(Outcome::Pending(self.core.propose(cmd)?)),
+            Call::Register(reg) => {
+                let Some(sessions) = self.sessions() else {
+                    return Err(not_controller);
+                };
+                let cmds = sessions.register(&md, reg, now).map_err(cluster_refusal)?;
+                // A fence of the old incarnation, then the registration: answered with the
+                // registration's outcome.
+                let mut last = None;
+                for cmd in &cmds {
+                    last = Some(self.core.propose(cmd)?);
+                }
+                last.map(Outcome::Pending).ok_or(not_controller)
+            }
+            Call::Heartbeat(hb) => {
+                let Some(sessions) = self.sessions() else {
+                    return Err(not_controller);
+                };
+                let out = sessions.heartbeat(&md, hb, now).map_err(cluster_refusal)?;
+                if let Some(cmd) = out.propose {
+                    // The broker heartbeats again and the command is proposed again.
+                    if let Err(e) = self.core.propose(&cmd) {
+                        log::info!("controller: {cmd:?} not proposed: {e}");
+                    }
+                }
+                Ok(Outcome::Done(Applied::Heartbeat(out.reply)))
+            }
+        }
+    }
+
     /// Proposes `cmd` here if this node leads, else forwards it to the leader, else (no leader
     /// known) parks it until one is.
-    fn submit(&mut self, cmd: Command, reply: Reply, deadline: Instant, hops: u32) {
-        match self.core.propose(&cmd) {
-            Ok(id) => {
+    fn submit(&mut self, call: Call, reply: Reply, deadline: Instant, hops: u32) {
+        match self.local(&call) {
+            Ok(Outcome::Pending(id)) => {
                 self.waiters.insert(id, Waiter::Local(reply));
+            }
+            Ok(Outcome::Done(applied)) => {
+                let _ = reply.send(Ok(applied));
             }
             Err(ControllerError::NotController { node_id, leader_id })
                 if self.transport.is_some() && hops < MAX_FORWARD_HOPS =>
@@ -740,11 +906,11 @@ impl Worker {
                         self.max_pending
                     ))));
                 } else if leader_id != 0 && leader_id != node_id {
-                    self.forward(leader_id, cmd, reply, deadline, hops);
+                    self.forward(leader_id, call, reply, deadline, hops);
                 } else {
                     self.parked.push_back(Parked {
                         reply,
-                        cmd,
+                        call,
                         deadline,
                         hops,
                     });
@@ -756,7 +922,7 @@ impl Worker {
         }
     }
 
-    fn forward(&mut self, to: u64, cmd: Command, reply: Reply, deadline: Instant, hops: u32) {
+    fn forward(&mut self, to: u64, call: Call, reply: Reply, deadline: Instant, hops: u32) {
         let Some(t) = &self.transport else { return };
         let id = self.next_forward;
         self.next_forward += 1;
@@ -764,7 +930,7 @@ impl Worker {
             to,
             Outgoing::Forward {
                 id,
-                cmd: cmd.clone(),
+                call: call.clone(),
             },
         );
         match sent {
@@ -773,7 +939,7 @@ impl Worker {
                     id,
                     Forwarded {
                         reply,
-                        cmd,
+                        call,
                         to,
                         deadline,
                         hops: hops + 1,
@@ -799,7 +965,7 @@ impl Worker {
                         // Never sent, so never applied: safe to send again.
                         self.parked.push_back(Parked {
                             reply: f.reply,
-                            cmd: f.cmd,
+                            call: f.call,
                             deadline: f.deadline,
                             hops: f.hops,
                         });
@@ -847,10 +1013,18 @@ impl Worker {
                     }
                 }
             }
-            NetEvent::Forward { from, id, cmd } => match self.core.propose(&cmd) {
-                Ok(pid) => {
+            NetEvent::Forward { from, id, call } => match self.local(&call) {
+                Ok(Outcome::Pending(pid)) => {
                     self.waiters.insert(pid, Waiter::Remote { peer: from, id });
                 }
+                Ok(Outcome::Done(applied)) => self.send(
+                    from,
+                    Outgoing::ForwardReply {
+                        id,
+                        index: 0,
+                        result: Ok(applied),
+                    },
+                ),
                 Err(e) => self.send(
                     from,
                     Outgoing::ForwardReply {
@@ -879,7 +1053,7 @@ impl Worker {
                     // applied, so it may go to the leader now known.
                     Err(ControllerError::NotController { .. })
                     | Err(ControllerError::NotLeader) => {
-                        self.submit(f.cmd, f.reply, f.deadline, f.hops)
+                        self.submit(f.call, f.reply, f.deadline, f.hops)
                     }
                     other => {
                         let _ = f.reply.send(other);
@@ -923,6 +1097,7 @@ impl Worker {
     /// Every tick: parked proposals try again (a leader may be known now); whatever waited
     /// past its deadline is answered with a timeout.
     fn on_tick(&mut self, now: Instant) {
+        self.fence_expired_sessions();
         for p in std::mem::take(&mut self.parked) {
             if p.reply.is_disconnected() {
                 // The caller gave up (its own timeout): proposing it later would apply a
@@ -932,7 +1107,7 @@ impl Worker {
             if now >= p.deadline {
                 let _ = p.reply.send(Err(ControllerError::Timeout));
             } else if self.core.leader_id() != 0 {
-                self.submit(p.cmd, p.reply, p.deadline, p.hops);
+                self.submit(p.call, p.reply, p.deadline, p.hops);
             } else {
                 self.parked.push_back(p);
             }
@@ -1051,22 +1226,24 @@ fn publish(state: &mut State, metadata: Arc<ClusterMetadata>) {
     state.metadata = metadata;
 }
 
-/// A random 128-bit cluster id in hex, from std's randomly keyed hasher, the clock and the pid.
+/// A random 128-bit cluster id in hex.
 fn random_cluster_id() -> String {
+    format!("{:016x}{:016x}", random_u64(0), random_u64(1))
+}
+
+/// A random 64-bit number (a cluster id half, a broker incarnation), from std's randomly
+/// keyed hasher, the clock, the pid and `salt`.
+pub fn random_u64(salt: u8) -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos())
         .unwrap_or_default();
-    let mut id = 0u128;
-    for half in 0u8..2 {
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u128(nanos);
-        h.write_u32(std::process::id());
-        h.write_u8(half);
-        id = (id << 64) | u128::from(h.finish());
-    }
-    format!("{id:032x}")
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(nanos);
+    h.write_u32(std::process::id());
+    h.write_u8(salt);
+    h.finish()
 }
 
 #[cfg(test)]

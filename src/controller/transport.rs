@@ -37,8 +37,8 @@ use protobuf::Message as PbMessage;
 use raft::eraftpb::{Message, MessageType};
 use serde::{Deserialize, Serialize};
 
-use super::metadata::{Applied, Command, MetadataError};
-use super::ControllerError;
+use super::metadata::{Applied, MetadataError};
+use super::{Call, ControllerError};
 use crate::protocol::error_code::ErrorCode;
 
 /// Version of the frames and handshake below; a peer speaking another is refused.
@@ -171,7 +171,7 @@ impl From<WireError> for ControllerError {
 #[derive(Serialize, Deserialize)]
 struct ForwardBody {
     id: u64,
-    cmd: Command,
+    call: Call,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -188,7 +188,7 @@ pub enum Outgoing {
     /// A proposal this follower forwards to the leader; `id` is the follower's.
     Forward {
         id: u64,
-        cmd: Command,
+        call: Call,
     },
     /// The leader's answer to a forwarded proposal.
     ForwardReply {
@@ -214,7 +214,7 @@ pub enum NetEvent {
     /// A raft message from peer `msg.from` (checked against the connection's handshake).
     Raft(Message),
     /// Peer `from` forwards a proposal.
-    Forward { from: u64, id: u64, cmd: Command },
+    Forward { from: u64, id: u64, call: Call },
     /// The leader `from` answers forwarded proposal `id`.
     ForwardReply {
         from: u64,
@@ -388,10 +388,10 @@ impl Transport {
                     .map_err(|e| TransportError::Encode(e.to_string()))?;
                 (KIND_RAFT, tag, body)
             }
-            Outgoing::Forward { id, cmd } => (
+            Outgoing::Forward { id, call } => (
                 KIND_FORWARD,
                 Tag::Forward(id),
-                serde_json::to_vec(&ForwardBody { id, cmd })
+                serde_json::to_vec(&ForwardBody { id, call })
                     .map_err(|e| TransportError::Encode(e.to_string()))?,
             ),
             Outgoing::ForwardReply { id, index, result } => (
@@ -773,7 +773,7 @@ fn decode(kind: u8, body: &[u8], from: u64) -> Result<Option<NetEvent>, String> 
             Ok(Some(NetEvent::Forward {
                 from,
                 id: f.id,
-                cmd: f.cmd,
+                call: f.call,
             }))
         }
         KIND_FORWARD_REPLY => {
@@ -959,6 +959,7 @@ fn write_until_error(inner: &Inner, peer: &Peer, stream: TcpStream) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controller::Command;
 
     fn cfg(node: u64, voters: &[(u64, String)]) -> TransportConfig {
         TransportConfig {
@@ -1036,14 +1037,17 @@ mod tests {
         assert_eq!(m.from, 2);
         let forward = || Outgoing::Forward {
             id: 9,
-            cmd: Command::DeleteTopic { name: "t".into() },
+            call: Call::Propose(Command::DeleteTopic { name: "t".into() }),
         };
-        let (from, id, cmd) = deliver(&t2, 1, forward, &rx1, |ev| match ev {
-            NetEvent::Forward { from, id, cmd } => Some((from, id, cmd)),
+        let (from, id, call) = deliver(&t2, 1, forward, &rx1, |ev| match ev {
+            NetEvent::Forward { from, id, call } => Some((from, id, call)),
             _ => None,
         });
         assert_eq!((from, id), (2, 9));
-        assert_eq!(cmd, Command::DeleteTopic { name: "t".into() });
+        assert_eq!(
+            call,
+            Call::Propose(Command::DeleteTopic { name: "t".into() })
+        );
         let reply = || Outgoing::ForwardReply {
             id: 9,
             index: 5,

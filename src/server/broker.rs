@@ -12,6 +12,8 @@ use super::stray;
 use crate::broker::group_host::OFFSETS_TOPIC;
 use crate::broker::shard::{AppliedIndexes, Shard};
 use crate::broker::BrokerConfig;
+use crate::controller::broker_session::{self, BrokerSession, SessionConfig};
+use crate::controller::cluster::BrokerRegistration;
 use crate::controller::metadata::{BrokerInfo, Command, MetadataLimits};
 use crate::controller::{self, ControllerConfig, ControllerError};
 use crate::log::{FileReads, FsyncPolicy};
@@ -116,6 +118,7 @@ pub fn run_broker(cfg: BrokerConfig) -> Result<(), BrokerError> {
     ccfg.voters = cfg.controller_voters.clone();
     ccfg.listen = cfg.controller_listen.clone();
     ccfg.max_message_bytes = cfg.controller_max_message_bytes;
+    ccfg.broker_session_timeout = cfg.broker_session_timeout;
     let quorum = ccfg.voters.len() > 1;
     // Topic directories without any controller state mean the metadata was lost, not that
     // this is a new broker: refuse before the controller creates a fresh log.
@@ -153,14 +156,39 @@ pub fn run_broker(cfg: BrokerConfig) -> Result<(), BrokerError> {
         controller.shutdown();
         return Err(missing("controller/raft.log holds a new, empty cluster"));
     }
-    let registration = Command::RegisterBroker(BrokerInfo {
+    let info = BrokerInfo {
         node_id: cfg.node_id,
         host: cfg.advertised_host.clone(),
         port: cfg.listen.port(),
         shards: shards as u32,
         kafka_port: cfg.kafka_listen.map(|a| a.port()),
-    });
-    propose_at_start(&handle, registration, quorum)?;
+    };
+    // A broker of a cluster is a member: it registers with an incarnation, heartbeats, and is
+    // fenced when it stops; the single-node broker registers as before and is never fenced.
+    let session = if quorum {
+        let scfg = SessionConfig {
+            registration: BrokerRegistration {
+                broker: info,
+                incarnation: controller::random_u64(2),
+                rack: cfg.rack.clone(),
+            },
+            heartbeat_interval: cfg.broker_heartbeat_interval,
+            session_timeout: cfg.broker_session_timeout,
+            register_wait: START_PROPOSAL_WAIT.max(cfg.broker_session_timeout * 3),
+        };
+        let epoch = match broker_session::register(&handle, &scfg) {
+            Ok(epoch) => epoch,
+            Err(e) => {
+                controller.shutdown();
+                return Err(e.into());
+            }
+        };
+        log::info!("broker {} registered (broker epoch {epoch})", cfg.node_id);
+        Some(BrokerSession::start(handle.clone(), scfg, epoch).map_err(dir_err)?)
+    } else {
+        propose_at_start(&handle, Command::RegisterBroker(info), quorum)?;
+        None
+    };
     if handle.metadata().topic(OFFSETS_TOPIC).is_none() {
         // The internal topic whose partitions place group coordinators.
         let create = Command::CreateTopic {
@@ -240,6 +268,16 @@ pub fn run_broker(cfg: BrokerConfig) -> Result<(), BrokerError> {
         );
     }
     let sig = wait_for_stop_signal(&signals);
+    if let Some(session) = &session {
+        eprintln!("rill: signal {sig}: controlled shutdown (moving partition leadership away)");
+        if !session.controlled_shutdown(cfg.controlled_shutdown_timeout) {
+            eprintln!(
+                "rill: leadership not moved away within --controlled-shutdown-timeout-ms {}; \
+                 stopping anyway",
+                cfg.controlled_shutdown_timeout.as_millis()
+            );
+        }
+    }
     eprintln!("rill: signal {sig}: stopping (no new connections; pending writes are flushed)");
     for tx in &stop_txs {
         let _ = tx.send(());
@@ -250,6 +288,9 @@ pub fn run_broker(cfg: BrokerConfig) -> Result<(), BrokerError> {
         }
     }
     stray_sweeper.stop();
+    if let Some(session) = session {
+        session.stop();
+    }
     controller.shutdown();
     eprintln!("rill: broker {} stopped cleanly", cfg.node_id);
     Ok(())
