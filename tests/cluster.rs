@@ -293,7 +293,10 @@ fn bad_voter_flags_are_one_line_errors() {
             &["--controller-listen", "127.0.0.1:19001"],
             "--controller-listen needs",
         ),
-        (&["--process-roles", "broker"], "not supported yet"),
+        (
+            &["--process-roles", "broker"],
+            "must list its 3 or 5 voters",
+        ),
         (&["--process-roles", "borker"], "unknown role"),
     ];
     for (args, want) in cases {
@@ -590,5 +593,116 @@ fn wait_until(what: &str, f: impl Fn() -> bool) {
     while !f() {
         assert!(start.elapsed() < DEADLINE, "{what}");
         std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A broker that is not a voter (`--process-roles broker`) of `c`'s quorum, unstarted.
+fn non_voter(c: &TestCluster, id: u32, shards: usize, extra: &[&str]) -> TestBroker {
+    let mut args: Vec<String> = vec![
+        "--node-id".into(),
+        id.to_string(),
+        "--process-roles".into(),
+        "broker".into(),
+        "--controller-voters".into(),
+        c.voters.clone(),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    TestBroker::unstarted(shards, &args)
+}
+
+#[test]
+fn a_broker_that_is_not_a_voter_joins_and_a_second_one_with_its_node_id_is_refused() {
+    let c = TestCluster::start(3, 1, FAST_SESSIONS);
+    let leader = c.wait_leader(&[1, 2, 3]);
+    // Metadata made before the broker exists: it gets it all when it joins.
+    for i in 0..20 {
+        client(&c, leader, Duration::from_secs(60))
+            .create_topic(&format!("before-{i}"), 1, 1, vec![])
+            .unwrap();
+    }
+    let mut b4 = non_voter(&c, 4, 2, FAST_SESSIONS);
+    b4.launch();
+    b4.wait_ready();
+    let mut cl4 = Client::connect(ClientConfig::new(b4.bootstrap())).unwrap();
+    let topics = cl4.refresh_metadata().unwrap().topics.clone();
+    for i in 0..20 {
+        assert!(topics.contains_key(&format!("before-{i}")), "{topics:?}");
+    }
+    // It registered: every voter lists it.
+    for id in 1..=3 {
+        let info = client(&c, id, Duration::from_secs(60))
+            .cluster_info()
+            .unwrap();
+        assert!(
+            info.brokers.iter().any(|b| b.node_id == 4 && b.shards == 2),
+            "{info:?}"
+        );
+    }
+    // A create through it is answered once its own metadata has the topic, and leaders
+    // spread over all four brokers, it included.
+    cl4.create_topic("after-join", 8, 1, vec![]).unwrap();
+    let md = cl4
+        .refresh_metadata()
+        .unwrap()
+        .topics
+        .get("after-join")
+        .cloned();
+    let md = md.expect("the create is answered once the broker's own metadata has it");
+    for b in 1..=4 {
+        assert_eq!(led_by(&md.partitions, b).len(), 2, "{md:?}");
+    }
+    let mine = led_by(&md.partitions, 4)[0];
+    let values: Vec<String> = (0..30).map(|i| format!("via-4-{i}")).collect();
+    rill_testkit::produce_values(&b4, "after-join", mine, values.clone());
+    let got = rill_testkit::consume_exactly(
+        &b4,
+        "after-join",
+        rill::client::StartFrom::Beginning,
+        values.len(),
+    );
+    assert_eq!(rill_testkit::values(&got), values);
+    // And the voters see the same partition plan.
+    let on_leader = wait_partitions(&c, leader, "after-join", "8 partitions", |ps| ps.len() == 8);
+    assert_eq!(on_leader, md.partitions);
+
+    // A second broker with node id 4 (another data dir, another incarnation): refused while
+    // the first heartbeats; it exits with one line naming the node id.
+    let mut dup = non_voter(&c, 4, 1, FAST_SESSIONS);
+    dup.launch();
+    let status = dup.wait_exit();
+    assert!(!status.success());
+    let log = dup.log_text();
+    let last = log.lines().last().unwrap_or_default();
+    assert!(
+        last.contains("node id 4") && last.contains("already registered"),
+        "{log}"
+    );
+    // The first one still serves.
+    produce_once(&c, leader, "before-0", 0).unwrap();
+    rill_testkit::produce_values(&b4, "after-join", mine, ["still".to_string()]);
+}
+
+#[test]
+fn non_voter_flags_that_cannot_work_are_one_line_errors() {
+    let voters = "1@127.0.0.1:1,2@127.0.0.1:2,3@127.0.0.1:3";
+    for (args, want) in [
+        (
+            vec![
+                "--node-id",
+                "2",
+                "--process-roles",
+                "broker",
+                "--controller-voters",
+                voters,
+            ],
+            "is in --controller-voters",
+        ),
+        (
+            vec!["--node-id", "4", "--process-roles", "broker"],
+            "must list its 3 or 5 voters",
+        ),
+    ] {
+        let e = refused(&args);
+        assert!(e.contains(want), "{args:?}: {e}");
     }
 }

@@ -100,6 +100,8 @@ pub struct BrokerConfig {
     pub controller_max_message_bytes: usize,
     /// `--process-roles`: false for `controller` alone (no shards, no listeners).
     pub broker_role: bool,
+    /// `--process-roles`: false for `broker` alone (follows the quorum, not a voter).
+    pub controller_role: bool,
     /// `--rack`: brokers of a cluster place a partition's replicas on distinct racks.
     pub rack: Option<String>,
     /// `--broker-session-timeout-ms`: a cluster member without an answered heartbeat for this
@@ -159,6 +161,7 @@ impl BrokerConfig {
             controller_listen: None,
             controller_max_message_bytes: crate::controller::transport::DEFAULT_MAX_MESSAGE_BYTES,
             broker_role: true,
+            controller_role: true,
             rack: None,
             broker_session_timeout: Duration::from_millis(
                 crate::controller::cluster::DEFAULT_SESSION_TIMEOUT_MS,

@@ -203,6 +203,7 @@ pub fn config_from_args(a: &BrokerArgs) -> Result<BrokerConfig, String> {
     c.controller_listen = quorum.listen;
     c.controller_max_message_bytes = a.controller_max_message_bytes;
     c.broker_role = quorum.broker;
+    c.controller_role = quorum.controller;
     if a.broker_heartbeat_interval_ms == 0
         || a.broker_heartbeat_interval_ms >= a.broker_session_timeout_ms
     {
@@ -230,6 +231,7 @@ struct Quorum {
     voters: Vec<(u64, String)>,
     listen: Option<String>,
     broker: bool,
+    controller: bool,
 }
 
 /// `HOST:PORT` with a non-empty host and a port 1..65535 (resolved only when connecting, so
@@ -297,18 +299,40 @@ fn parse_quorum(a: &BrokerArgs) -> Result<Quorum, String> {
             }
         }
     }
-    if !controller {
-        return Err(format!(
-            "--process-roles '{}': a broker that is not a controller voter (following the \
-             quorum's metadata) is not supported yet; use broker,controller",
-            a.process_roles
-        ));
-    }
     let voters = match &a.controller_voters {
         None => Vec::new(),
         Some(v) => parse_voters(v)?,
     };
     let me = u64::from(a.node_id);
+    if !controller {
+        // A broker following the quorum's metadata, not a voter.
+        if ![3, 5].contains(&voters.len()) {
+            return Err(format!(
+                "--process-roles broker follows a controller quorum: --controller-voters must \
+                 list its 3 or 5 voters (got {})",
+                voters.len()
+            ));
+        }
+        if voters.iter().any(|(id, _)| *id == me) {
+            return Err(format!(
+                "--process-roles broker: node id {me} is in --controller-voters; a voter runs \
+                 broker,controller (or controller), a broker that is not one takes another id"
+            ));
+        }
+        if a.controller_listen.is_some() {
+            return Err(
+                "--controller-listen is for voters; --process-roles broker listens for no \
+                 controller"
+                    .into(),
+            );
+        }
+        return Ok(Quorum {
+            voters,
+            listen: None,
+            broker,
+            controller,
+        });
+    }
     if !voters.is_empty() {
         if !voters.iter().any(|(id, _)| *id == me) {
             return Err(format!(
@@ -350,6 +374,7 @@ fn parse_quorum(a: &BrokerArgs) -> Result<Quorum, String> {
         },
         listen: a.controller_listen.clone(),
         broker,
+        controller,
     })
 }
 

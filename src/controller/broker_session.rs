@@ -22,17 +22,18 @@ pub struct SessionConfig {
     pub heartbeat_interval: Duration,
     /// `--broker-session-timeout-ms` (the controller's; the broker fences itself after it too).
     pub session_timeout: Duration,
-    /// How long registration keeps being retried while no controller answers, or while the
-    /// controller still holds a live session of this node id with another incarnation (the
-    /// process before a restart: it is fenced once its session runs out).
+    /// How long registration keeps being retried while no controller answers.
     pub register_wait: Duration,
 }
 
-/// Registers with the active controller, retrying what only means "not yet" (no leader, a
-/// lost answer, the previous incarnation's session still running) until
-/// [`SessionConfig::register_wait`]. Returns the broker epoch.
+/// Registers with the active controller, retrying what only means "not yet": no leader or a
+/// lost answer (until [`SessionConfig::register_wait`]), and a live registration of this node
+/// id with another incarnation for one session timeout and a margin (the process before a
+/// restart: the controller fences it once its session runs out; a second broker with the
+/// same id keeps its session alive, so the refusal stands). Returns the broker epoch.
 pub fn register(handle: &ControllerHandle, cfg: &SessionConfig) -> Result<u64, ControllerError> {
     let deadline = Instant::now() + cfg.register_wait;
+    let mut duplicate_until: Option<Instant> = None;
     let retry_every = cfg.heartbeat_interval.min(Duration::from_millis(500));
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -43,7 +44,17 @@ pub fn register(handle: &ControllerHandle, cfg: &SessionConfig) -> Result<u64, C
             .and_then(|r| r);
         let retriable = match &result {
             Ok(_) => false,
-            Err(ControllerError::Metadata(e)) => e.code == ErrorCode::DuplicateBrokerRegistration,
+            Err(ControllerError::Metadata(e))
+                if e.code == ErrorCode::DuplicateBrokerRegistration =>
+            {
+                let until = *duplicate_until.get_or_insert_with(|| {
+                    Instant::now()
+                        + cfg.session_timeout
+                        + cfg.heartbeat_interval * 2
+                        + Duration::from_secs(1)
+                });
+                Instant::now() < until
+            }
             Err(e) => retriable(e),
         };
         if !retriable || Instant::now() >= deadline {

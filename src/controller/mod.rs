@@ -24,6 +24,7 @@ pub mod broker_session;
 pub mod cluster;
 pub mod core;
 pub mod metadata;
+mod observer;
 pub mod raft_log;
 pub mod transport;
 
@@ -97,6 +98,9 @@ pub struct ControllerConfig {
     /// `--broker-session-timeout-ms`: as the active controller, fence a member broker whose
     /// last heartbeat is older than this.
     pub broker_session_timeout: Duration,
+    /// This broker is not a voter (`--process-roles broker`): it follows the metadata of the
+    /// quorum in `voters` ([`observer`]) and keeps no controller files.
+    pub observer: bool,
 }
 
 impl ControllerConfig {
@@ -118,6 +122,7 @@ impl ControllerConfig {
             cluster_id: None,
             storage_retry: Duration::from_secs(5),
             broker_session_timeout: Duration::from_millis(cluster::DEFAULT_SESSION_TIMEOUT_MS),
+            observer: false,
         }
     }
 
@@ -309,6 +314,9 @@ pub struct ControllerHandle {
 pub fn start(cfg: ControllerConfig) -> Result<Controller, ControllerError> {
     if cfg.node_id == 0 {
         return Err(ControllerError::Config("node id must be non-zero".into()));
+    }
+    if cfg.observer {
+        return observer::start(cfg);
     }
     let ids = cfg.voter_ids()?;
     if cfg.tick.is_zero() {
@@ -519,12 +527,7 @@ impl ControllerHandle {
     /// snapshot; only the latest matters). The channel closes when the controller stops.
     pub fn subscribe(&self, capacity: usize) -> flume::Receiver<Arc<ClusterMetadata>> {
         let (tx, rx) = flume::bounded(capacity.max(1));
-        let mut state = self.shared.lock();
-        if state.stopped.is_none() {
-            let sub = Subscriber { tx, rx: rx.clone() };
-            sub.deliver(&state.metadata);
-            state.subscribers.push(sub);
-        }
+        subscribe_with(&self.shared, tx, rx.clone());
         rx
     }
 
@@ -1078,6 +1081,12 @@ impl Worker {
                     }
                 }
             }
+            NetEvent::ObserverCall { from, call, reply } => {
+                log::trace!("controller: call from broker {from}: {call:?}");
+                let deadline = Instant::now() + self.forward_timeout;
+                self.submit(call, reply, deadline, 0);
+            }
+            NetEvent::Subscribe(tx, rx) => subscribe_with(&self.shared, tx, rx),
             NetEvent::Snapshot { to, delivered } => self.core.report_snapshot(to, delivered),
             NetEvent::Dropped { to, tag } => self.account_dropped(to, vec![tag]),
             NetEvent::Refused { peer, reason } => {
@@ -1146,8 +1155,12 @@ impl Worker {
                     result,
                     metadata,
                 } => {
-                    // Publish first: whoever gets the answer sees the change in metadata().
+                    // Publish first: whoever gets the answer sees the change in metadata(),
+                    // and a non-voter answered waits until its metadata is this far.
                     publish(&mut self.shared.lock(), metadata);
+                    if let Some(t) = &self.transport {
+                        t.set_applied(self.core.metadata().applied_index);
+                    }
                     match proposal.and_then(|id| self.waiters.remove(&id)) {
                         Some(Waiter::Local(reply)) => {
                             let _ = reply.send(result.map_err(ControllerError::Metadata));
@@ -1197,6 +1210,7 @@ impl Worker {
         let ready = self.core.is_ready() || (self.voters > 1 && self.follower_current());
         self.ever_ready |= ready;
         if let Some(t) = &self.transport {
+            t.set_applied(self.core.metadata().applied_index);
             let id = &self.core.metadata().cluster_id;
             if !id.is_empty() {
                 t.set_cluster_id(id);
@@ -1215,6 +1229,21 @@ impl Worker {
             && leader != self.core.node_id()
             && self.core.applied_index() >= self.core.committed_index()
             && !self.core.metadata().cluster_id.is_empty()
+    }
+}
+
+/// Adds a subscriber sending on `tx` (see [`ControllerHandle::subscribe`]).
+/// `rx` is a clone of the subscriber's end, kept to drop the oldest update when it is full.
+fn subscribe_with(
+    shared: &Shared,
+    tx: flume::Sender<Arc<ClusterMetadata>>,
+    rx: flume::Receiver<Arc<ClusterMetadata>>,
+) {
+    let mut state = shared.lock();
+    if state.stopped.is_none() {
+        let sub = Subscriber { tx, rx };
+        sub.deliver(&state.metadata);
+        state.subscribers.push(sub);
     }
 }
 

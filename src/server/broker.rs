@@ -119,6 +119,7 @@ pub fn run_broker(cfg: BrokerConfig) -> Result<(), BrokerError> {
     ccfg.listen = cfg.controller_listen.clone();
     ccfg.max_message_bytes = cfg.controller_max_message_bytes;
     ccfg.broker_session_timeout = cfg.broker_session_timeout;
+    ccfg.observer = !cfg.controller_role;
     let quorum = ccfg.voters.len() > 1;
     // Topic directories without any controller state mean the metadata was lost, not that
     // this is a new broker: refuse before the controller creates a fresh log.
@@ -130,7 +131,8 @@ pub fn run_broker(cfg: BrokerConfig) -> Result<(), BrokerError> {
     };
     let has_state = controller::raft_log::has_state(&ccfg.controller_dir())
         .map_err(|e| ControllerError::Storage(e.to_string()))?;
-    if topic_dirs > 0 && !has_state {
+    // A broker that is not a voter keeps no controller files: its metadata is the quorum's.
+    if topic_dirs > 0 && !has_state && cfg.controller_role {
         return Err(missing("no controller/raft.log or snapshot"));
     }
     let controller = controller::start(ccfg)?;
