@@ -462,6 +462,19 @@ fn a_sigkilled_broker_is_fenced_and_its_partitions_come_back_when_it_restarts() 
         "fenced only after {:?}",
         killed.elapsed()
     );
+    // The tools show it: the broker fenced, its partitions offline with their ISR.
+    let info = cli_text(&c, leader, &["cluster", "info"]);
+    assert!(info.contains(&format!("broker {victim} fenced")), "{info}");
+    assert!(info.contains("voters 1,2,3"), "{info}");
+    assert!(info.contains(&format!("controller {leader}")), "{info}");
+    let described = cli_text(&c, leader, &["topic", "describe", "spread"]);
+    assert!(
+        described.contains(&format!(
+            "partition {} leader none (offline) epoch {} replicas [{victim}] isr [{victim}]",
+            lost[0], offline[lost[0] as usize].leader_epoch
+        )),
+        "{described}"
+    );
     for (b, a) in before.iter().zip(&offline) {
         if lost.contains(&b.partition) {
             assert!(a.leader_epoch > b.leader_epoch, "{b:?} -> {a:?}");
@@ -485,6 +498,8 @@ fn a_sigkilled_broker_is_fenced_and_its_partitions_come_back_when_it_restarts() 
     for &p in &lost {
         assert!(back[p as usize].leader_epoch > offline[p as usize].leader_epoch);
     }
+    let info = cli_text(&c, leader, &["cluster", "info"]);
+    assert!(info.contains(&format!("broker {victim} alive")), "{info}");
     let got = rill_testkit::consume_exactly(
         c.node(victim),
         "spread",
@@ -532,6 +547,11 @@ fn sigterm_moves_leadership_away_before_the_broker_stops() {
         start.elapsed() < Duration::from_secs(60),
         "{:?}",
         start.elapsed()
+    );
+    let info = cli_text(&c, leader, &["cluster", "info"]);
+    assert!(
+        info.contains(&format!("broker {victim} shutting-down")),
+        "{info}"
     );
     for &p in &lost {
         assert_eq!(
@@ -586,6 +606,17 @@ fn the_controller_leader_cut_off_fences_itself_and_serves_again_after_the_link_h
     wait_until("the healed broker takes produces", || {
         produce_once(&c, leader, "cut", mine[0]).is_ok()
     });
+}
+
+/// `rill <args>` against broker `id`; its stdout (it must succeed).
+fn cli_text(c: &TestCluster, id: u64, args: &[&str]) -> String {
+    let out = c.nodes[id as usize - 1].cli(args, None);
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 fn wait_until(what: &str, f: impl Fn() -> bool) {
@@ -679,6 +710,25 @@ fn a_broker_that_is_not_a_voter_joins_and_a_second_one_with_its_node_id_is_refus
     );
     // The first one still serves.
     produce_once(&c, leader, "before-0", 0).unwrap();
+    // min.insync.replicas above the replication factor: one line, nothing stored.
+    let err = cl4
+        .create_topic(
+            "strict",
+            1,
+            1,
+            vec![("min.insync.replicas".to_string(), "2".to_string())],
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("min.insync.replicas") && !err.contains('\n'),
+        "{err}"
+    );
+    assert!(!cl4
+        .refresh_metadata()
+        .unwrap()
+        .topics
+        .contains_key("strict"));
     rill_testkit::produce_values(&b4, "after-join", mine, ["still".to_string()]);
 }
 

@@ -199,6 +199,15 @@ impl ClusterMetadata {
                 .is_none_or(|m| m.state == BrokerState::Active)
     }
 
+    /// `alive`, `fenced` or `shutting-down` (a single-node broker is always alive).
+    pub fn broker_state_name(&self, node: u32) -> &'static str {
+        match self.members.get(&node).map(|m| m.state) {
+            None | Some(BrokerState::Active) => "alive",
+            Some(BrokerState::Fenced) => "fenced",
+            Some(BrokerState::ShuttingDown) => "shutting-down",
+        }
+    }
+
     /// Live brokers, sorted by id.
     pub fn live_brokers(&self) -> Vec<u32> {
         self.brokers
