@@ -14,6 +14,10 @@ use super::cluster::{BrokerRegistration, Heartbeat, HeartbeatReply};
 use super::{Applied, ControllerError, ControllerHandle};
 use crate::protocol::error_code::ErrorCode;
 
+/// During a controlled shutdown, heartbeats in a row that got no answer before the broker
+/// stops waiting: no controller to move its leadership (the whole cluster stopping, say).
+const SHUTDOWN_UNANSWERED: u32 = 3;
+
 /// Settings of a member broker's session.
 #[derive(Clone, Debug)]
 pub struct SessionConfig {
@@ -113,6 +117,7 @@ impl BrokerSession {
                     broker_epoch,
                     last_answer: Instant::now(),
                     shutdown: None,
+                    unanswered: 0,
                 }
                 .run(rx)
             })?;
@@ -159,6 +164,8 @@ struct Heartbeats {
     last_answer: Instant,
     /// A controlled shutdown asked for: told when the broker leads nothing.
     shutdown: Option<flume::Sender<()>>,
+    /// Heartbeats in a row without an answer.
+    unanswered: u32,
 }
 
 impl Heartbeats {
@@ -194,6 +201,19 @@ impl Heartbeats {
             .recv_timeout(self.cfg.heartbeat_interval)
             .map_err(|_| ControllerError::Timeout)
             .and_then(|r| r);
+        if matches!(&answer, Err(e) if retriable(e)) {
+            self.unanswered += 1;
+            if self.unanswered >= SHUTDOWN_UNANSWERED {
+                if let Some(done) = self.shutdown.take() {
+                    log::warn!(
+                        "controlled shutdown: {} heartbeats unanswered, no controller to move \
+                         leadership; stopping",
+                        self.unanswered
+                    );
+                    let _ = done.send(());
+                }
+            }
+        }
         match answer {
             Ok(Applied::Heartbeat(reply)) => self.answered(reply),
             Ok(other) => log::warn!("heartbeat: unexpected answer {other:?}"),
@@ -225,6 +245,7 @@ impl Heartbeats {
 
     fn answered(&mut self, reply: HeartbeatReply) {
         self.last_answer = Instant::now();
+        self.unanswered = 0;
         if reply.fenced != self.handle.broker_fenced() {
             log::warn!(
                 "broker {} is {} by the controller",
