@@ -343,14 +343,10 @@ fn a_voter_started_with_another_voters_list_is_refused_and_exits() {
     n1.wait_ready();
     n2.wait_ready();
     let mut n3 = node(3, &bad);
-    n3.launch();
-    let status = n3.wait_exit();
-    assert!(!status.success());
-    let log = n3.log_text();
-    let last = log.lines().last().unwrap_or_default();
+    let last = exit_line(&mut n3);
     assert!(
         last.starts_with("rill: error: ") && last.contains("controller voters disagree"),
-        "{log}"
+        "{last}"
     );
     // Both sides say it, and the two that agree keep serving.
     let start = Instant::now();
@@ -608,6 +604,15 @@ fn the_controller_leader_cut_off_fences_itself_and_serves_again_after_the_link_h
     });
 }
 
+/// Launches `b`, expects it to exit with a failure, and returns its log's last line.
+fn exit_line(b: &mut TestBroker) -> String {
+    b.launch();
+    let status = b.wait_exit();
+    let log = b.log_text();
+    assert!(!status.success(), "{log}");
+    log.lines().last().unwrap_or_default().to_string()
+}
+
 /// `rill <args>` against broker `id`; its stdout (it must succeed).
 fn cli_text(c: &TestCluster, id: u64, args: &[&str]) -> String {
     let out = c.nodes[id as usize - 1].cli(args, None);
@@ -699,14 +704,12 @@ fn a_broker_that_is_not_a_voter_joins_and_a_second_one_with_its_node_id_is_refus
     // A second broker with node id 4 (another data dir, another incarnation): refused while
     // the first heartbeats; it exits with one line naming the node id.
     let mut dup = non_voter(&c, 4, 1, FAST_SESSIONS);
-    dup.launch();
-    let status = dup.wait_exit();
-    assert!(!status.success());
-    let log = dup.log_text();
-    let last = log.lines().last().unwrap_or_default();
+    let last = exit_line(&mut dup);
     assert!(
-        last.contains("node id 4") && last.contains("already registered"),
-        "{log}"
+        last.starts_with("rill: error: ")
+            && last.contains("node id 4")
+            && last.contains("already registered"),
+        "{last}"
     );
     // The first one still serves.
     produce_once(&c, leader, "before-0", 0).unwrap();

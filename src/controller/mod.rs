@@ -289,6 +289,28 @@ struct Shared {
 }
 
 impl Shared {
+    fn new() -> Arc<Shared> {
+        Arc::new(Shared {
+            state: Mutex::new(State {
+                metadata: Arc::new(ClusterMetadata::default()),
+                ready: false,
+                stopped: None,
+                subscribers: Vec::new(),
+            }),
+            changed: Condvar::new(),
+            broker_fenced: std::sync::atomic::AtomicBool::new(false),
+        })
+    }
+
+    /// The controller ended for `reason`: callers get it, subscriptions close.
+    fn mark_stopped(&self, reason: ControllerError) {
+        let mut state = self.lock();
+        state.ready = false;
+        state.stopped = Some(reason);
+        state.subscribers.clear();
+        self.changed.notify_all();
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panic elsewhere while holding the lock leaves consistent data (plain assignments).
         self.state.lock().unwrap_or_else(|e| e.into_inner())
@@ -378,16 +400,7 @@ pub fn start(cfg: ControllerConfig) -> Result<Controller, ControllerError> {
 
     let capacity = cfg.queue_capacity.max(1);
     let (tx, rx) = flume::bounded(capacity);
-    let shared = Arc::new(Shared {
-        state: Mutex::new(State {
-            metadata: Arc::new(ClusterMetadata::default()),
-            ready: false,
-            stopped: None,
-            subscribers: Vec::new(),
-        }),
-        changed: Condvar::new(),
-        broker_fenced: std::sync::atomic::AtomicBool::new(false),
-    });
+    let shared = Shared::new();
     let mut worker = Worker {
         core,
         rx,
@@ -420,17 +433,27 @@ pub fn start(cfg: ControllerConfig) -> Result<Controller, ControllerError> {
         .name("rill-controller".into())
         .spawn(move || worker.run())
         .map_err(|e| ControllerError::Storage(format!("spawn controller thread: {e}")))?;
-    Ok(Controller {
-        handle: ControllerHandle {
-            tx,
-            capacity,
-            shared,
-        },
-        thread: Some(thread),
-    })
+    Ok(Controller::running(tx, capacity, shared, thread))
 }
 
 impl Controller {
+    /// The controller whose `thread` takes requests from `tx` and publishes into `shared`.
+    fn running(
+        tx: flume::Sender<Request>,
+        capacity: usize,
+        shared: Arc<Shared>,
+        thread: JoinHandle<()>,
+    ) -> Controller {
+        Controller {
+            handle: ControllerHandle {
+                tx,
+                capacity,
+                shared,
+            },
+            thread: Some(thread),
+        }
+    }
+
     pub fn handle(&self) -> ControllerHandle {
         self.handle.clone()
     }
@@ -673,12 +696,7 @@ impl Worker {
         if let Some(t) = self.transport.take() {
             t.stop();
         }
-        let mut state = self.shared.lock();
-        state.ready = false;
-        state.stopped = Some(reason);
-        state.subscribers.clear();
-        self.shared.changed.notify_all();
-        drop(state);
+        self.shared.mark_stopped(reason);
         // Requests still queued are answered by dropping their reply senders (the receivers see
         // a disconnect); answer them properly instead.
         for req in self.rx.drain() {

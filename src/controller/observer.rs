@@ -3,20 +3,17 @@
 //! pushes the whole applied metadata on every change, so a new or far-behind broker needs no
 //! log replay: every update is a snapshot) and sends its calls (registration, heartbeats,
 //! proposals from its clients) to a voter, which proposes them or forwards them to the leader.
-//! It serves the same [`ControllerHandle`] as a voter, so the broker above cannot tell.
+//! It serves the same [`super::ControllerHandle`] as a voter, so the broker above cannot tell.
 //!
 //! It prefers the voter the metadata names as the controller leader (the freshest view) and
 //! moves to another voter when one fails; metadata never goes back to an older applied index.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::transport::{ObserverError, ObserverLink, BACKOFF_MAX, BACKOFF_MIN};
-use super::{
-    publish, Call, ClusterMetadata, Controller, ControllerConfig, ControllerError,
-    ControllerHandle, Request, Shared, State,
-};
+use super::{publish, Call, Controller, ControllerConfig, ControllerError, Request, Shared};
 
 /// Starts following the quorum in `cfg.voters` as broker `cfg.node_id` (not a voter).
 pub(super) fn start(cfg: ControllerConfig) -> Result<Controller, ControllerError> {
@@ -34,16 +31,7 @@ pub(super) fn start(cfg: ControllerConfig) -> Result<Controller, ControllerError
     }
     let capacity = cfg.queue_capacity.max(1);
     let (tx, rx) = flume::bounded(capacity);
-    let shared = Arc::new(Shared {
-        state: Mutex::new(State {
-            metadata: Arc::new(ClusterMetadata::default()),
-            ready: false,
-            stopped: None,
-            subscribers: Vec::new(),
-        }),
-        changed: Condvar::new(),
-        broker_fenced: AtomicBool::new(false),
-    });
+    let shared = Shared::new();
     let link = ObserverLink {
         node_id: cfg.node_id,
         voters: cfg.voters.clone(),
@@ -76,14 +64,7 @@ pub(super) fn start(cfg: ControllerConfig) -> Result<Controller, ControllerError
             let _ = follow.join();
         })
         .map_err(spawn_err)?;
-    Ok(Controller {
-        handle: ControllerHandle {
-            tx,
-            capacity,
-            shared,
-        },
-        thread: Some(thread),
-    })
+    Ok(Controller::running(tx, capacity, shared, thread))
 }
 
 /// Order in which to try the voters: the known controller leader first, then the others
@@ -190,11 +171,7 @@ impl Follower {
     }
 
     fn fail(&self, e: ControllerError) {
-        let mut state = self.shared.lock();
-        state.ready = false;
-        state.stopped = Some(e);
-        state.subscribers.clear();
-        self.shared.changed.notify_all();
+        self.shared.mark_stopped(e);
     }
 }
 
@@ -242,12 +219,7 @@ impl Dispatcher {
                 self.in_flight.fetch_sub(1, Ordering::SeqCst);
             }
         }
-        let mut state = self.shared.lock();
-        state.ready = false;
-        state.stopped = Some(ControllerError::Stopped);
-        state.subscribers.clear();
-        self.shared.changed.notify_all();
-        drop(state);
+        self.shared.mark_stopped(ControllerError::Stopped);
         for req in rx.drain() {
             if let Request::Call { reply, .. } = req {
                 let _ = reply.send(Err(ControllerError::Stopped));
