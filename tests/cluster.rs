@@ -656,7 +656,14 @@ fn a_broker_that_is_not_a_voter_joins_and_a_second_one_with_its_node_id_is_refus
             .create_topic(&format!("before-{i}"), 1, 1, vec![])
             .unwrap();
     }
-    let mut b4 = non_voter(&c, 4, 2, FAST_SESSIONS);
+    let kafka4 = rill_testkit::free_ports(2);
+    let kafka_flag = format!("127.0.0.1:{kafka4}");
+    let mut b4 = non_voter(
+        &c,
+        4,
+        2,
+        &[FAST_SESSIONS, &["--kafka-listen", &kafka_flag]].concat(),
+    );
     b4.launch();
     b4.wait_ready();
     let mut cl4 = Client::connect(ClientConfig::new(b4.bootstrap())).unwrap();
@@ -687,6 +694,11 @@ fn a_broker_that_is_not_a_voter_joins_and_a_second_one_with_its_node_id_is_refus
     for b in 1..=4 {
         assert_eq!(led_by(&md.partitions, b).len(), 2, "{md:?}");
     }
+    // The voters see the same partition plan (each applies it a moment later).
+    for id in 1..=3 {
+        let on = wait_partitions(&c, id, "after-join", "8 partitions", |ps| ps.len() == 8);
+        assert_eq!(on, md.partitions);
+    }
     let mine = led_by(&md.partitions, 4)[0];
     let values: Vec<String> = (0..30).map(|i| format!("via-4-{i}")).collect();
     rill_testkit::produce_values(&b4, "after-join", mine, values.clone());
@@ -697,9 +709,33 @@ fn a_broker_that_is_not_a_voter_joins_and_a_second_one_with_its_node_id_is_refus
         values.len(),
     );
     assert_eq!(rill_testkit::values(&got), values);
-    // And the voters see the same partition plan.
-    let on_leader = wait_partitions(&c, leader, "after-join", "8 partitions", |ps| ps.len() == 8);
-    assert_eq!(on_leader, md.partitions);
+    // Kafka Metadata names leaders, replicas and ISR by the Kafka node of the shard holding
+    // them (broker * 1000 + shard), with the leader epoch.
+    let kmd: kafka_protocol::messages::MetadataResponse = rill_testkit::kafka_call(
+        &kafka_flag,
+        kafka_protocol::messages::ApiKey::Metadata,
+        12,
+        &kafka_protocol::messages::MetadataRequest::default().with_topics(None),
+    );
+    let kt = kmd
+        .topics
+        .iter()
+        .find(|t| t.name.as_ref().map(|n| n.0.as_str()) == Some("after-join"))
+        .expect("after-join in Kafka metadata");
+    for kp in &kt.partitions {
+        let p = &md.partitions[kp.partition_index as usize];
+        let node = (p.leader * 1000 + p.shard) as i32;
+        assert_eq!(kp.leader_id.0, node, "{kp:?}");
+        assert_eq!(kp.leader_epoch, p.leader_epoch as i32);
+        assert_eq!(
+            kp.replica_nodes.iter().map(|n| n.0).collect::<Vec<_>>(),
+            vec![node]
+        );
+        assert_eq!(
+            kp.isr_nodes.iter().map(|n| n.0).collect::<Vec<_>>(),
+            vec![node]
+        );
+    }
 
     // A second broker with node id 4 (another data dir, another incarnation): refused while
     // the first heartbeats; it exits with one line naming the node id.
