@@ -49,6 +49,7 @@ pub(super) fn start(cfg: ControllerConfig) -> Result<Controller, ControllerError
         in_flight: Arc::new(AtomicUsize::new(0)),
         max_in_flight: cfg.max_pending.max(1),
         next_id: 1,
+        pool: Arc::new(CallPool::default()),
     };
     let spawn_err = |e: std::io::Error| ControllerError::Storage(format!("spawn thread: {e}"));
     let stop = follower.stop.clone();
@@ -182,6 +183,36 @@ struct Dispatcher {
     in_flight: Arc<AtomicUsize>,
     max_in_flight: usize,
     next_id: u64,
+    pool: Arc<CallPool>,
+}
+
+/// Idle call connections, reused so that a broker's heartbeats do not each take a connection
+/// (and a reader thread) on the voter.
+#[derive(Default)]
+struct CallPool {
+    idle: std::sync::Mutex<Vec<(u64, std::net::TcpStream, Instant)>>,
+}
+
+impl CallPool {
+    /// Idle connections kept at most.
+    const MAX_IDLE: usize = 4;
+    /// An idle connection older than this is not reused: the voter closes a connection silent
+    /// for 30 s, and a call written to a closed one would end "outcome unknown".
+    const MAX_IDLE_AGE: Duration = Duration::from_secs(10);
+
+    fn take(&self, voter: u64) -> Option<std::net::TcpStream> {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        idle.retain(|(_, _, since)| since.elapsed() < Self::MAX_IDLE_AGE);
+        let at = idle.iter().position(|(v, _, _)| *v == voter)?;
+        Some(idle.swap_remove(at).1)
+    }
+
+    fn put(&self, voter: u64, s: std::net::TcpStream) {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        if idle.len() < Self::MAX_IDLE {
+            idle.push((voter, s, Instant::now()));
+        }
+    }
 }
 
 impl Dispatcher {
@@ -203,8 +234,9 @@ impl Dispatcher {
             self.in_flight.fetch_add(1, Ordering::SeqCst);
             let id = self.next_id;
             self.next_id += 1;
-            let (link, shared, timeout, in_flight) = (
+            let (link, pool, shared, timeout, in_flight) = (
                 self.link.clone(),
+                self.pool.clone(),
                 self.shared.clone(),
                 self.timeout,
                 self.in_flight.clone(),
@@ -212,7 +244,7 @@ impl Dispatcher {
             let spawned = std::thread::Builder::new()
                 .name("rill-ctl-call".into())
                 .spawn(move || {
-                    let _ = reply.send(call_voters(&link, &shared, id, call, timeout));
+                    let _ = reply.send(call_voters(&link, &pool, &shared, id, call, timeout));
                     in_flight.fetch_sub(1, Ordering::SeqCst);
                 });
             if spawned.is_err() {
@@ -232,6 +264,7 @@ impl Dispatcher {
 /// far as the answering voter's was, so "answered" means "visible here" as on a voter.
 fn call_voters(
     link: &ObserverLink,
+    pool: &CallPool,
     shared: &Shared,
     id: u64,
     call: Call,
@@ -244,19 +277,32 @@ fn call_voters(
         if Instant::now() >= deadline {
             return Err(ControllerError::Timeout);
         }
-        let mut s = match link.connect(&addr) {
-            Ok(s) => s,
-            Err(ObserverError::Failed(why)) | Err(ObserverError::Refused(why)) => {
-                last = ControllerError::Unreachable(format!("controller voter {vid}: {why}"));
-                continue;
-            }
+        // Only heartbeats reuse connections: one lost on a connection the voter closed is
+        // simply sent again, where another call's outcome would be unknown.
+        let heartbeat = matches!(call, Call::Heartbeat(_));
+        let pooled = if heartbeat { pool.take(vid) } else { None };
+        let mut s = match pooled {
+            Some(s) => s,
+            None => match link.connect(&addr) {
+                Ok(s) => s,
+                Err(ObserverError::Failed(why)) | Err(ObserverError::Refused(why)) => {
+                    last = ControllerError::Unreachable(format!("controller voter {vid}: {why}"));
+                    continue;
+                }
+            },
         };
         match link.call(&mut s, id, call.clone()) {
             Ok((result, index)) => {
+                if heartbeat {
+                    pool.put(vid, s);
+                }
                 if result.is_ok() {
                     wait_applied(shared, index, deadline);
                 }
                 return result;
+            }
+            Err(why) if heartbeat => {
+                last = ControllerError::Unreachable(format!("controller voter {vid}: {why}"));
             }
             // Sent, then the connection failed: the outcome is unknown.
             Err(why) => {
