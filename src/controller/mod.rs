@@ -427,6 +427,7 @@ pub fn start(cfg: ControllerConfig) -> Result<Controller, ControllerError> {
         session_timeout_ms: u64::try_from(cfg.broker_session_timeout.as_millis())
             .unwrap_or(u64::MAX),
         clock_start: Instant::now(),
+        last_fence_check_ms: 0,
     };
     worker.handle_actions(first);
     let thread = std::thread::Builder::new()
@@ -649,6 +650,8 @@ struct Worker {
     session_timeout_ms: u64,
     /// The sessions' clock (monotonic milliseconds since the worker started).
     clock_start: Instant,
+    /// When sessions were last checked for expiry (see `fence_expired_sessions`).
+    last_fence_check_ms: u64,
 }
 
 /// How a call made here went.
@@ -851,12 +854,22 @@ impl Worker {
     }
 
     /// As the active controller: proposes a fence for every member whose session ran out.
+    /// After a stall of this thread (a slow disk under a proposal's fsync, the process not
+    /// scheduled) of half a session or more, every member gets a fresh session instead: their
+    /// heartbeats may be waiting in the queue behind the stall.
     fn fence_expired_sessions(&mut self) {
         let now = self.now_ms();
+        let stalled = now.saturating_sub(self.last_fence_check_ms) >= self.session_timeout_ms / 2;
+        self.last_fence_check_ms = now;
         let md = self.core.metadata().clone();
         let Some(sessions) = self.sessions() else {
             return;
         };
+        if stalled {
+            log::warn!("controller: stalled for half a broker session; sessions restarted");
+            sessions.reset(&md, now);
+            return;
+        }
         for cmd in sessions.poll(&md, now) {
             log::warn!("controller: broker session expired: {cmd:?}");
             // No one waits: a lost fence is proposed again one session later.

@@ -322,14 +322,17 @@ fn propose_at_start(
                 Duration::from_secs(60)
             })
             .map_err(|_| ControllerError::Timeout)?;
-        let retriable = matches!(
-            result,
-            Err(ControllerError::NotController { .. }
-                | ControllerError::NotLeader
-                | ControllerError::Timeout
-                | ControllerError::Unreachable(_)
-                | ControllerError::Overloaded(_))
-        );
+        let retriable = match &result {
+            Err(ControllerError::NotController { .. })
+            | Err(ControllerError::NotLeader)
+            | Err(ControllerError::Timeout)
+            | Err(ControllerError::Unreachable(_))
+            | Err(ControllerError::Overloaded(_)) => true,
+            // No live broker to place it on: every member fenced for a moment (a stalled
+            // machine); they come back with their next heartbeats.
+            Err(ControllerError::Metadata(e)) => e.code == ErrorCode::InvalidReplicationFactor,
+            _ => false,
+        };
         if !quorum || !retriable || std::time::Instant::now() >= deadline {
             return result;
         }
