@@ -7,6 +7,8 @@
 # quorum: node i (1..N) has data in DATA_DIR/node-i, native port PORT + 100*(i-1) (and up, one
 # per shard), controller transport on PORT + 1000 + i.
 #   e.g. RILL_NODES=3 scripts/run-local.sh /tmp/rill-cluster
+# With RILL_BROKERS=M as well, M more brokers (ids N+1..N+M) join as non-voters
+# (--process-roles broker) following the quorum, laid out the same way.
 # The binary is $RILL_BIN, else target/release/rill, else target/debug/rill, else built with
 # `cargo build --release --bin rill`. The broker's output goes to DATA_DIR/broker.log.
 set -euo pipefail
@@ -34,10 +36,16 @@ fi
 # glommio needs locked memory; the broker raises the limit itself when it may.
 ulimit -l unlimited 2>/dev/null || true
 
-nodes=${RILL_NODES:-1}
+voter_nodes=${RILL_NODES:-1}
+extra_brokers=${RILL_BROKERS:-0}
+if [ "$extra_brokers" -gt 0 ] && [ "$voter_nodes" -lt 3 ]; then
+  echo "RILL_BROKERS needs RILL_NODES=3 or 5 (non-voters follow a quorum)" >&2
+  exit 1
+fi
+nodes=$((voter_nodes + extra_brokers))
 voters=""
 if [ "$nodes" -gt 1 ]; then
-  for i in $(seq 1 "$nodes"); do
+  for i in $(seq 1 "$voter_nodes"); do
     voters+="${voters:+,}$i@127.0.0.1:$((port + 1000 + i))"
   done
 fi
@@ -47,7 +55,11 @@ for i in $(seq 1 "$nodes"); do
   if [ "$nodes" -gt 1 ]; then
     dir=$data_dir/node-$i
     node_port=$((port + 100 * (i - 1)))
-    quorum=(--node-id "$i" --controller-voters "$voters" --controller-listen "127.0.0.1:$((port + 1000 + i))")
+    if [ "$i" -le "$voter_nodes" ]; then
+      quorum=(--node-id "$i" --controller-voters "$voters" --controller-listen "127.0.0.1:$((port + 1000 + i))")
+    else
+      quorum=(--node-id "$i" --controller-voters "$voters" --process-roles broker)
+    fi
   else
     dir=$data_dir
     node_port=$port

@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rill::client::{Client, ClientConfig};
+use rill::protocol::messages::PartitionMeta;
 use rill_testkit::{rill_bin, TestBroker, TestCluster, DEADLINE};
 
 fn client(c: &TestCluster, id: u64, timeout: Duration) -> Client {
@@ -292,7 +293,10 @@ fn bad_voter_flags_are_one_line_errors() {
             &["--controller-listen", "127.0.0.1:19001"],
             "--controller-listen needs",
         ),
-        (&["--process-roles", "broker"], "not supported yet"),
+        (
+            &["--process-roles", "broker"],
+            "must list its 3 or 5 voters",
+        ),
         (&["--process-roles", "borker"], "unknown role"),
     ];
     for (args, want) in cases {
@@ -339,14 +343,10 @@ fn a_voter_started_with_another_voters_list_is_refused_and_exits() {
     n1.wait_ready();
     n2.wait_ready();
     let mut n3 = node(3, &bad);
-    n3.launch();
-    let status = n3.wait_exit();
-    assert!(!status.success());
-    let log = n3.log_text();
-    let last = log.lines().last().unwrap_or_default();
+    let last = exit_line(&mut n3);
     assert!(
         last.starts_with("rill: error: ") && last.contains("controller voters disagree"),
-        "{log}"
+        "{last}"
     );
     // Both sides say it, and the two that agree keep serving.
     let start = Instant::now();
@@ -359,4 +359,457 @@ fn a_voter_started_with_another_voters_list_is_refused_and_exits() {
     }
     assert!(n1.is_running() && n2.is_running());
     n1.client().create_topic("still-up", 1, 1, vec![]).unwrap();
+}
+
+/// Short broker sessions, so fencing shows within a test (the defaults are Kafka's 9 s / 2 s;
+/// not shorter: a loaded 2-core CI machine can starve a process for a second or two).
+const FAST_SESSIONS: &[&str] = &[
+    "--broker-session-timeout-ms",
+    "4000",
+    "--broker-heartbeat-interval-ms",
+    "400",
+];
+
+/// Topic `topic`'s partitions in broker `id`'s metadata; `None` when it does not answer.
+fn partitions_on(c: &TestCluster, id: u64, topic: &str) -> Option<Vec<PartitionMeta>> {
+    let mut cl = Client::connect(ClientConfig::new(c.nodes[id as usize - 1].bootstrap())).ok()?;
+    let md = cl.refresh_metadata().ok()?;
+    md.topics.get(topic).map(|t| t.partitions.clone())
+}
+
+/// Waits until `f` holds for `topic`'s partitions as broker `id` sees them.
+fn wait_partitions(
+    c: &TestCluster,
+    id: u64,
+    topic: &str,
+    what: &str,
+    f: impl Fn(&[PartitionMeta]) -> bool,
+) -> Vec<PartitionMeta> {
+    let start = Instant::now();
+    loop {
+        let ps = partitions_on(c, id, topic);
+        if let Some(ps) = ps.as_ref().filter(|ps| f(ps)) {
+            return ps.clone();
+        }
+        assert!(
+            start.elapsed() < DEADLINE,
+            "node {id}: {what}; {topic}: {ps:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The partitions broker `node` leads.
+fn led_by(ps: &[PartitionMeta], node: u32) -> Vec<u32> {
+    ps.iter()
+        .filter(|p| p.leader == node)
+        .map(|p| p.partition)
+        .collect()
+}
+
+/// A broker other than `not` that leads some partition of `ps`.
+fn a_leader_other_than(ps: &[PartitionMeta], not: u64) -> u64 {
+    (1..=3u64)
+        .find(|&id| id != not && !led_by(ps, id as u32).is_empty())
+        .expect("partitions spread over the brokers")
+}
+
+/// Produces one small batch straight to the leader `broker` names in its own metadata.
+fn produce_once(c: &TestCluster, broker: u64, topic: &str, partition: u32) -> Result<(), String> {
+    let mut cl = client(c, broker, Duration::from_secs(10));
+    cl.refresh_metadata().map_err(|e| e.to_string())?;
+    let mut bb = rill::batch::BatchBuilder::new();
+    bb.push(1, None, b"probe", &[], &[]);
+    let batch = bb.build().map_err(|e| e.to_string())?.to_vec();
+    cl.produce_raw(topic, partition, &[&batch], 1, Duration::from_secs(10))
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+#[test]
+fn a_sigkilled_broker_is_fenced_and_its_partitions_come_back_when_it_restarts() {
+    let mut c = TestCluster::start(3, 2, FAST_SESSIONS);
+    let leader = c.wait_leader(&[1, 2, 3]);
+    client(&c, leader, Duration::from_secs(60))
+        .create_topic("spread", 6, 1, vec![])
+        .unwrap();
+    let before = wait_partitions(&c, leader, "spread", "6 partitions", |ps| ps.len() == 6);
+    // Leaders spread evenly over the three brokers.
+    for b in 1..=3 {
+        assert_eq!(led_by(&before, b).len(), 2, "{before:?}");
+    }
+    let victim = a_leader_other_than(&before, leader);
+    let lost = led_by(&before, victim as u32);
+    let values: Vec<String> = (0..40).map(|i| format!("kept-{i}")).collect();
+    rill_testkit::produce_values(c.node(victim), "spread", lost[0], values.clone());
+
+    let killed = Instant::now();
+    c.node(victim).kill();
+    // Fenced once its session (4 s) runs out: its RF 1 partitions have no other in-sync
+    // replica, so they go offline with a bumped leader epoch; the others keep their leaders.
+    let offline = wait_partitions(
+        &c,
+        leader,
+        "spread",
+        "the victim's partitions offline",
+        |ps| lost.iter().all(|&p| ps[p as usize].leader == 0),
+    );
+    assert!(
+        killed.elapsed() < Duration::from_secs(4 + 30),
+        "fenced only after {:?}",
+        killed.elapsed()
+    );
+    // The tools show it: the broker fenced, its partitions offline with their ISR.
+    let info = cli_text(&c, leader, &["cluster", "info"]);
+    assert!(info.contains(&format!("broker {victim} fenced")), "{info}");
+    assert!(info.contains("voters 1,2,3"), "{info}");
+    assert!(info.contains(&format!("controller {leader}")), "{info}");
+    let described = cli_text(&c, leader, &["topic", "describe", "spread"]);
+    assert!(
+        described.contains(&format!(
+            "partition {} leader none (offline) epoch {} replicas [{victim}] isr [{victim}]",
+            lost[0], offline[lost[0] as usize].leader_epoch
+        )),
+        "{described}"
+    );
+    for (b, a) in before.iter().zip(&offline) {
+        if lost.contains(&b.partition) {
+            assert!(a.leader_epoch > b.leader_epoch, "{b:?} -> {a:?}");
+            assert_eq!(
+                a.isr,
+                vec![victim as u32],
+                "the last ISR member stays: {a:?}"
+            );
+        } else {
+            assert_eq!((a.leader, a.leader_epoch), (b.leader, b.leader_epoch));
+        }
+    }
+
+    // Restarted (a new incarnation): it registers again and leads its partitions again,
+    // with their data.
+    c.node(victim).start_again();
+    c.node(victim).wait_ready();
+    let back = wait_partitions(&c, leader, "spread", "the victim leads again", |ps| {
+        lost.iter().all(|&p| ps[p as usize].leader == victim as u32)
+    });
+    for &p in &lost {
+        assert!(back[p as usize].leader_epoch > offline[p as usize].leader_epoch);
+    }
+    let info = cli_text(&c, leader, &["cluster", "info"]);
+    assert!(info.contains(&format!("broker {victim} alive")), "{info}");
+    let got = rill_testkit::consume_exactly(
+        c.node(victim),
+        "spread",
+        rill::client::StartFrom::Beginning,
+        values.len(),
+    );
+    assert_eq!(rill_testkit::values(&got), values);
+    wait_until("the restarted broker takes produces", || {
+        produce_once(&c, victim, "spread", lost[1]).is_ok()
+    });
+}
+
+#[test]
+fn sigterm_moves_leadership_away_before_the_broker_stops() {
+    // Sessions far longer than the test waits: only the controlled shutdown can move the
+    // leadership in time.
+    let mut c = TestCluster::start(
+        3,
+        1,
+        &[
+            "--broker-session-timeout-ms",
+            "120000",
+            "--broker-heartbeat-interval-ms",
+            "250",
+        ],
+    );
+    let leader = c.wait_leader(&[1, 2, 3]);
+    client(&c, leader, Duration::from_secs(60))
+        .create_topic("moved", 6, 1, vec![])
+        .unwrap();
+    let before = wait_partitions(&c, leader, "moved", "6 partitions", |ps| ps.len() == 6);
+    let victim = a_leader_other_than(&before, leader);
+    let lost = led_by(&before, victim as u32);
+    assert!(c.node(victim).terminate().success());
+    assert!(
+        c.node(victim).log_text().contains("controlled shutdown"),
+        "{}",
+        c.node(victim).log_text()
+    );
+    let start = Instant::now();
+    let after = wait_partitions(&c, leader, "moved", "the victim leads nothing", |ps| {
+        led_by(ps, victim as u32).is_empty()
+    });
+    assert!(
+        start.elapsed() < Duration::from_secs(60),
+        "{:?}",
+        start.elapsed()
+    );
+    let info = cli_text(&c, leader, &["cluster", "info"]);
+    assert!(
+        info.contains(&format!("broker {victim} shutting-down")),
+        "{info}"
+    );
+    for &p in &lost {
+        assert_eq!(
+            after[p as usize].leader, 0,
+            "RF 1: offline, {:?}",
+            after[p as usize]
+        );
+        assert!(after[p as usize].leader_epoch > before[p as usize].leader_epoch);
+    }
+}
+
+#[test]
+fn the_controller_leader_cut_off_fences_itself_and_serves_again_after_the_link_heals() {
+    let c = TestCluster::start_with_proxies(3, 1, FAST_SESSIONS);
+    let leader = c.wait_leader(&[1, 2, 3]);
+    client(&c, leader, Duration::from_secs(60))
+        .create_topic("cut", 3, 1, vec![])
+        .unwrap();
+    let before = wait_partitions(&c, leader, "cut", "3 partitions", |ps| ps.len() == 3);
+    let mine = led_by(&before, leader as u32);
+    assert_eq!(mine.len(), 1, "{before:?}");
+    wait_until("the leader takes produces", || {
+        produce_once(&c, leader, "cut", mine[0]).is_ok()
+    });
+
+    c.isolate(leader);
+    let others: Vec<u64> = (1..=3).filter(|&id| id != leader).collect();
+    let new_leader = c.wait_leader(&others);
+    // The cut-off broker learns nothing from the quorum: with no heartbeat answered for a
+    // session it fences itself and refuses produces to the partition it still thinks it leads.
+    wait_until("the cut-off broker refuses produces", || {
+        produce_once(&c, leader, "cut", mine[0])
+            .is_err_and(|e| e.contains("NOT_LEADER_OR_FOLLOWER") && e.contains("fenced"))
+    });
+    // The new controller fenced it: its partition is offline.
+    wait_partitions(
+        &c,
+        new_leader,
+        "cut",
+        "the cut-off broker's partition offline",
+        |ps| ps[mine[0] as usize].leader == 0,
+    );
+
+    c.heal(leader);
+    wait_partitions(
+        &c,
+        new_leader,
+        "cut",
+        "the healed broker leads again",
+        |ps| ps[mine[0] as usize].leader == leader as u32,
+    );
+    wait_until("the healed broker takes produces", || {
+        produce_once(&c, leader, "cut", mine[0]).is_ok()
+    });
+}
+
+/// Launches `b`, expects it to exit with a failure, and returns its log's last line.
+fn exit_line(b: &mut TestBroker) -> String {
+    b.launch();
+    let status = b.wait_exit();
+    let log = b.log_text();
+    assert!(!status.success(), "{log}");
+    log.lines().last().unwrap_or_default().to_string()
+}
+
+/// `rill <args>` against broker `id`; its stdout (it must succeed).
+fn cli_text(c: &TestCluster, id: u64, args: &[&str]) -> String {
+    let out = c.nodes[id as usize - 1].cli(args, None);
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn wait_until(what: &str, f: impl Fn() -> bool) {
+    let start = Instant::now();
+    while !f() {
+        assert!(start.elapsed() < DEADLINE, "{what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A broker that is not a voter (`--process-roles broker`) of `c`'s quorum, unstarted.
+fn non_voter(c: &TestCluster, id: u32, shards: usize, extra: &[&str]) -> TestBroker {
+    let mut args: Vec<String> = vec![
+        "--node-id".into(),
+        id.to_string(),
+        "--process-roles".into(),
+        "broker".into(),
+        "--controller-voters".into(),
+        c.voters.clone(),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    TestBroker::unstarted(shards, &args)
+}
+
+#[test]
+fn a_broker_that_is_not_a_voter_joins_and_a_second_one_with_its_node_id_is_refused() {
+    let c = TestCluster::start(3, 1, FAST_SESSIONS);
+    let leader = c.wait_leader(&[1, 2, 3]);
+    // Metadata made before the broker exists: it gets it all when it joins.
+    for i in 0..20 {
+        client(&c, leader, Duration::from_secs(60))
+            .create_topic(&format!("before-{i}"), 1, 1, vec![])
+            .unwrap();
+    }
+    let kafka4 = rill_testkit::free_ports(2);
+    let kafka_flag = format!("127.0.0.1:{kafka4}");
+    let mut b4 = non_voter(
+        &c,
+        4,
+        2,
+        &[FAST_SESSIONS, &["--kafka-listen", &kafka_flag]].concat(),
+    );
+    b4.launch();
+    b4.wait_ready();
+    let mut cl4 = Client::connect(ClientConfig::new(b4.bootstrap())).unwrap();
+    let topics = cl4.refresh_metadata().unwrap().topics.clone();
+    for i in 0..20 {
+        assert!(topics.contains_key(&format!("before-{i}")), "{topics:?}");
+    }
+    // It registered: every voter lists it.
+    for id in 1..=3 {
+        let info = client(&c, id, Duration::from_secs(60))
+            .cluster_info()
+            .unwrap();
+        assert!(
+            info.brokers.iter().any(|b| b.node_id == 4 && b.shards == 2),
+            "{info:?}"
+        );
+    }
+    // A create through it is answered once its own metadata has the topic, and leaders
+    // spread over all four brokers, it included.
+    cl4.create_topic("after-join", 8, 1, vec![]).unwrap();
+    let md = cl4
+        .refresh_metadata()
+        .unwrap()
+        .topics
+        .get("after-join")
+        .cloned();
+    let md = md.expect("the create is answered once the broker's own metadata has it");
+    for b in 1..=4 {
+        assert_eq!(led_by(&md.partitions, b).len(), 2, "{md:?}");
+    }
+    // The voters see the same partition plan (each applies it a moment later).
+    for id in 1..=3 {
+        let on = wait_partitions(&c, id, "after-join", "8 partitions", |ps| ps.len() == 8);
+        assert_eq!(on, md.partitions);
+    }
+    let mine = led_by(&md.partitions, 4)[0];
+    let values: Vec<String> = (0..30).map(|i| format!("via-4-{i}")).collect();
+    rill_testkit::produce_values(&b4, "after-join", mine, values.clone());
+    let got = rill_testkit::consume_exactly(
+        &b4,
+        "after-join",
+        rill::client::StartFrom::Beginning,
+        values.len(),
+    );
+    assert_eq!(rill_testkit::values(&got), values);
+    // Kafka Metadata names leaders, replicas and ISR by the Kafka node of the shard holding
+    // them (broker * 1000 + shard), with the leader epoch.
+    let kmd: kafka_protocol::messages::MetadataResponse = rill_testkit::kafka_call(
+        &kafka_flag,
+        kafka_protocol::messages::ApiKey::Metadata,
+        12,
+        &kafka_protocol::messages::MetadataRequest::default().with_topics(None),
+    );
+    let kt = kmd
+        .topics
+        .iter()
+        .find(|t| t.name.as_ref().map(|n| n.0.as_str()) == Some("after-join"))
+        .expect("after-join in Kafka metadata");
+    for kp in &kt.partitions {
+        let p = &md.partitions[kp.partition_index as usize];
+        let node = (p.leader * 1000 + p.shard) as i32;
+        assert_eq!(kp.leader_id.0, node, "{kp:?}");
+        assert_eq!(kp.leader_epoch, p.leader_epoch as i32);
+        assert_eq!(
+            kp.replica_nodes.iter().map(|n| n.0).collect::<Vec<_>>(),
+            vec![node]
+        );
+        assert_eq!(
+            kp.isr_nodes.iter().map(|n| n.0).collect::<Vec<_>>(),
+            vec![node]
+        );
+    }
+
+    // A second broker with node id 4 (another data dir, another incarnation): refused while
+    // the first heartbeats; it exits with one line naming the node id.
+    let mut dup = non_voter(&c, 4, 1, FAST_SESSIONS);
+    let last = exit_line(&mut dup);
+    assert!(
+        last.starts_with("rill: error: ")
+            && last.contains("node id 4")
+            && last.contains("already registered"),
+        "{last}"
+    );
+    // The first one still serves.
+    produce_once(&c, leader, "before-0", 0).unwrap();
+    // min.insync.replicas above the replication factor: one line, nothing stored.
+    let err = cl4
+        .create_topic(
+            "strict",
+            1,
+            1,
+            vec![("min.insync.replicas".to_string(), "2".to_string())],
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("min.insync.replicas") && !err.contains('\n'),
+        "{err}"
+    );
+    assert!(!cl4
+        .refresh_metadata()
+        .unwrap()
+        .topics
+        .contains_key("strict"));
+    rill_testkit::produce_values(&b4, "after-join", mine, ["still".to_string()]);
+
+    // SIGKILLed and restarted (its data dir holds topics but no controller files): it waits
+    // out its old session, registers again and serves its partitions with their data.
+    b4.restart();
+    b4.wait_ready();
+    wait_partitions(&c, leader, "after-join", "broker 4 leads again", |ps| {
+        led_by(ps, 4).len() == 2
+    });
+    let got = rill_testkit::consume_exactly(
+        &b4,
+        "after-join",
+        rill::client::StartFrom::Beginning,
+        values.len() + 1,
+    );
+    let mut want = values.clone();
+    want.push("still".to_string());
+    assert_eq!(rill_testkit::values(&got), want);
+}
+
+#[test]
+fn non_voter_flags_that_cannot_work_are_one_line_errors() {
+    let voters = "1@127.0.0.1:1,2@127.0.0.1:2,3@127.0.0.1:3";
+    for (args, want) in [
+        (
+            vec![
+                "--node-id",
+                "2",
+                "--process-roles",
+                "broker",
+                "--controller-voters",
+                voters,
+            ],
+            "is in --controller-voters",
+        ),
+        (
+            vec!["--node-id", "4", "--process-roles", "broker"],
+            "must list its 3 or 5 voters",
+        ),
+    ] {
+        let e = refused(&args);
+        assert!(e.contains(want), "{args:?}: {e}");
+    }
 }

@@ -116,6 +116,18 @@ pub struct BrokerConfig {
     pub controller_max_message_bytes: usize,
     /// `--process-roles`: false for `controller` alone (no shards, no listeners).
     pub broker_role: bool,
+    /// `--process-roles`: false for `broker` alone (follows the quorum, not a voter).
+    pub controller_role: bool,
+    /// `--rack`: brokers of a cluster place a partition's replicas on distinct racks.
+    pub rack: Option<String>,
+    /// `--broker-session-timeout-ms`: a cluster member without an answered heartbeat for this
+    /// long is fenced (and fences itself).
+    pub broker_session_timeout: Duration,
+    /// `--broker-heartbeat-interval-ms`.
+    pub broker_heartbeat_interval: Duration,
+    /// `--controlled-shutdown-timeout-ms`: on SIGTERM, how long a cluster member waits for
+    /// the controller to move its leadership away before it stops anyway.
+    pub controlled_shutdown_timeout: Duration,
 }
 
 impl BrokerConfig {
@@ -170,6 +182,15 @@ impl BrokerConfig {
             controller_listen: None,
             controller_max_message_bytes: crate::controller::transport::DEFAULT_MAX_MESSAGE_BYTES,
             broker_role: true,
+            controller_role: true,
+            rack: None,
+            broker_session_timeout: Duration::from_millis(
+                crate::controller::cluster::DEFAULT_SESSION_TIMEOUT_MS,
+            ),
+            broker_heartbeat_interval: Duration::from_millis(
+                crate::controller::cluster::DEFAULT_HEARTBEAT_INTERVAL_MS,
+            ),
+            controlled_shutdown_timeout: Duration::from_secs(30),
         }
     }
 }

@@ -74,6 +74,38 @@ impl From<crate::group::coordinator::GroupError> for OpError {
     }
 }
 
+/// The partition if this shard leads it and may take writes: as [`locate`], and also
+/// NOT_LEADER_OR_FOLLOWER when this broker is fenced (a cluster member whose session ran out)
+/// or the metadata moved the leadership away from an open partition.
+pub fn locate_leader(shard: &Shard, topic: &str, partition: u32) -> Result<Rc<Partition>, OpError> {
+    if shard.controller.broker_fenced() {
+        return Err(OpError::new(
+            ErrorCode::NotLeaderOrFollower,
+            format!(
+                "broker {} is fenced (no heartbeat answered within the session timeout): it \
+                 leads no partition until the controller unfences it",
+                shard.cfg.node_id
+            ),
+        ));
+    }
+    let p = locate(shard, topic, partition)?;
+    let md = shard.metadata.borrow();
+    // Only a metadata that names another leader refuses: a partition is opened before the
+    // shard's metadata view moves to the version that placed it here.
+    let moved = md
+        .topic(topic)
+        .filter(|t| t.id == p.topic_id)
+        .and_then(|t| t.partitions.get(partition as usize))
+        .is_some_and(|pi| pi.leader != shard.cfg.node_id || pi.shard as usize != shard.id);
+    if moved {
+        return Err(OpError::new(
+            ErrorCode::NotLeaderOrFollower,
+            format!("{topic}-{partition}: this broker is not its leader any more"),
+        ));
+    }
+    Ok(p)
+}
+
 /// The partition if this shard owns it, else why it cannot be served here: unknown topic or
 /// partition, owned by another shard or broker, or not openable on this one.
 pub fn locate(shard: &Shard, topic: &str, partition: u32) -> Result<Rc<Partition>, OpError> {

@@ -9,7 +9,7 @@
 use std::rc::Rc;
 use std::time::Instant;
 
-use super::{locate, recv_until, OpError, Shard};
+use super::{locate_leader, recv_until, OpError, Shard};
 use crate::batch::{BatchError, BatchView};
 use crate::partition::Partition;
 use crate::protocol::error_code::ErrorCode;
@@ -96,7 +96,7 @@ impl Produce {
         payload: &[u8],
         at: usize,
     ) -> Result<usize, OpError> {
-        let p = locate(shard, topic, partition)?;
+        let p = locate_leader(shard, topic, partition)?;
         // Both would be stamped from the same log end.
         if self.staged.iter().any(|s| Rc::ptr_eq(&s.partition, &p)) {
             return Err(OpError::new(

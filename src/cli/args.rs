@@ -86,6 +86,28 @@ pub struct BrokerArgs {
     /// one is closed.
     #[arg(long, env = "RILL_CONTROLLER_MAX_MESSAGE_BYTES", default_value_t = crate::controller::transport::DEFAULT_MAX_MESSAGE_BYTES)]
     pub controller_max_message_bytes: usize,
+    /// This broker's rack (with --controller-voters): a partition's replicas go on distinct
+    /// racks while there are racks to use.
+    #[arg(long, env = "RILL_RACK")]
+    pub rack: Option<String>,
+    /// With --controller-voters: the active controller fences a broker whose last heartbeat
+    /// is older than this (it leads nothing until it heartbeats again), and a broker whose
+    /// heartbeats got no answer for this long stops acknowledging produces (Kafka's
+    /// broker.session.timeout.ms).
+    #[arg(long, env = "RILL_BROKER_SESSION_TIMEOUT_MS", default_value_t = crate::controller::cluster::DEFAULT_SESSION_TIMEOUT_MS)]
+    pub broker_session_timeout_ms: u64,
+    /// With --controller-voters: how often a broker heartbeats to the active controller
+    /// (Kafka's broker.heartbeat.interval.ms); below the session timeout.
+    #[arg(long, env = "RILL_BROKER_HEARTBEAT_INTERVAL_MS", default_value_t = crate::controller::cluster::DEFAULT_HEARTBEAT_INTERVAL_MS)]
+    pub broker_heartbeat_interval_ms: u64,
+    /// With --controller-voters: on SIGTERM the broker asks the controller to move its
+    /// partition leadership away and waits at most this long for it before stopping.
+    #[arg(
+        long,
+        env = "RILL_CONTROLLED_SHUTDOWN_TIMEOUT_MS",
+        default_value_t = 30_000
+    )]
+    pub controlled_shutdown_timeout_ms: u64,
     /// Kafka protocol address of shard 0, or `off`.
     #[arg(long, env = "RILL_KAFKA_LISTEN", default_value = "127.0.0.1:9092")]
     pub kafka_listen: String,

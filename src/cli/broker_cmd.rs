@@ -225,6 +225,26 @@ pub fn config_from_args(a: &BrokerArgs) -> Result<BrokerConfig, String> {
     c.controller_listen = quorum.listen;
     c.controller_max_message_bytes = a.controller_max_message_bytes;
     c.broker_role = quorum.broker;
+    c.controller_role = quorum.controller;
+    if a.broker_heartbeat_interval_ms == 0
+        || a.broker_heartbeat_interval_ms >= a.broker_session_timeout_ms
+    {
+        return Err(format!(
+            "--broker-heartbeat-interval-ms {} must be at least 1 and below \
+             --broker-session-timeout-ms {}",
+            a.broker_heartbeat_interval_ms, a.broker_session_timeout_ms
+        ));
+    }
+    c.broker_session_timeout = Duration::from_millis(a.broker_session_timeout_ms);
+    c.broker_heartbeat_interval = Duration::from_millis(a.broker_heartbeat_interval_ms);
+    c.controlled_shutdown_timeout = Duration::from_millis(a.controlled_shutdown_timeout_ms);
+    if let Some(r) = &a.rack {
+        let max = crate::controller::cluster::MAX_RACK_LEN;
+        if r.trim().is_empty() || r.len() > max {
+            return Err(format!("--rack '{r}': 1 to {max} bytes"));
+        }
+    }
+    c.rack = a.rack.clone();
     Ok(c)
 }
 
@@ -233,6 +253,7 @@ struct Quorum {
     voters: Vec<(u64, String)>,
     listen: Option<String>,
     broker: bool,
+    controller: bool,
 }
 
 /// `HOST:PORT` with a non-empty host and a port 1..65535 (resolved only when connecting, so
@@ -300,18 +321,40 @@ fn parse_quorum(a: &BrokerArgs) -> Result<Quorum, String> {
             }
         }
     }
-    if !controller {
-        return Err(format!(
-            "--process-roles '{}': a broker that is not a controller voter (following the \
-             quorum's metadata) is not supported yet; use broker,controller",
-            a.process_roles
-        ));
-    }
     let voters = match &a.controller_voters {
         None => Vec::new(),
         Some(v) => parse_voters(v)?,
     };
     let me = u64::from(a.node_id);
+    if !controller {
+        // A broker following the quorum's metadata, not a voter.
+        if ![3, 5].contains(&voters.len()) {
+            return Err(format!(
+                "--process-roles broker follows a controller quorum: --controller-voters must \
+                 list its 3 or 5 voters (got {})",
+                voters.len()
+            ));
+        }
+        if voters.iter().any(|(id, _)| *id == me) {
+            return Err(format!(
+                "--process-roles broker: node id {me} is in --controller-voters; a voter runs \
+                 broker,controller (or controller), a broker that is not one takes another id"
+            ));
+        }
+        if a.controller_listen.is_some() {
+            return Err(
+                "--controller-listen is for voters; --process-roles broker listens for no \
+                 controller"
+                    .into(),
+            );
+        }
+        return Ok(Quorum {
+            voters,
+            listen: None,
+            broker,
+            controller,
+        });
+    }
     if !voters.is_empty() {
         if !voters.iter().any(|(id, _)| *id == me) {
             return Err(format!(
@@ -353,6 +396,7 @@ fn parse_quorum(a: &BrokerArgs) -> Result<Quorum, String> {
         },
         listen: a.controller_listen.clone(),
         broker,
+        controller,
     })
 }
 

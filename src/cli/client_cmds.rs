@@ -117,12 +117,16 @@ fn describe(client: &mut Client, name: &str) -> Result<(), String> {
         println!("  config {k}={v}");
     }
     for p in &t.partitions {
+        let leader = match &p.route {
+            Some(r) => format!(
+                "leader broker {} shard {} address {}",
+                r.broker, r.shard, r.addr
+            ),
+            None => "leader none (offline)".to_string(),
+        };
         println!(
-            "  partition {} leader broker {} shard {} address {} epoch {} replicas {:?} isr {:?} log-start {} log-end {} segments {} bytes {}",
+            "  partition {} {leader} epoch {} replicas {:?} isr {:?} log-start {} log-end {} segments {} bytes {}",
             p.partition,
-            p.route.broker,
-            p.route.shard,
-            p.route.addr,
             p.leader_epoch,
             p.replicas,
             p.isr,
@@ -139,14 +143,27 @@ fn cluster_info(mut client: Client) -> Result<(), String> {
     let info = client.cluster_info().map_err(|e| e.to_string())?;
     println!("cluster {}", info.cluster_id);
     println!("controller {}", info.controller_id);
+    println!(
+        "voters {}",
+        info.voters
+            .iter()
+            .map(u64::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
+    );
     for b in &info.brokers {
         println!(
-            "broker {} host {} shards {} ports {}-{}",
+            "broker {} {} host {} shards {} ports {}-{}{}",
             b.node_id,
+            b.state,
             b.host,
             b.shards,
             b.port,
-            u32::from(b.port) + b.shards.max(1) - 1
+            u32::from(b.port) + b.shards.max(1) - 1,
+            b.rack
+                .as_ref()
+                .map(|r| format!(" rack {r}"))
+                .unwrap_or_default()
         );
     }
     println!("topics {}", info.topics);

@@ -81,6 +81,8 @@ pub struct MetadataCache {
     pub cluster_id: String,
     /// The controller quorum's leader as the answering broker knows it (0: none known).
     pub controller_id: u64,
+    /// The controller quorum's voters.
+    pub voters: Vec<u64>,
     /// The brokers, by node id.
     pub brokers: HashMap<u32, BrokerMeta>,
     /// The topics and their partitions' leaders and replicas, by name.
@@ -161,8 +163,9 @@ pub struct TopicDescription {
 pub struct PartitionDescription {
     /// The partition's index.
     pub partition: u32,
-    /// Where the partition's leader is served.
-    pub route: Route,
+    /// Where the partition's leader is served; `None` while it has no leader (offline: every
+    /// in-sync replica's broker is fenced), and then the log fields below are 0.
+    pub route: Option<Route>,
     /// The leader epoch, bumped when the partition's leader moves.
     pub leader_epoch: u32,
     /// The node ids of the brokers assigned a replica.
@@ -186,6 +189,8 @@ pub struct ClusterInfo {
     pub cluster_id: String,
     /// The controller quorum's leader as the answering broker knows it (0: none known).
     pub controller_id: u64,
+    /// The controller quorum's voters.
+    pub voters: Vec<u64>,
     /// The brokers, sorted by node id.
     pub brokers: Vec<BrokerMeta>,
     /// How many topics the cluster has.
@@ -305,6 +310,7 @@ impl Client {
         self.metadata = MetadataCache {
             cluster_id: resp.cluster_id,
             controller_id: resp.controller_id,
+            voters: resp.voters,
             brokers: resp.brokers.into_iter().map(|b| (b.node_id, b)).collect(),
             topics: resp
                 .topics
@@ -467,10 +473,17 @@ impl Client {
             .ok_or_else(|| ClientError::UnknownTopic(name.to_string()))?;
         let mut partitions = Vec::with_capacity(meta.partitions.len());
         for p in &meta.partitions {
-            let state = self.partition_state(name, p.partition)?;
+            let (route, state) = if p.leader == 0 {
+                (None, Default::default())
+            } else {
+                (
+                    Some(self.metadata.route(name, p.partition)?),
+                    self.partition_state(name, p.partition)?,
+                )
+            };
             partitions.push(PartitionDescription {
                 partition: p.partition,
-                route: self.metadata.route(name, p.partition)?,
+                route,
                 leader_epoch: p.leader_epoch,
                 replicas: p.replicas.clone(),
                 isr: p.isr.clone(),
@@ -526,6 +539,7 @@ impl Client {
         Ok(ClusterInfo {
             cluster_id: self.metadata.cluster_id.clone(),
             controller_id: self.metadata.controller_id,
+            voters: self.metadata.voters.clone(),
             brokers,
             topics: self.metadata.topics.len(),
         })

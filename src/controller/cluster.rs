@@ -49,6 +49,8 @@ use crate::protocol::error_code::ErrorCode;
 pub const NO_LEADER: u32 = 0;
 /// Kafka's `broker.session.timeout.ms` default.
 pub const DEFAULT_SESSION_TIMEOUT_MS: u64 = 9000;
+/// Kafka's `broker.heartbeat.interval.ms` default.
+pub const DEFAULT_HEARTBEAT_INTERVAL_MS: u64 = 2000;
 /// Registered brokers at most: bounds the membership map and the leader's session table.
 pub const MAX_BROKERS: usize = 4096;
 /// Longest rack name accepted.
@@ -195,6 +197,15 @@ impl ClusterMetadata {
                 .members
                 .get(&node)
                 .is_none_or(|m| m.state == BrokerState::Active)
+    }
+
+    /// `alive`, `fenced` or `shutting-down` (a single-node broker is always alive).
+    pub fn broker_state_name(&self, node: u32) -> &'static str {
+        match self.members.get(&node).map(|m| m.state) {
+            None | Some(BrokerState::Active) => "alive",
+            Some(BrokerState::Fenced) => "fenced",
+            Some(BrokerState::ShuttingDown) => "shutting-down",
+        }
     }
 
     /// Live brokers, sorted by id.
@@ -571,6 +582,18 @@ impl ClusterMetadata {
     }
 }
 
+impl ClusterMetadata {
+    /// The shard of broker `broker` that holds `p` of topic `topic_id`: the leader's is in
+    /// the plan; another replica's is the one it would take on becoming leader.
+    pub fn replica_shard(&self, topic_id: u64, p: &PartitionInfo, broker: u32) -> u32 {
+        if broker == p.leader {
+            return p.shard;
+        }
+        let shards = self.brokers.get(&broker).map_or(1, |b| b.shards.max(1));
+        shard_for(topic_id, p.partition, shards)
+    }
+}
+
 fn set_leader(p: &mut PartitionInfo, b: u32, topic_id: u64, shards: &BTreeMap<u32, u32>) {
     p.leader = b;
     p.shard = shard_for(topic_id, p.partition, shards.get(&b).copied().unwrap_or(1));
@@ -589,7 +612,7 @@ fn bump_epochs(p: &mut PartitionInfo, before: (u32, Vec<u32>)) -> usize {
 }
 
 /// A broker's heartbeat to the active controller.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Heartbeat {
     pub node_id: u32,
     pub broker_epoch: u64,
@@ -598,7 +621,7 @@ pub struct Heartbeat {
 }
 
 /// The answer to a heartbeat, from the applied metadata.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HeartbeatReply {
     /// The broker is fenced: it must not acknowledge writes (it leads nothing).
     pub fenced: bool,

@@ -182,6 +182,8 @@ pub enum Applied {
         partitions_changed: usize,
     },
     PartitionAltered(PartitionInfo),
+    /// The active controller's answer to a broker's heartbeat (no raft entry).
+    Heartbeat(super::cluster::HeartbeatReply),
 }
 
 /// A command refused by validation.

@@ -20,9 +20,11 @@
 //! is known (an election), proposals wait (parked) until one is, up to
 //! [`ControllerConfig::forward_timeout`].
 
+pub mod broker_session;
 pub mod cluster;
 pub mod core;
 pub mod metadata;
+mod observer;
 pub mod raft_log;
 pub mod transport;
 
@@ -32,6 +34,9 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use serde::{Deserialize, Serialize};
+
+use self::cluster::{BrokerRegistration, ClusterError, ClusterManager, Heartbeat};
 pub use self::core::{Action, ControllerCore, CoreConfig, ProposalId};
 pub use self::metadata::{
     Applied, BrokerInfo, ClusterMetadata, Command, MetadataError, MetadataLimits, PartitionInfo,
@@ -90,6 +95,12 @@ pub struct ControllerConfig {
     /// After a storage failure (a full disk, say), how often the controller reopens its files
     /// to take writes again; proposals meanwhile fail with a storage error.
     pub storage_retry: Duration,
+    /// `--broker-session-timeout-ms`: as the active controller, fence a member broker whose
+    /// last heartbeat is older than this.
+    pub broker_session_timeout: Duration,
+    /// This broker is not a voter (`--process-roles broker`): it follows the metadata of the
+    /// quorum in `voters` ([`observer`]) and keeps no controller files.
+    pub observer: bool,
 }
 
 impl ControllerConfig {
@@ -110,6 +121,8 @@ impl ControllerConfig {
             compact_every: DEFAULT_COMPACT_EVERY,
             cluster_id: None,
             storage_retry: Duration::from_secs(5),
+            broker_session_timeout: Duration::from_millis(cluster::DEFAULT_SESSION_TIMEOUT_MS),
+            observer: false,
         }
     }
 
@@ -215,8 +228,22 @@ fn not_controller_text(node_id: u64, leader_id: u64) -> String {
 
 type Reply = flume::Sender<Result<Applied, ControllerError>>;
 
+/// What a caller asks of the controller. A follower forwards it to the leader (serde: it
+/// crosses the transport in a `FORWARD`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Call {
+    /// A metadata change (a raft entry).
+    Propose(Command),
+    /// A broker joins: the active controller's [`ClusterManager`] turns it into commands
+    /// (answered with [`Applied::MemberRegistered`] once applied) or refuses it.
+    Register(BrokerRegistration),
+    /// A broker's heartbeat: renews its session in the active controller's memory, no raft
+    /// entry; answered at once with [`Applied::Heartbeat`].
+    Heartbeat(Heartbeat),
+}
+
 enum Request {
-    Propose { cmd: Command, reply: Reply },
+    Call { call: Call, reply: Reply },
     Shutdown,
 }
 
@@ -256,9 +283,34 @@ struct State {
 struct Shared {
     state: Mutex<State>,
     changed: Condvar,
+    /// This broker must not acknowledge writes: its heartbeats say it is fenced, or none got
+    /// through for a session timeout (set by [`broker_session`]; read on every produce).
+    broker_fenced: std::sync::atomic::AtomicBool,
 }
 
 impl Shared {
+    fn new() -> Arc<Shared> {
+        Arc::new(Shared {
+            state: Mutex::new(State {
+                metadata: Arc::new(ClusterMetadata::default()),
+                ready: false,
+                stopped: None,
+                subscribers: Vec::new(),
+            }),
+            changed: Condvar::new(),
+            broker_fenced: std::sync::atomic::AtomicBool::new(false),
+        })
+    }
+
+    /// The controller ended for `reason`: callers get it, subscriptions close.
+    fn mark_stopped(&self, reason: ControllerError) {
+        let mut state = self.lock();
+        state.ready = false;
+        state.stopped = Some(reason);
+        state.subscribers.clear();
+        self.changed.notify_all();
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panic elsewhere while holding the lock leaves consistent data (plain assignments).
         self.state.lock().unwrap_or_else(|e| e.into_inner())
@@ -284,6 +336,9 @@ pub struct ControllerHandle {
 pub fn start(cfg: ControllerConfig) -> Result<Controller, ControllerError> {
     if cfg.node_id == 0 {
         return Err(ControllerError::Config("node id must be non-zero".into()));
+    }
+    if cfg.observer {
+        return observer::start(cfg);
     }
     let ids = cfg.voter_ids()?;
     if cfg.tick.is_zero() {
@@ -345,15 +400,7 @@ pub fn start(cfg: ControllerConfig) -> Result<Controller, ControllerError> {
 
     let capacity = cfg.queue_capacity.max(1);
     let (tx, rx) = flume::bounded(capacity);
-    let shared = Arc::new(Shared {
-        state: Mutex::new(State {
-            metadata: Arc::new(ClusterMetadata::default()),
-            ready: false,
-            stopped: None,
-            subscribers: Vec::new(),
-        }),
-        changed: Condvar::new(),
-    });
+    let shared = Shared::new();
     let mut worker = Worker {
         core,
         rx,
@@ -376,23 +423,38 @@ pub fn start(cfg: ControllerConfig) -> Result<Controller, ControllerError> {
         refused_by: BTreeSet::new(),
         ever_ready: false,
         fatal: None,
+        sessions: None,
+        session_timeout_ms: u64::try_from(cfg.broker_session_timeout.as_millis())
+            .unwrap_or(u64::MAX),
+        clock_start: Instant::now(),
+        last_fence_check_ms: 0,
     };
     worker.handle_actions(first);
     let thread = std::thread::Builder::new()
         .name("rill-controller".into())
         .spawn(move || worker.run())
         .map_err(|e| ControllerError::Storage(format!("spawn controller thread: {e}")))?;
-    Ok(Controller {
-        handle: ControllerHandle {
-            tx,
-            capacity,
-            shared,
-        },
-        thread: Some(thread),
-    })
+    Ok(Controller::running(tx, capacity, shared, thread))
 }
 
 impl Controller {
+    /// The controller whose `thread` takes requests from `tx` and publishes into `shared`.
+    fn running(
+        tx: flume::Sender<Request>,
+        capacity: usize,
+        shared: Arc<Shared>,
+        thread: JoinHandle<()>,
+    ) -> Controller {
+        Controller {
+            handle: ControllerHandle {
+                tx,
+                capacity,
+                shared,
+            },
+            thread: Some(thread),
+        }
+    }
+
     pub fn handle(&self) -> ControllerHandle {
         self.handle.clone()
     }
@@ -424,20 +486,53 @@ impl ControllerHandle {
     /// Never blocks: a full queue answers [`ControllerError::Overloaded`] at once.
     /// When the answer arrives, [`ControllerHandle::metadata`] and subscribers already have it.
     pub fn propose(&self, cmd: Command) -> flume::Receiver<Result<Applied, ControllerError>> {
+        self.call(Call::Propose(cmd))
+    }
+
+    /// Registers a member broker with the active controller (wherever it is): answered with
+    /// [`Applied::MemberRegistered`] once applied here, or the refusal (a live broker with
+    /// this node id and another incarnation: DUPLICATE_BROKER_REGISTRATION).
+    pub fn register(
+        &self,
+        reg: BrokerRegistration,
+    ) -> flume::Receiver<Result<Applied, ControllerError>> {
+        self.call(Call::Register(reg))
+    }
+
+    /// Sends a member broker's heartbeat to the active controller: answered with
+    /// [`Applied::Heartbeat`].
+    pub fn heartbeat(&self, hb: Heartbeat) -> flume::Receiver<Result<Applied, ControllerError>> {
+        self.call(Call::Heartbeat(hb))
+    }
+
+    /// Whether this broker is fenced (see [`broker_session`]): it must not acknowledge writes.
+    pub fn broker_fenced(&self) -> bool {
+        self.shared
+            .broker_fenced
+            .load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    fn set_broker_fenced(&self, fenced: bool) {
+        self.shared
+            .broker_fenced
+            .store(fenced, std::sync::atomic::Ordering::Release);
+    }
+
+    fn call(&self, call: Call) -> flume::Receiver<Result<Applied, ControllerError>> {
         let (reply, rx) = flume::bounded(1);
         if let Some(e) = self.shared.lock().stopped.clone() {
             let _ = reply.send(Err(e));
             return rx;
         }
-        match self.tx.try_send(Request::Propose { cmd, reply }) {
+        match self.tx.try_send(Request::Call { call, reply }) {
             Ok(()) => {}
-            Err(flume::TrySendError::Full(Request::Propose { reply, .. })) => {
+            Err(flume::TrySendError::Full(Request::Call { reply, .. })) => {
                 let _ = reply.send(Err(ControllerError::Overloaded(format!(
                     "controller queue full ({} requests)",
                     self.capacity
                 ))));
             }
-            Err(flume::TrySendError::Disconnected(Request::Propose { reply, .. })) => {
+            Err(flume::TrySendError::Disconnected(Request::Call { reply, .. })) => {
                 let _ = reply.send(Err(ControllerError::Stopped));
             }
             Err(_) => {}
@@ -456,12 +551,7 @@ impl ControllerHandle {
     /// snapshot; only the latest matters). The channel closes when the controller stops.
     pub fn subscribe(&self, capacity: usize) -> flume::Receiver<Arc<ClusterMetadata>> {
         let (tx, rx) = flume::bounded(capacity.max(1));
-        let mut state = self.shared.lock();
-        if state.stopped.is_none() {
-            let sub = Subscriber { tx, rx: rx.clone() };
-            sub.deliver(&state.metadata);
-            state.subscribers.push(sub);
-        }
+        subscribe_with(&self.shared, tx, rx.clone());
         rx
     }
 
@@ -503,7 +593,7 @@ enum Waiter {
 /// A proposal this follower forwarded to the leader `to`.
 struct Forwarded {
     reply: Reply,
-    cmd: Command,
+    call: Call,
     to: u64,
     deadline: Instant,
     hops: u32,
@@ -512,7 +602,7 @@ struct Forwarded {
 /// A proposal waiting for a leader to be known.
 struct Parked {
     reply: Reply,
-    cmd: Command,
+    call: Call,
     deadline: Instant,
     hops: u32,
 }
@@ -554,6 +644,30 @@ struct Worker {
     ever_ready: bool,
     /// Set when the worker must stop (a quorum refused this node).
     fatal: Option<ControllerError>,
+    /// The member brokers' heartbeat sessions, while this node is the active controller (a
+    /// ready leader); dropped when it is not.
+    sessions: Option<ClusterManager>,
+    session_timeout_ms: u64,
+    /// The sessions' clock (monotonic milliseconds since the worker started).
+    clock_start: Instant,
+    /// When sessions were last checked for expiry (see `fence_expired_sessions`).
+    last_fence_check_ms: u64,
+}
+
+/// How a call made here went.
+enum Outcome {
+    /// Proposed: answered when the entry is applied.
+    Pending(ProposalId),
+    /// Answered already (a heartbeat).
+    Done(Applied),
+}
+
+/// A refusal of the active controller's membership logic, as the caller sees it.
+fn cluster_refusal(e: ClusterError) -> ControllerError {
+    match e {
+        ClusterError::Metadata(m) => ControllerError::Metadata(m),
+        other => ControllerError::Metadata(MetadataError::new(other.code(), other.to_string())),
+    }
 }
 
 /// One input to the loop.
@@ -585,16 +699,11 @@ impl Worker {
         if let Some(t) = self.transport.take() {
             t.stop();
         }
-        let mut state = self.shared.lock();
-        state.ready = false;
-        state.stopped = Some(reason);
-        state.subscribers.clear();
-        self.shared.changed.notify_all();
-        drop(state);
+        self.shared.mark_stopped(reason);
         // Requests still queued are answered by dropping their reply senders (the receivers see
         // a disconnect); answer them properly instead.
         for req in self.rx.drain() {
-            if let Request::Propose { reply, .. } = req {
+            if let Request::Call { reply, .. } = req {
                 let _ = reply.send(Err(ControllerError::Stopped));
             }
         }
@@ -677,7 +786,7 @@ impl Worker {
             let retry_at = Instant::now() + self.storage_retry;
             loop {
                 match self.rx.recv_deadline(retry_at) {
-                    Ok(Request::Propose { reply, .. }) => {
+                    Ok(Request::Call { reply, .. }) => {
                         let _ = reply.send(Err(reason.clone()));
                     }
                     Ok(Request::Shutdown) | Err(flume::RecvTimeoutError::Disconnected) => {
@@ -713,21 +822,112 @@ impl Worker {
     /// Returns true on shutdown.
     fn handle_request(&mut self, req: Request) -> bool {
         match req {
-            Request::Propose { cmd, reply } => {
+            Request::Call { call, reply } => {
                 let deadline = Instant::now() + self.forward_timeout;
-                self.submit(cmd, reply, deadline, 0);
+                self.submit(call, reply, deadline, 0);
                 false
             }
             Request::Shutdown => true,
         }
     }
 
+    /// Monotonic milliseconds for the heartbeat sessions.
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.clock_start.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// The heartbeat sessions while this node is the active controller, started (every
+    /// member gets a full session) when it became so; `None`, and forgotten, otherwise.
+    fn sessions(&mut self) -> Option<&mut ClusterManager> {
+        if !self.core.is_ready() {
+            self.sessions = None;
+            return None;
+        }
+        let now = self.now_ms();
+        let timeout = self.session_timeout_ms;
+        let md = self.core.metadata().clone();
+        Some(self.sessions.get_or_insert_with(|| {
+            let mut m = ClusterManager::new(timeout);
+            m.reset(&md, now);
+            m
+        }))
+    }
+
+    /// As the active controller: proposes a fence for every member whose session ran out.
+    /// After a stall of this thread (a slow disk under a proposal's fsync, the process not
+    /// scheduled) of half a session or more, every member gets a fresh session instead: their
+    /// heartbeats may be waiting in the queue behind the stall.
+    fn fence_expired_sessions(&mut self) {
+        let now = self.now_ms();
+        let stalled = now.saturating_sub(self.last_fence_check_ms) >= self.session_timeout_ms / 2;
+        self.last_fence_check_ms = now;
+        let md = self.core.metadata().clone();
+        let Some(sessions) = self.sessions() else {
+            return;
+        };
+        if stalled {
+            log::warn!("controller: stalled for half a broker session; sessions restarted");
+            sessions.reset(&md, now);
+            return;
+        }
+        for cmd in sessions.poll(&md, now) {
+            log::warn!("controller: broker session expired: {cmd:?}");
+            // No one waits: a lost fence is proposed again one session later.
+            if let Err(e) = self.core.propose(&cmd) {
+                log::info!("controller: fence not proposed: {e}");
+            }
+        }
+    }
+
+    /// Handles `call` on this node: proposes it (a leader), or answers it from the heartbeat
+    /// sessions (the active controller); else refuses with NotController naming the leader.
+    fn local(&mut self, call: &Call) -> Result<Outcome, ControllerError> {
+        let not_controller = ControllerError::NotController {
+            node_id: self.core.node_id(),
+            leader_id: self.core.leader_id(),
+        };
+        let now = self.now_ms();
+        let md = self.core.metadata().clone();
+        match call {
+            Call::Propose(cmd) => Ok(Outcome::Pending(self.core.propose(cmd)?)),
+            Call::Register(reg) => {
+                let Some(sessions) = self.sessions() else {
+                    return Err(not_controller);
+                };
+                let cmds = sessions.register(&md, reg, now).map_err(cluster_refusal)?;
+                // A fence of the old incarnation, then the registration: answered with the
+                // registration's outcome.
+                let mut last = None;
+                for cmd in &cmds {
+                    last = Some(self.core.propose(cmd)?);
+                }
+                last.map(Outcome::Pending).ok_or(not_controller)
+            }
+            Call::Heartbeat(hb) => {
+                let Some(sessions) = self.sessions() else {
+                    return Err(not_controller);
+                };
+                let out = sessions.heartbeat(&md, hb, now).map_err(cluster_refusal)?;
+                if let Some(cmd) = out.propose {
+                    // The broker heartbeats again and the command is proposed again.
+                    if let Err(e) = self.core.propose(&cmd) {
+                        log::info!("controller: {cmd:?} not proposed: {e}");
+                    }
+                }
+                Ok(Outcome::Done(Applied::Heartbeat(out.reply)))
+            }
+        }
+    }
+
     /// Proposes `cmd` here if this node leads, else forwards it to the leader, else (no leader
     /// known) parks it until one is.
-    fn submit(&mut self, cmd: Command, reply: Reply, deadline: Instant, hops: u32) {
-        match self.core.propose(&cmd) {
-            Ok(id) => {
+    fn submit(&mut self, call: Call, reply: Reply, deadline: Instant, hops: u32) {
+        match self.local(&call) {
+            Ok(Outcome::Pending(id)) => {
                 self.waiters.insert(id, Waiter::Local(reply));
+            }
+            Ok(Outcome::Done(applied)) => {
+                let _ = reply.send(Ok(applied));
             }
             Err(ControllerError::NotController { node_id, leader_id })
                 if self.transport.is_some() && hops < MAX_FORWARD_HOPS =>
@@ -740,11 +940,11 @@ impl Worker {
                         self.max_pending
                     ))));
                 } else if leader_id != 0 && leader_id != node_id {
-                    self.forward(leader_id, cmd, reply, deadline, hops);
+                    self.forward(leader_id, call, reply, deadline, hops);
                 } else {
                     self.parked.push_back(Parked {
                         reply,
-                        cmd,
+                        call,
                         deadline,
                         hops,
                     });
@@ -756,7 +956,7 @@ impl Worker {
         }
     }
 
-    fn forward(&mut self, to: u64, cmd: Command, reply: Reply, deadline: Instant, hops: u32) {
+    fn forward(&mut self, to: u64, call: Call, reply: Reply, deadline: Instant, hops: u32) {
         let Some(t) = &self.transport else { return };
         let id = self.next_forward;
         self.next_forward += 1;
@@ -764,7 +964,7 @@ impl Worker {
             to,
             Outgoing::Forward {
                 id,
-                cmd: cmd.clone(),
+                call: call.clone(),
             },
         );
         match sent {
@@ -773,7 +973,7 @@ impl Worker {
                     id,
                     Forwarded {
                         reply,
-                        cmd,
+                        call,
                         to,
                         deadline,
                         hops: hops + 1,
@@ -799,7 +999,7 @@ impl Worker {
                         // Never sent, so never applied: safe to send again.
                         self.parked.push_back(Parked {
                             reply: f.reply,
-                            cmd: f.cmd,
+                            call: f.call,
                             deadline: f.deadline,
                             hops: f.hops,
                         });
@@ -847,10 +1047,18 @@ impl Worker {
                     }
                 }
             }
-            NetEvent::Forward { from, id, cmd } => match self.core.propose(&cmd) {
-                Ok(pid) => {
+            NetEvent::Forward { from, id, call } => match self.local(&call) {
+                Ok(Outcome::Pending(pid)) => {
                     self.waiters.insert(pid, Waiter::Remote { peer: from, id });
                 }
+                Ok(Outcome::Done(applied)) => self.send(
+                    from,
+                    Outgoing::ForwardReply {
+                        id,
+                        index: 0,
+                        result: Ok(applied),
+                    },
+                ),
                 Err(e) => self.send(
                     from,
                     Outgoing::ForwardReply {
@@ -879,7 +1087,7 @@ impl Worker {
                     // applied, so it may go to the leader now known.
                     Err(ControllerError::NotController { .. })
                     | Err(ControllerError::NotLeader) => {
-                        self.submit(f.cmd, f.reply, f.deadline, f.hops)
+                        self.submit(f.call, f.reply, f.deadline, f.hops)
                     }
                     other => {
                         let _ = f.reply.send(other);
@@ -904,6 +1112,12 @@ impl Worker {
                     }
                 }
             }
+            NetEvent::ObserverCall { from, call, reply } => {
+                log::trace!("controller: call from broker {from}: {call:?}");
+                let deadline = Instant::now() + self.forward_timeout;
+                self.submit(call, reply, deadline, 0);
+            }
+            NetEvent::Subscribe(tx, rx) => subscribe_with(&self.shared, tx, rx),
             NetEvent::Snapshot { to, delivered } => self.core.report_snapshot(to, delivered),
             NetEvent::Dropped { to, tag } => self.account_dropped(to, vec![tag]),
             NetEvent::Refused { peer, reason } => {
@@ -923,6 +1137,7 @@ impl Worker {
     /// Every tick: parked proposals try again (a leader may be known now); whatever waited
     /// past its deadline is answered with a timeout.
     fn on_tick(&mut self, now: Instant) {
+        self.fence_expired_sessions();
         for p in std::mem::take(&mut self.parked) {
             if p.reply.is_disconnected() {
                 // The caller gave up (its own timeout): proposing it later would apply a
@@ -932,7 +1147,7 @@ impl Worker {
             if now >= p.deadline {
                 let _ = p.reply.send(Err(ControllerError::Timeout));
             } else if self.core.leader_id() != 0 {
-                self.submit(p.cmd, p.reply, p.deadline, p.hops);
+                self.submit(p.call, p.reply, p.deadline, p.hops);
             } else {
                 self.parked.push_back(p);
             }
@@ -971,8 +1186,12 @@ impl Worker {
                     result,
                     metadata,
                 } => {
-                    // Publish first: whoever gets the answer sees the change in metadata().
+                    // Publish first: whoever gets the answer sees the change in metadata(),
+                    // and a non-voter answered waits until its metadata is this far.
                     publish(&mut self.shared.lock(), metadata);
+                    if let Some(t) = &self.transport {
+                        t.set_applied(self.core.metadata().applied_index);
+                    }
                     match proposal.and_then(|id| self.waiters.remove(&id)) {
                         Some(Waiter::Local(reply)) => {
                             let _ = reply.send(result.map_err(ControllerError::Metadata));
@@ -1022,6 +1241,7 @@ impl Worker {
         let ready = self.core.is_ready() || (self.voters > 1 && self.follower_current());
         self.ever_ready |= ready;
         if let Some(t) = &self.transport {
+            t.set_applied(self.core.metadata().applied_index);
             let id = &self.core.metadata().cluster_id;
             if !id.is_empty() {
                 t.set_cluster_id(id);
@@ -1043,6 +1263,21 @@ impl Worker {
     }
 }
 
+/// Adds a subscriber sending on `tx` (see [`ControllerHandle::subscribe`]).
+/// `rx` is a clone of the subscriber's end, kept to drop the oldest update when it is full.
+fn subscribe_with(
+    shared: &Shared,
+    tx: flume::Sender<Arc<ClusterMetadata>>,
+    rx: flume::Receiver<Arc<ClusterMetadata>>,
+) {
+    let mut state = shared.lock();
+    if state.stopped.is_none() {
+        let sub = Subscriber { tx, rx };
+        sub.deliver(&state.metadata);
+        state.subscribers.push(sub);
+    }
+}
+
 fn publish(state: &mut State, metadata: Arc<ClusterMetadata>) {
     if Arc::ptr_eq(&state.metadata, &metadata) {
         return;
@@ -1051,22 +1286,24 @@ fn publish(state: &mut State, metadata: Arc<ClusterMetadata>) {
     state.metadata = metadata;
 }
 
-/// A random 128-bit cluster id in hex, from std's randomly keyed hasher, the clock and the pid.
+/// A random 128-bit cluster id in hex.
 fn random_cluster_id() -> String {
+    format!("{:016x}{:016x}", random_u64(0), random_u64(1))
+}
+
+/// A random 64-bit number (a cluster id half, a broker incarnation), from std's randomly
+/// keyed hasher, the clock, the pid and `salt`.
+pub fn random_u64(salt: u8) -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos())
         .unwrap_or_default();
-    let mut id = 0u128;
-    for half in 0u8..2 {
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u128(nanos);
-        h.write_u32(std::process::id());
-        h.write_u8(half);
-        id = (id << 64) | u128::from(h.finish());
-    }
-    format!("{id:032x}")
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(nanos);
+    h.write_u32(std::process::id());
+    h.write_u8(salt);
+    h.finish()
 }
 
 #[cfg(test)]

@@ -16,6 +16,9 @@
 //! - every voter applies the same sequence: the metadata after raft index `i` is the same on
 //!   every voter that applied `i` (or installed a snapshot at `i`), and applied indexes only
 //!   grow;
+//! - every broker follows the same sequence, as a broker that is not a voter does
+//!   (`observer.rs`): it takes a voter's whole metadata when it is not older than its own, and
+//!   each one it takes is the state every voter had at that metadata index;
 //! - no partition has two leaders in one leader epoch; leader and partition epochs never go
 //!   back; a fenced or shutting-down broker leads nothing; a leader is live and in its ISR;
 //!   replicas are distinct;
@@ -109,6 +112,8 @@ struct SimBroker {
     up: bool,
     want_shutdown: bool,
     next_heartbeat_ms: u64,
+    /// The metadata this broker follows (pushed by a voter, as to a non-voter broker).
+    followed: Arc<ClusterMetadata>,
 }
 
 struct InFlight {
@@ -127,6 +132,8 @@ pub struct Stats {
     pub snapshots: u64,
     pub crashes: u64,
     pub dropped: u64,
+    /// Metadata states brokers took from voters.
+    pub followed: u64,
 }
 
 struct Sim {
@@ -143,6 +150,8 @@ struct Sim {
     leaders_by_term: BTreeMap<u64, u64>,
     committed: BTreeMap<u64, (u64, Vec<u8>)>,
     applied: BTreeMap<u64, String>,
+    /// Metadata (as JSON, no controller id) by its own `applied_index`: the same on every voter.
+    by_metadata_index: BTreeMap<u64, String>,
     partition_leaders: BTreeMap<(u64, u32, u32), u32>,
     digest: u64,
     stats: Stats,
@@ -201,6 +210,7 @@ impl Sim {
                 up: true,
                 want_shutdown: false,
                 next_heartbeat_ms: 0,
+                followed: Arc::new(ClusterMetadata::default()),
             })
             .collect();
         let mut sim = Sim {
@@ -216,6 +226,7 @@ impl Sim {
             leaders_by_term: BTreeMap::new(),
             committed: BTreeMap::new(),
             applied: BTreeMap::new(),
+            by_metadata_index: BTreeMap::new(),
             partition_leaders: BTreeMap::new(),
             digest: 0xcbf2_9ce4_8422_2325,
             stats: Stats::default(),
@@ -385,7 +396,17 @@ impl Sim {
             )),
             Some(_) => {}
             None => {
-                self.applied.insert(index, json);
+                self.applied.insert(index, json.clone());
+            }
+        }
+        match self.by_metadata_index.get(&md.applied_index) {
+            Some(seen) if *seen != json => self.fail(format!(
+                "voter {id} has other metadata at metadata index {} than another voter:\n{json}\nvs\n{seen}",
+                md.applied_index
+            )),
+            Some(_) => {}
+            None => {
+                self.by_metadata_index.insert(md.applied_index, json);
             }
         }
         // Partition invariants, and epochs that only grow along this voter's sequence.
@@ -675,6 +696,48 @@ impl Sim {
         }
     }
 
+    /// Brokers that are up take a random running voter's metadata now and then, keeping it
+    /// when it is not older than theirs (a voter cut off or behind serves an older one).
+    fn follow_metadata(&mut self) {
+        let voters: Vec<u64> = self
+            .nodes
+            .iter()
+            .filter(|(_, n)| n.core.is_some())
+            .map(|(&id, _)| id)
+            .collect();
+        if voters.is_empty() {
+            return;
+        }
+        for i in 0..self.brokers.len() {
+            let pick = voters[self.rng.below(voters.len() as u64) as usize];
+            if !self.brokers[i].up || !self.rng.chance(300) {
+                continue;
+            }
+            let Some(core) = self.nodes.get(&pick).and_then(|n| n.core.as_ref()) else {
+                continue;
+            };
+            let md = core.metadata().clone();
+            let b = &self.brokers[i];
+            if md.applied_index < b.followed.applied_index {
+                continue;
+            }
+            let mut plain = (*md).clone();
+            plain.controller_id = 0;
+            let json = serde_json::to_string(&plain).expect("metadata encodes");
+            if md.applied_index > 0 && self.by_metadata_index.get(&md.applied_index) != Some(&json)
+            {
+                let id = b.id;
+                self.fail(format!(
+                    "broker {id} took metadata at index {} from voter {pick} that no voter \
+                     applied there:\n{json}",
+                    md.applied_index
+                ));
+            }
+            self.brokers[i].followed = md;
+            self.stats.followed += 1;
+        }
+    }
+
     /// The active controller's duties: reset sessions when it takes over, fence the expired.
     fn controller_duties(&mut self) {
         let now = self.now_ms();
@@ -729,6 +792,7 @@ impl Sim {
         if !quiet {
             self.clients();
             self.brokers();
+            self.follow_metadata();
             self.controller_duties();
         }
         self.check_quorum();
@@ -865,6 +929,7 @@ fn seeded_quorum_and_brokers_keep_every_invariant() {
         total.shutdowns += s.shutdowns;
         total.dropped += s.dropped;
         total.topics_created += s.topics_created;
+        total.followed += s.followed;
     }
     eprintln!("simulated {} seeds x {steps} steps: {total:?}", seeds.len());
     // The faults and the protocol actually happened (else the checks above checked nothing).
@@ -881,6 +946,10 @@ fn seeded_quorum_and_brokers_keep_every_invariant() {
             "no controlled shutdown completed: {total:?}"
         );
         assert!(total.applied > 100 * seeds.len() as u64, "{total:?}");
+        assert!(
+            total.followed > 100 * seeds.len() as u64,
+            "brokers rarely followed the metadata: {total:?}"
+        );
     }
 }
 

@@ -37,8 +37,8 @@ use protobuf::Message as PbMessage;
 use raft::eraftpb::{Message, MessageType};
 use serde::{Deserialize, Serialize};
 
-use super::metadata::{Applied, Command, MetadataError};
-use super::ControllerError;
+use super::metadata::{Applied, ClusterMetadata, MetadataError};
+use super::{Call, ControllerError};
 use crate::protocol::error_code::ErrorCode;
 
 /// Version of the frames and handshake below; a peer speaking another is refused.
@@ -76,6 +76,15 @@ const KIND_RAFT: u8 = 4;
 const KIND_FORWARD: u8 = 5;
 const KIND_FORWARD_REPLY: u8 = 6;
 const KIND_PING: u8 = 7;
+/// A non-voter broker's call (register, heartbeat, proposal) and its answer.
+const KIND_OBSERVER_CALL: u8 = 8;
+const KIND_OBSERVER_REPLY: u8 = 9;
+/// A non-voter asks for the metadata; the voter then sends a `METADATA` (the whole applied
+/// metadata) at once and after every change, `PING`s in between.
+const KIND_METADATA_SUBSCRIBE: u8 = 10;
+const KIND_METADATA: u8 = 11;
+/// How long a voter waits for the controller's answer to a non-voter's call.
+const OBSERVER_CALL_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Transport errors with one-line messages.
 #[derive(thiserror::Error, Debug, Clone, PartialEq)]
@@ -113,6 +122,10 @@ struct Hello {
     voters: Vec<(u64, String)>,
     /// Empty until this node knows it.
     cluster_id: String,
+    /// A broker that is not a voter (`--process-roles broker`): it follows the metadata and
+    /// sends calls, on connections of its own; never a raft peer.
+    #[serde(default)]
+    observer: bool,
 }
 
 /// An error as it crosses the wire in a `FORWARD_REPLY`.
@@ -171,7 +184,7 @@ impl From<WireError> for ControllerError {
 #[derive(Serialize, Deserialize)]
 struct ForwardBody {
     id: u64,
-    cmd: Command,
+    call: Call,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -188,7 +201,7 @@ pub enum Outgoing {
     /// A proposal this follower forwards to the leader; `id` is the follower's.
     Forward {
         id: u64,
-        cmd: Command,
+        call: Call,
     },
     /// The leader's answer to a forwarded proposal.
     ForwardReply {
@@ -214,7 +227,7 @@ pub enum NetEvent {
     /// A raft message from peer `msg.from` (checked against the connection's handshake).
     Raft(Message),
     /// Peer `from` forwards a proposal.
-    Forward { from: u64, id: u64, cmd: Command },
+    Forward { from: u64, id: u64, call: Call },
     /// The leader `from` answers forwarded proposal `id`.
     ForwardReply {
         from: u64,
@@ -230,6 +243,17 @@ pub enum NetEvent {
     Dropped { to: u64, tag: Tag },
     /// `peer` refused this node's handshake; `reason` is its one-line answer.
     Refused { peer: u64, reason: String },
+    /// A non-voter broker's call, answered on `reply`.
+    ObserverCall {
+        from: u64,
+        call: Call,
+        reply: flume::Sender<Result<Applied, ControllerError>>,
+    },
+    /// A non-voter subscribes to the metadata: every change from now on (the current first).
+    Subscribe(
+        flume::Sender<Arc<ClusterMetadata>>,
+        flume::Receiver<Arc<ClusterMetadata>>,
+    ),
 }
 
 struct Queued {
@@ -276,6 +300,12 @@ struct Inner {
     last_bad_log_ms: AtomicU64,
     started: Instant,
     readers: Mutex<Vec<JoinHandle<()>>>,
+    /// Non-voter brokers' connections by a serial number, closed at stop.
+    observers: Mutex<HashMap<u64, TcpStream>>,
+    next_observer: AtomicU64,
+    /// The controller's applied index, sent with each answer to a non-voter's call (it waits
+    /// until its own metadata is that far).
+    applied: AtomicU64,
 }
 
 /// The running transport: a listener thread, one writer thread per peer, one reader thread per
@@ -313,6 +343,9 @@ impl Transport {
             last_bad_log_ms: AtomicU64::new(0),
             started: Instant::now(),
             readers: Mutex::new(Vec::new()),
+            observers: Mutex::new(HashMap::new()),
+            next_observer: AtomicU64::new(0),
+            applied: AtomicU64::new(0),
             cfg,
         });
         let mut peers = HashMap::new();
@@ -361,6 +394,11 @@ impl Transport {
     }
 
     /// Tells the handshakes which cluster this node belongs to (once it knows).
+    /// The controller's applied index (see `Inner::applied`).
+    pub fn set_applied(&self, index: u64) {
+        self.inner.applied.store(index, Ordering::Release);
+    }
+
     pub fn set_cluster_id(&self, id: &str) {
         let mut c = self
             .inner
@@ -388,10 +426,10 @@ impl Transport {
                     .map_err(|e| TransportError::Encode(e.to_string()))?;
                 (KIND_RAFT, tag, body)
             }
-            Outgoing::Forward { id, cmd } => (
+            Outgoing::Forward { id, call } => (
                 KIND_FORWARD,
                 Tag::Forward(id),
-                serde_json::to_vec(&ForwardBody { id, cmd })
+                serde_json::to_vec(&ForwardBody { id, call })
                     .map_err(|e| TransportError::Encode(e.to_string()))?,
             ),
             Outgoing::ForwardReply { id, index, result } => (
@@ -469,6 +507,15 @@ impl Transport {
         for (_, s) in self.inner.lock_inbound().drain() {
             let _ = s.shutdown(Shutdown::Both);
         }
+        for (_, s) in self
+            .inner
+            .observers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain()
+        {
+            let _ = s.shutdown(Shutdown::Both);
+        }
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
@@ -501,6 +548,7 @@ impl Inner {
                 .read()
                 .unwrap_or_else(|e| e.into_inner())
                 .clone(),
+            observer: false,
         }
     }
 
@@ -536,7 +584,17 @@ impl Inner {
                 voters_text(&self.voters)
             ));
         }
-        if hello.node_id == me || !self.voters.iter().any(|(id, _)| *id == hello.node_id) {
+        let voter = self.voters.iter().any(|(id, _)| *id == hello.node_id);
+        if hello.observer && voter {
+            return Err(format!(
+                "node {} connected as a broker that is not a voter, but it is a voter of {} \
+                 (two brokers with node id {}?)",
+                hello.node_id,
+                voters_text(&self.voters),
+                hello.node_id
+            ));
+        }
+        if !hello.observer && (hello.node_id == me || !voter) {
             return Err(format!(
                 "node {} is not another voter of {} (this is node {me})",
                 hello.node_id,
@@ -703,6 +761,23 @@ fn serve_inbound(inner: &Arc<Inner>, mut s: TcpStream, addr: SocketAddr) {
         return;
     }
     let from = hello.node_id;
+    if hello.observer {
+        let serial = inner.next_observer.fetch_add(1, Ordering::Relaxed);
+        if let Ok(clone) = s.try_clone() {
+            let mut obs = inner.observers.lock().unwrap_or_else(|e| e.into_inner());
+            if inner.stopped.load(Ordering::SeqCst) {
+                return;
+            }
+            obs.insert(serial, clone);
+        }
+        serve_observer(inner, s, from);
+        inner
+            .observers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&serial);
+        return;
+    }
     if let Ok(clone) = s.try_clone() {
         if inner.stopped.load(Ordering::SeqCst) {
             return;
@@ -747,6 +822,173 @@ fn serve_inbound(inner: &Arc<Inner>, mut s: TcpStream, addr: SocketAddr) {
     }
 }
 
+/// A non-voter broker's connection: calls answered one at a time, or (after a
+/// `METADATA_SUBSCRIBE`) the metadata pushed on every change.
+fn serve_observer(inner: &Arc<Inner>, mut s: TcpStream, from: u64) {
+    let _ = s.set_read_timeout(Some(IDLE_TIMEOUT));
+    let max = inner.cfg.max_message_bytes;
+    loop {
+        let (kind, body) = match read_frame(&mut s, max) {
+            Ok(f) => f,
+            Err(_) => return,
+        };
+        match kind {
+            KIND_PING => {}
+            KIND_OBSERVER_CALL => {
+                let Ok(call) = serde_json::from_slice::<ObserverCallBody>(&body) else {
+                    return;
+                };
+                let (reply, rx) = flume::bounded(1);
+                let ev = NetEvent::ObserverCall {
+                    from,
+                    call: call.call,
+                    reply,
+                };
+                if inner.events.send(ev).is_err() {
+                    return;
+                }
+                let result = rx
+                    .recv_timeout(OBSERVER_CALL_TIMEOUT)
+                    .unwrap_or(Err(ControllerError::Timeout));
+                let body = ForwardReplyBody {
+                    id: call.id,
+                    index: inner.applied.load(Ordering::Acquire),
+                    result: result.map_err(|e| WireError::from(&e)),
+                };
+                let Ok(bytes) = serde_json::to_vec(&body) else {
+                    return;
+                };
+                if s.write_all(&frame(KIND_OBSERVER_REPLY, &bytes)).is_err() {
+                    return;
+                }
+            }
+            KIND_METADATA_SUBSCRIBE => return push_metadata(inner, s),
+            other => {
+                if inner.may_log_bad() {
+                    log::warn!("controller: broker {from} sent frame kind {other}; closed");
+                }
+                return;
+            }
+        }
+    }
+}
+
+/// Sends the metadata to a subscribed non-voter on every change (the newest only, when it
+/// reads slowly), a `PING` when nothing changed for a while; ends when a write fails.
+fn push_metadata(inner: &Arc<Inner>, mut s: TcpStream) {
+    let (tx, rx) = flume::bounded(1);
+    if inner
+        .events
+        .send(NetEvent::Subscribe(tx, rx.clone()))
+        .is_err()
+    {
+        return;
+    }
+    loop {
+        let bytes = match rx.recv_timeout(PING_INTERVAL) {
+            Ok(md) => match serde_json::to_vec(&*md) {
+                Ok(b) => frame(KIND_METADATA, &b),
+                Err(_) => return,
+            },
+            Err(flume::RecvTimeoutError::Timeout) => frame(KIND_PING, &[]),
+            Err(flume::RecvTimeoutError::Disconnected) => return,
+        };
+        if inner.stopped.load(Ordering::SeqCst) || s.write_all(&bytes).is_err() {
+            return;
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct ObserverCallBody {
+    id: u64,
+    call: Call,
+}
+
+/// A non-voter broker's side of the transport: connections to the voters.
+#[derive(Clone, Debug)]
+pub struct ObserverLink {
+    pub node_id: u64,
+    pub voters: Vec<(u64, String)>,
+    pub max_message_bytes: usize,
+}
+
+/// Why a non-voter could not reach a voter.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ObserverError {
+    /// Try another voter, or later.
+    Failed(String),
+    /// The voter refused this broker (voters lists that disagree, a node id that is a
+    /// voter's): retrying cannot help.
+    Refused(String),
+}
+
+impl ObserverLink {
+    fn hello(&self) -> Hello {
+        let mut voters = self.voters.clone();
+        voters.sort();
+        Hello {
+            version: PROTOCOL_VERSION,
+            node_id: self.node_id,
+            voters,
+            cluster_id: String::new(),
+            observer: true,
+        }
+    }
+
+    /// A connection to voter `addr`, handshake done.
+    pub fn connect(&self, addr: &str) -> Result<TcpStream, ObserverError> {
+        handshake(addr, &self.hello()).map_err(|e| match e {
+            ConnectError::Failed(why) => ObserverError::Failed(format!("{addr}: {why}")),
+            ConnectError::Refused(why) => ObserverError::Refused(why),
+        })
+    }
+
+    /// One call on `s`: the answer and the answering voter's applied index.
+    pub fn call(
+        &self,
+        s: &mut TcpStream,
+        id: u64,
+        call: Call,
+    ) -> Result<(Result<Applied, ControllerError>, u64), String> {
+        let body = serde_json::to_vec(&ObserverCallBody { id, call }).map_err(|e| e.to_string())?;
+        s.write_all(&frame(KIND_OBSERVER_CALL, &body))
+            .map_err(|e| e.to_string())?;
+        let _ = s.set_read_timeout(Some(OBSERVER_CALL_TIMEOUT + CONNECT_TIMEOUT));
+        match read_frame(s, self.max_message_bytes) {
+            Ok((KIND_OBSERVER_REPLY, body)) => {
+                let r: ForwardReplyBody =
+                    serde_json::from_slice(&body).map_err(|e| e.to_string())?;
+                if r.id != id {
+                    return Err(format!("answer to call {} while waiting for {id}", r.id));
+                }
+                Ok((r.result.map_err(ControllerError::from), r.index))
+            }
+            Ok((kind, _)) => Err(format!("unexpected frame kind {kind}")),
+            Err(e) => Err(format!("{e:?}")),
+        }
+    }
+
+    /// Subscribes `s` to the metadata.
+    pub fn subscribe(&self, s: &mut TcpStream) -> Result<(), String> {
+        let _ = s.set_read_timeout(Some(IDLE_TIMEOUT));
+        s.write_all(&frame(KIND_METADATA_SUBSCRIBE, &[]))
+            .map_err(|e| e.to_string())
+    }
+
+    /// The next frame on a subscribed connection: metadata, or `None` for a keepalive.
+    pub fn next_metadata(&self, s: &mut TcpStream) -> Result<Option<ClusterMetadata>, String> {
+        match read_frame(s, self.max_message_bytes) {
+            Ok((KIND_PING, _)) => Ok(None),
+            Ok((KIND_METADATA, body)) => serde_json::from_slice(&body)
+                .map(Some)
+                .map_err(|e| e.to_string()),
+            Ok((kind, _)) => Err(format!("unexpected frame kind {kind}")),
+            Err(e) => Err(format!("{e:?}")),
+        }
+    }
+}
+
 /// A frame from verified peer `from` as an event (`None`: nothing to deliver).
 fn decode(kind: u8, body: &[u8], from: u64) -> Result<Option<NetEvent>, String> {
     match kind {
@@ -773,7 +1015,7 @@ fn decode(kind: u8, body: &[u8], from: u64) -> Result<Option<NetEvent>, String> 
             Ok(Some(NetEvent::Forward {
                 from,
                 id: f.id,
-                cmd: f.cmd,
+                call: f.call,
             }))
         }
         KIND_FORWARD_REPLY => {
@@ -798,16 +1040,21 @@ enum ConnectError {
 }
 
 fn connect(inner: &Inner, peer: &Peer) -> Result<TcpStream, ConnectError> {
+    handshake(&peer.addr, &inner.hello())
+}
+
+/// Connects to `addr` and sends `hello`; the stream once the peer accepted it.
+fn handshake(addr: &str, hello: &Hello) -> Result<TcpStream, ConnectError> {
     let fail = |e: &dyn std::fmt::Display| ConnectError::Failed(e.to_string());
-    let addrs: Vec<SocketAddr> = peer.addr.to_socket_addrs().map_err(|e| fail(&e))?.collect();
-    let mut last = ConnectError::Failed(format!("{} resolves to no address", peer.addr));
+    let addrs: Vec<SocketAddr> = addr.to_socket_addrs().map_err(|e| fail(&e))?.collect();
+    let mut last = ConnectError::Failed(format!("{addr} resolves to no address"));
     for a in addrs {
         match TcpStream::connect_timeout(&a, CONNECT_TIMEOUT) {
             Ok(mut s) => {
                 let _ = s.set_nodelay(true);
                 let _ = s.set_write_timeout(Some(WRITE_TIMEOUT));
                 let _ = s.set_read_timeout(Some(HANDSHAKE_TIMEOUT));
-                let hello = serde_json::to_vec(&inner.hello()).map_err(|e| fail(&e))?;
+                let hello = serde_json::to_vec(hello).map_err(|e| fail(&e))?;
                 s.write_all(&frame(KIND_HELLO, &hello))
                     .map_err(|e| fail(&e))?;
                 return match read_frame(&mut s, MAX_HELLO_BYTES) {
@@ -959,6 +1206,7 @@ fn write_until_error(inner: &Inner, peer: &Peer, stream: TcpStream) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controller::Command;
 
     fn cfg(node: u64, voters: &[(u64, String)]) -> TransportConfig {
         TransportConfig {
@@ -1036,14 +1284,17 @@ mod tests {
         assert_eq!(m.from, 2);
         let forward = || Outgoing::Forward {
             id: 9,
-            cmd: Command::DeleteTopic { name: "t".into() },
+            call: Call::Propose(Command::DeleteTopic { name: "t".into() }),
         };
-        let (from, id, cmd) = deliver(&t2, 1, forward, &rx1, |ev| match ev {
-            NetEvent::Forward { from, id, cmd } => Some((from, id, cmd)),
+        let (from, id, call) = deliver(&t2, 1, forward, &rx1, |ev| match ev {
+            NetEvent::Forward { from, id, call } => Some((from, id, call)),
             _ => None,
         });
         assert_eq!((from, id), (2, 9));
-        assert_eq!(cmd, Command::DeleteTopic { name: "t".into() });
+        assert_eq!(
+            call,
+            Call::Propose(Command::DeleteTopic { name: "t".into() })
+        );
         let reply = || Outgoing::ForwardReply {
             id: 9,
             index: 5,
@@ -1135,6 +1386,7 @@ mod tests {
             node_id: 2,
             voters: other,
             cluster_id: String::new(),
+            observer: false,
         };
         let answer = raw(
             &addr,
@@ -1151,6 +1403,7 @@ mod tests {
             node_id: 2,
             voters: voters.clone(),
             cluster_id: String::new(),
+            observer: false,
         };
         let mut bytes = frame(KIND_HELLO, &serde_json::to_vec(&hello).unwrap());
         bytes.extend(frame(KIND_RAFT, &raft_msg(3, 1).write_to_bytes().unwrap()));

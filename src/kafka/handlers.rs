@@ -27,6 +27,7 @@ use crate::broker::list_offsets::{list_offset, OffsetQuery};
 use crate::broker::produce::{await_acks, AckWait, Acks, Appended, Produce};
 use crate::broker::{locate, request_timeout, topics, OpError, Shard};
 use crate::clock::now_ms;
+use crate::controller::cluster::NO_LEADER;
 use crate::controller::metadata::{validate_topic_name, ClusterMetadata, TopicInfo};
 use crate::log::FileReads;
 use crate::net::in_order::Later;
@@ -170,7 +171,8 @@ async fn metadata(shard: &Rc<Shard>, req: &MetadataRequest) -> MetadataResponse 
     // "not provided" for the versions that cannot encode it.
     r.cluster_authorized_operations =
         authorized_operations::cluster(req.include_cluster_authorized_operations);
-    for b in md.brokers.values() {
+    // Live brokers only (a fenced one leads nothing), as Kafka lists unfenced brokers.
+    for b in md.brokers.values().filter(|b| md.is_live(b.node_id)) {
         let Some(port) = b.kafka_port else { continue };
         for s in 0..b.shards {
             let mut broker = MetadataResponseBroker::default();
@@ -191,13 +193,22 @@ async fn metadata(shard: &Rc<Shard>, req: &MetadataRequest) -> MetadataResponse 
             .partitions
             .iter()
             .map(|p| {
-                let leader = BrokerId(node_id(p.leader, p.shard));
+                // A replica is named by the Kafka node of the shard holding it; an offline
+                // partition's leader is -1, as Kafka's.
+                let replica = |b: &u32| BrokerId(node_id(*b, md.replica_shard(t.id, p, *b)));
                 let mut mp = MetadataResponsePartition::default();
                 mp.partition_index = p.partition as i32;
-                mp.leader_id = leader;
+                mp.leader_id = if p.leader == NO_LEADER {
+                    BrokerId(-1)
+                } else {
+                    BrokerId(node_id(p.leader, p.shard))
+                };
+                if p.leader == NO_LEADER {
+                    mp.error_code = kafka_error(ErrorCode::LeaderNotAvailable);
+                }
                 mp.leader_epoch = p.leader_epoch as i32;
-                mp.replica_nodes = vec![leader];
-                mp.isr_nodes = vec![leader];
+                mp.replica_nodes = p.replicas.iter().map(replica).collect();
+                mp.isr_nodes = p.isr.iter().map(replica).collect();
                 mp
             })
             .collect();

@@ -87,9 +87,22 @@ pub async fn metadata(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
             })
             .collect(),
     };
+    let voters = if shard.cfg.controller_voters.is_empty() {
+        vec![u64::from(shard.cfg.node_id)]
+    } else {
+        shard
+            .cfg
+            .controller_voters
+            .iter()
+            .map(|(id, _)| *id)
+            .collect()
+    };
     Reply::meta(&MetadataResponse {
         cluster_id: md.cluster_id.clone(),
         controller_id: md.controller_id,
+        voters,
+        // Every registered broker with its state; fenced ones lead nothing, so clients
+        // route nothing to them.
         brokers: md
             .brokers
             .values()
@@ -98,6 +111,8 @@ pub async fn metadata(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
                 host: b.host.clone(),
                 port: b.port,
                 shards: b.shards,
+                state: md.broker_state_name(b.node_id).to_string(),
+                rack: md.members.get(&b.node_id).and_then(|m| m.rack.clone()),
             })
             .collect(),
         topics,

@@ -15,6 +15,7 @@ pub enum ErrorCode {
     CorruptMessage = 2,
     UnknownTopicOrPartition = 3,
     InvalidFetchSize = 4,
+    LeaderNotAvailable = 5,
     NotLeaderOrFollower = 6,
     RequestTimedOut = 7,
     MessageTooLarge = 10,
@@ -69,6 +70,7 @@ impl ErrorCode {
         ErrorCode::CorruptMessage,
         ErrorCode::UnknownTopicOrPartition,
         ErrorCode::InvalidFetchSize,
+        ErrorCode::LeaderNotAvailable,
         ErrorCode::NotLeaderOrFollower,
         ErrorCode::RequestTimedOut,
         ErrorCode::MessageTooLarge,
@@ -133,6 +135,7 @@ impl ErrorCode {
         matches!(
             self,
             ErrorCode::NotLeaderOrFollower
+                | ErrorCode::LeaderNotAvailable
                 | ErrorCode::RequestTimedOut
                 | ErrorCode::UnknownTopicOrPartition
                 | ErrorCode::NotEnoughReplicas
@@ -157,6 +160,7 @@ impl ErrorCode {
             ErrorCode::CorruptMessage => "CORRUPT_MESSAGE",
             ErrorCode::UnknownTopicOrPartition => "UNKNOWN_TOPIC_OR_PARTITION",
             ErrorCode::InvalidFetchSize => "INVALID_FETCH_SIZE",
+            ErrorCode::LeaderNotAvailable => "LEADER_NOT_AVAILABLE",
             ErrorCode::NotLeaderOrFollower => "NOT_LEADER_OR_FOLLOWER",
             ErrorCode::RequestTimedOut => "REQUEST_TIMED_OUT",
             ErrorCode::MessageTooLarge => "MESSAGE_TOO_LARGE",

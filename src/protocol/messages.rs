@@ -44,6 +44,9 @@ pub struct BrokerMeta {
     /// Shard `i` listens on `port + i`.
     pub port: u16,
     pub shards: u32,
+    /// `alive`, `fenced` (missed its session: leads nothing) or `shutting-down`.
+    pub state: String,
+    pub rack: Option<String>,
 }
 
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
@@ -72,6 +75,8 @@ pub struct TopicMeta {
 pub struct MetadataResponse {
     pub cluster_id: String,
     pub controller_id: u64,
+    /// The controller quorum's voters (the answering broker alone for a single node).
+    pub voters: Vec<u64>,
     pub brokers: Vec<BrokerMeta>,
     pub topics: Vec<TopicMeta>,
 }
@@ -337,7 +342,7 @@ pub struct DescribePartitionsRequest {
     pub partitions: Vec<(String, u32)>,
 }
 
-#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
 pub struct PartitionState {
     pub topic: String,
     pub partition: u32,

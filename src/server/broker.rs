@@ -12,6 +12,8 @@ use super::stray;
 use crate::broker::group_host::OFFSETS_TOPIC;
 use crate::broker::shard::{AppliedIndexes, Shard};
 use crate::broker::BrokerConfig;
+use crate::controller::broker_session::{self, BrokerSession, SessionConfig};
+use crate::controller::cluster::BrokerRegistration;
 use crate::controller::metadata::{BrokerInfo, Command, MetadataLimits};
 use crate::controller::{self, ControllerConfig, ControllerError};
 use crate::log::{FileReads, FsyncPolicy};
@@ -116,6 +118,8 @@ pub fn run_broker(cfg: BrokerConfig) -> Result<(), BrokerError> {
     ccfg.voters = cfg.controller_voters.clone();
     ccfg.listen = cfg.controller_listen.clone();
     ccfg.max_message_bytes = cfg.controller_max_message_bytes;
+    ccfg.broker_session_timeout = cfg.broker_session_timeout;
+    ccfg.observer = !cfg.controller_role;
     let quorum = ccfg.voters.len() > 1;
     // Topic directories without any controller state mean the metadata was lost, not that
     // this is a new broker: refuse before the controller creates a fresh log.
@@ -127,7 +131,8 @@ pub fn run_broker(cfg: BrokerConfig) -> Result<(), BrokerError> {
     };
     let has_state = controller::raft_log::has_state(&ccfg.controller_dir())
         .map_err(|e| ControllerError::Storage(e.to_string()))?;
-    if topic_dirs > 0 && !has_state {
+    // A broker that is not a voter keeps no controller files: its metadata is the quorum's.
+    if topic_dirs > 0 && !has_state && cfg.controller_role {
         return Err(missing("no controller/raft.log or snapshot"));
     }
     let controller = controller::start(ccfg)?;
@@ -153,14 +158,39 @@ pub fn run_broker(cfg: BrokerConfig) -> Result<(), BrokerError> {
         controller.shutdown();
         return Err(missing("controller/raft.log holds a new, empty cluster"));
     }
-    let registration = Command::RegisterBroker(BrokerInfo {
+    let info = BrokerInfo {
         node_id: cfg.node_id,
         host: cfg.advertised_host.clone(),
         port: cfg.listen.port(),
         shards: shards as u32,
         kafka_port: cfg.kafka_listen.map(|a| a.port()),
-    });
-    propose_at_start(&handle, registration, quorum)?;
+    };
+    // A broker of a cluster is a member: it registers with an incarnation, heartbeats, and is
+    // fenced when it stops; the single-node broker registers as before and is never fenced.
+    let session = if quorum {
+        let scfg = SessionConfig {
+            registration: BrokerRegistration {
+                broker: info,
+                incarnation: controller::random_u64(2),
+                rack: cfg.rack.clone(),
+            },
+            heartbeat_interval: cfg.broker_heartbeat_interval,
+            session_timeout: cfg.broker_session_timeout,
+            register_wait: START_PROPOSAL_WAIT.max(cfg.broker_session_timeout * 3),
+        };
+        let epoch = match broker_session::register(&handle, &scfg) {
+            Ok(epoch) => epoch,
+            Err(e) => {
+                controller.shutdown();
+                return Err(e.into());
+            }
+        };
+        log::info!("broker {} registered (broker epoch {epoch})", cfg.node_id);
+        Some(BrokerSession::start(handle.clone(), scfg, epoch).map_err(dir_err)?)
+    } else {
+        propose_at_start(&handle, Command::RegisterBroker(info), quorum)?;
+        None
+    };
     if handle.metadata().topic(OFFSETS_TOPIC).is_none() {
         // The internal topic whose partitions place group coordinators.
         let create = Command::CreateTopic {
@@ -240,6 +270,16 @@ pub fn run_broker(cfg: BrokerConfig) -> Result<(), BrokerError> {
         );
     }
     let sig = wait_for_stop_signal(&signals);
+    if let Some(session) = &session {
+        eprintln!("rill: signal {sig}: controlled shutdown (moving partition leadership away)");
+        if !session.controlled_shutdown(cfg.controlled_shutdown_timeout) {
+            eprintln!(
+                "rill: leadership not moved away within --controlled-shutdown-timeout-ms {}; \
+                 stopping anyway",
+                cfg.controlled_shutdown_timeout.as_millis()
+            );
+        }
+    }
     eprintln!("rill: signal {sig}: stopping (no new connections; pending writes are flushed)");
     for tx in &stop_txs {
         let _ = tx.send(());
@@ -250,6 +290,9 @@ pub fn run_broker(cfg: BrokerConfig) -> Result<(), BrokerError> {
         }
     }
     stray_sweeper.stop();
+    if let Some(session) = session {
+        session.stop();
+    }
     controller.shutdown();
     eprintln!("rill: broker {} stopped cleanly", cfg.node_id);
     Ok(())
@@ -279,14 +322,17 @@ fn propose_at_start(
                 Duration::from_secs(60)
             })
             .map_err(|_| ControllerError::Timeout)?;
-        let retriable = matches!(
-            result,
-            Err(ControllerError::NotController { .. }
-                | ControllerError::NotLeader
-                | ControllerError::Timeout
-                | ControllerError::Unreachable(_)
-                | ControllerError::Overloaded(_))
-        );
+        let retriable = match &result {
+            Err(ControllerError::NotController { .. })
+            | Err(ControllerError::NotLeader)
+            | Err(ControllerError::Timeout)
+            | Err(ControllerError::Unreachable(_))
+            | Err(ControllerError::Overloaded(_)) => true,
+            // No live broker to place it on: every member fenced for a moment (a stalled
+            // machine); they come back with their next heartbeats.
+            Err(ControllerError::Metadata(e)) => e.code == ErrorCode::InvalidReplicationFactor,
+            _ => false,
+        };
         if !quorum || !retriable || std::time::Instant::now() >= deadline {
             return result;
         }

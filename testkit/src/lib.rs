@@ -67,7 +67,7 @@ pub struct TestBroker {
 /// A port P such that P..P+n are free right now and were never handed out before in this
 /// test process: a broker being restarted leaves its ports free for a moment, and another
 /// test must not take them.
-fn free_ports(n: usize) -> u16 {
+pub fn free_ports(n: usize) -> u16 {
     static TAKEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
     let mut taken = TAKEN.lock().unwrap_or_else(|e| e.into_inner());
     for _ in 0..200 {
