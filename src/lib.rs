@@ -18,3 +18,4 @@ pub mod server;
 #[cfg(test)]
 mod test_shard;
 pub mod topic_config;
+pub mod tune;

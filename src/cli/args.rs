@@ -45,6 +45,9 @@ pub enum Command {
     /// The cluster.
     #[command(subcommand)]
     Cluster(ClusterCommand),
+    /// Host checks.
+    #[command(subcommand)]
+    Tune(TuneCommand),
 }
 
 #[derive(Args, Debug, Clone)]
@@ -356,6 +359,27 @@ pub enum GroupCommand {
         #[arg(long)]
         to: String,
     },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum TuneCommand {
+    /// Print the host facts that matter to a broker (CPU governor, transparent huge pages,
+    /// locked memory, io_uring, the data dir's filesystem and O_DIRECT support, disk
+    /// scheduler, NIC IRQ affinity), each with the recommended value and the command that sets
+    /// it. Changes nothing on the host, except that the O_DIRECT probe writes and removes one
+    /// 4 KiB temp file (.rill-tune-probe-PID) in the data dir. Exit code 1 when a check is BAD
+    /// (rill cannot run or write there), else 0.
+    Check(TuneCheckArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct TuneCheckArgs {
+    /// The broker's data dir; when missing, its nearest existing parent is checked.
+    #[arg(long, env = "RILL_DATA_DIR", default_value = "./rill-data")]
+    pub data_dir: PathBuf,
+    /// One JSON object per check, in an array, instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Subcommand, Debug)]
