@@ -154,3 +154,23 @@ fn an_unwritable_data_dir_is_a_bad_line_and_exit_code_1() {
     );
     assert_eq!(out.status.code(), Some(1), "{text}");
 }
+
+#[test]
+fn check_host_sh_runs_rill_tune_check() {
+    let dir = disk_tempdir();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tuning/check-host.sh");
+    let out = Command::new("bash")
+        .arg(script)
+        .arg(dir.path())
+        .arg("--json")
+        .env("RILL", rill_bin())
+        .output()
+        .expect("run check-host.sh");
+    let json = String::from_utf8_lossy(&out.stdout);
+    let list: Vec<serde_json::Value> = serde_json::from_str(&json)
+        .unwrap_or_else(|e| panic!("{e}: {json} {}", String::from_utf8_lossy(&out.stderr)));
+    let names: Vec<&str> = list.iter().filter_map(|c| c["name"].as_str()).collect();
+    assert_eq!(names, CHECKS);
+    let bad = list.iter().any(|c| c["status"] == "bad");
+    assert_eq!(out.status.code(), Some(i32::from(bad)), "{json}");
+}

@@ -143,13 +143,7 @@ impl DataDir {
                 return Check::unknown(NAME, why, RECOMMENDED, FIX);
             }
         };
-        Check {
-            name: NAME,
-            status,
-            value,
-            recommended: RECOMMENDED.to_string(),
-            fix: FIX.to_string(),
-        }
+        Check::new(NAME, status, value, RECOMMENDED, FIX)
     }
 }
 

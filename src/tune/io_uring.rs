@@ -49,13 +49,7 @@ pub fn judge(probe: std::io::Result<()>, sysctl: &str) -> Check {
             )
         }
     };
-    Check {
-        name: NAME,
-        status,
-        value,
-        recommended: RECOMMENDED.to_string(),
-        fix: FIX.to_string(),
-    }
+    Check::new(NAME, status, value, RECOMMENDED, FIX)
 }
 
 #[cfg(test)]

@@ -49,19 +49,35 @@ pub struct Check {
 }
 
 impl Check {
+    fn new(
+        name: &'static str,
+        status: Status,
+        value: String,
+        recommended: &str,
+        fix: &str,
+    ) -> Check {
+        Check {
+            name,
+            status,
+            value,
+            recommended: recommended.to_string(),
+            fix: fix.to_string(),
+        }
+    }
+
     fn unknown(
         name: &'static str,
         why: impl std::fmt::Display,
         recommended: &str,
         fix: &str,
     ) -> Check {
-        Check {
+        Check::new(
             name,
-            status: Status::Unknown,
-            value: format!("unknown ({why})"),
-            recommended: recommended.to_string(),
-            fix: fix.to_string(),
-        }
+            Status::Unknown,
+            format!("unknown ({why})"),
+            recommended,
+            fix,
+        )
     }
 }
 
