@@ -189,4 +189,84 @@ ERR:          0
         assert_eq!(irqs(&["eth1"]), vec![45]);
         assert_eq!(irqs(&["wlan0"]), Vec::<u32>::new());
     }
+
+    #[test]
+    fn random_tables_parse_back_to_what_was_written() {
+        let mut rng = crate::batch::test_support::Rng(0x7e57_1a6e);
+        for _ in 0..500 {
+            let cpus = 1 + rng.below(8) as usize;
+            let pad =
+                |rng: &mut crate::batch::test_support::Rng| " ".repeat(1 + rng.below(6) as usize);
+            let mut text: String = (0..cpus)
+                .map(|c| format!("{}CPU{c}", pad(&mut rng)))
+                .collect();
+            text.push('\n');
+            let mut want = Vec::new();
+            for i in 0..rng.below(20) {
+                let irq = (i * 7 + rng.below(7)) as u32;
+                let per_cpu: Vec<u64> = (0..cpus)
+                    .map(|_| rng.below(3).pow(3) * rng.below(1 << 20))
+                    .collect();
+                let name = [
+                    "IO-APIC 4-edge ttyS0",
+                    "PCI-MSI 524288-edge eth0-TxRx-0",
+                    "x",
+                ][rng.below(3) as usize]
+                    .to_string();
+                text.push_str(&format!("{}{irq}:", pad(&mut rng)));
+                for n in &per_cpu {
+                    text.push_str(&format!("{}{n}", pad(&mut rng)));
+                }
+                text.push_str(&format!("{}{name}\n", pad(&mut rng)));
+                if rng.below(3) == 0 {
+                    text.push_str("LOC:   12   34   Local timer interrupts\nERR: 0\n");
+                }
+                want.push(IrqLine { irq, per_cpu, name });
+            }
+            assert_eq!(parse_interrupts(&text), want, "{text}");
+        }
+    }
+
+    #[test]
+    fn arbitrary_text_never_panics_the_parsers() {
+        let mut rng = crate::batch::test_support::Rng(0xbad_1e77e5);
+        let pieces = [
+            " ",
+            "  ",
+            ":",
+            "-",
+            " - ",
+            "[",
+            "]",
+            "\\",
+            "\\040",
+            "\\7",
+            "0",
+            "12",
+            "4294967296",
+            "CPU0",
+            "é",
+            "\n",
+            "eth0",
+            "a:b",
+            "/",
+            "ext4",
+        ];
+        for _ in 0..5000 {
+            let text: String = (0..rng.below(30))
+                .map(|_| pieces[rng.below(pieces.len() as u64) as usize])
+                .collect();
+            let cpus = text
+                .lines()
+                .next()
+                .map_or(0, |h| h.split_whitespace().count());
+            for l in parse_interrupts(&text) {
+                assert!(l.per_cpu.len() <= cpus, "{text:?}");
+            }
+            let _ = super::super::data_dir::parse_mountinfo(&text);
+            let _ = super::super::bracketed_choice(&text);
+            let _ = super::super::hugepages::judge(&text);
+            let _ = super::super::disk_scheduler::judge("sda", &text, None);
+        }
+    }
 }
