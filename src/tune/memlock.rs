@@ -1,5 +1,7 @@
-//! The locked-memory limit: glommio locks its io_uring rings and buffers, at least 512 KiB per
-//! shard. The broker raises its soft limit to the hard one itself, so the hard limit decides.
+//! The locked-memory limit: glommio refuses an executor below 512 KiB (rill-shards'
+//! `MEMLOCK_PER_EXECUTOR`) and, as non-root, registers each shard's `--io-memory-bytes`
+//! against the limit too (the broker falls back to unregistered buffers when that does not
+//! fit). The broker raises its soft limit to the hard one itself, so the hard limit decides.
 
 use super::{Check, Status};
 
@@ -13,25 +15,20 @@ type Kib = Option<u64>;
 
 pub fn check() -> Check {
     let shards = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
+    let (soft, hard) = match rill_shards::memlock::current_memlock() {
+        Ok(limits) => limits,
+        Err(e) => return Check::unknown(NAME, e, &recommended(shards), FIX),
     };
-    // SAFETY: getrlimit writes only into the rlimit we pass, which lives across the call.
-    let rc = unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut lim) };
-    if rc != 0 {
-        let e = std::io::Error::last_os_error();
-        return Check::unknown(NAME, format!("getrlimit: {e}"), &recommended(shards), FIX);
-    }
-    let kib = |v: libc::rlim_t| (v != libc::RLIM_INFINITY).then_some(v / 1024);
+    let kib = |v: u64| (v != u64::MAX).then_some(v / 1024);
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
-    judge(kib(lim.rlim_cur), kib(lim.rlim_max), shards, root)
+    judge(kib(soft), kib(hard), shards, root)
 }
 
 fn recommended(shards: u64) -> String {
     format!(
-        "unlimited (at least {PER_SHARD_KIB} KiB per shard: {} KiB for {shards} shards)",
+        "unlimited (at least {PER_SHARD_KIB} KiB per shard: {} KiB for {shards} shards; \
+         as non-root, plus --io-memory-bytes per shard for registered I/O buffers)",
         PER_SHARD_KIB * shards
     )
 }

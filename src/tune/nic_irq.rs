@@ -85,6 +85,7 @@ pub fn check() -> Check {
     };
     let mut parts = Vec::new();
     let mut single_core = false;
+    let mut found_any = false;
     let mut names_seen = Vec::new();
     for iface in ifaces.flatten() {
         let name = iface.file_name().to_string_lossy().into_owned();
@@ -106,6 +107,7 @@ pub fn check() -> Check {
             parts.push(format!("{name}: no IRQs with traffic found"));
             continue;
         }
+        found_any = true;
         let served: BTreeSet<usize> = busy.iter().flat_map(|l| l.served_by()).collect();
         single_core |= cpus > 1 && served.len() == 1;
         let affinity: Vec<String> = busy
@@ -133,6 +135,9 @@ pub fn check() -> Check {
     }
     if names_seen.is_empty() {
         return Check::unknown(NAME, "no physical NIC in /sys/class/net", RECOMMENDED, FIX);
+    }
+    if !found_any {
+        return Check::unknown(NAME, parts.join("; "), RECOMMENDED, FIX);
     }
     Check {
         name: NAME,
