@@ -174,3 +174,21 @@ fn check_host_sh_runs_rill_tune_check() {
     let bad = list.iter().any(|c| c["status"] == "bad");
     assert_eq!(out.status.code(), Some(i32::from(bad)), "{json}");
 }
+
+#[test]
+fn help_says_what_the_o_direct_probe_writes() {
+    let out = Command::new(rill_bin())
+        .args(["tune", "check", "--help"])
+        .output()
+        .expect("run rill tune check --help");
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{help}");
+    assert!(
+        help.contains("writes and removes one 4 KiB temp file"),
+        "{help}"
+    );
+    assert!(
+        help.contains("--data-dir") && help.contains("--json"),
+        "{help}"
+    );
+}

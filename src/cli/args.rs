@@ -363,12 +363,15 @@ pub enum GroupCommand {
 
 #[derive(Subcommand, Debug)]
 pub enum TuneCommand {
-    /// Print the host facts that matter to a broker (CPU governor, transparent huge pages,
-    /// locked memory, io_uring, the data dir's filesystem and O_DIRECT support, disk
-    /// scheduler, NIC IRQ affinity), each with the recommended value and the command that sets
-    /// it. Changes nothing on the host, except that the O_DIRECT probe writes and removes one
-    /// 4 KiB temp file (.rill-tune-probe-PID) in the data dir. Exit code 1 when a check is BAD
-    /// (rill cannot run or write there), else 0.
+    /// Print the host facts that matter to a broker, with recommended values and fixes.
+    ///
+    /// CPU governor, transparent huge pages, locked memory, io_uring, the data dir's
+    /// filesystem and O_DIRECT support, disk scheduler, NIC IRQ affinity: each with its value,
+    /// the recommended one and the command that sets it. Statuses: ok; advise (rill runs, but
+    /// slower or with a worse tail); BAD (rill cannot run or write there); unknown (could not
+    /// be read, with the reason). Changes nothing on the host, except that the O_DIRECT probe
+    /// writes and removes one 4 KiB temp file (.rill-tune-probe-PID) in the data dir. Exit
+    /// code 1 when a check is BAD, else 0.
     Check(TuneCheckArgs),
 }
 
