@@ -19,3 +19,4 @@ pub mod server;
 #[cfg(test)]
 mod test_shard;
 pub mod topic_config;
+pub mod tune;

@@ -45,6 +45,9 @@ pub enum Command {
     /// The cluster.
     #[command(subcommand)]
     Cluster(ClusterCommand),
+    /// Host checks.
+    #[command(subcommand)]
+    Tune(TuneCommand),
 }
 
 #[derive(Args, Debug, Clone)]
@@ -424,6 +427,30 @@ pub enum GroupCommand {
         #[arg(long)]
         to: String,
     },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum TuneCommand {
+    /// Print the host facts that matter to a broker, with recommended values and fixes.
+    ///
+    /// CPU governor, transparent huge pages, locked memory, io_uring, the data dir's
+    /// filesystem and O_DIRECT support, disk scheduler, NIC IRQ affinity: each with its value,
+    /// the recommended one and the command that sets it. Statuses: ok; advise (rill runs, but
+    /// slower or with a worse tail); BAD (rill cannot run or write there); unknown (could not
+    /// be read, with the reason). Changes nothing on the host, except that the O_DIRECT probe
+    /// writes and removes one 4 KiB temp file (.rill-tune-probe-PID) in the data dir. Exit
+    /// code 1 when a check is BAD, else 0.
+    Check(TuneCheckArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct TuneCheckArgs {
+    /// The broker's data dir; when missing, its nearest existing parent is checked.
+    #[arg(long, env = "RILL_DATA_DIR", default_value = "./rill-data")]
+    pub data_dir: PathBuf,
+    /// One JSON object per check, in an array, instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Subcommand, Debug)]

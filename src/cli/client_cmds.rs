@@ -14,7 +14,7 @@ use crate::client::{
 
 pub fn run(bootstrap: &str, cmd: Command) -> Result<(), String> {
     match cmd {
-        Command::Broker(_) => unreachable!("handled by the caller"),
+        Command::Broker(_) | Command::Tune(_) => unreachable!("handled by the caller"),
         Command::Group(g) => super::group_cmds::run(bootstrap, g),
         Command::Topic(t) => topic(connect(bootstrap)?, t),
         Command::Produce(p) => produce(bootstrap, p),

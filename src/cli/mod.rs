@@ -4,6 +4,7 @@ pub mod broker_cmd;
 pub mod client_cmds;
 pub mod config_file;
 pub mod group_cmds;
+pub mod tune_cmd;
 
 use clap::{CommandFactory, FromArgMatches};
 
@@ -63,6 +64,7 @@ pub fn main() -> i32 {
     };
     let result = match cli.command {
         args::Command::Broker(b) => broker_cmd::run(*b),
+        args::Command::Tune(args::TuneCommand::Check(t)) => return tune_cmd::check(&t),
         other => client_cmds::run(&cli.bootstrap, other),
     };
     match result {
