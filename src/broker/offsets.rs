@@ -3,11 +3,10 @@
 //! only then does the coordinator's memory take it. OffsetFetch reads that memory.
 
 use std::rc::Rc;
-use std::time::Instant;
 
 use super::group_host::{offsets_partition, OFFSETS_TOPIC};
 use super::groups::coordinated_here;
-use super::produce::{await_acks, AckWait, Appended};
+use super::produce::Appended;
 use super::{offsets_log, OpError, Shard};
 use crate::clock::now_ms;
 use crate::group::offsets_log::{CommitRecord, OffsetsRecord, PartitionOffset};
@@ -71,17 +70,15 @@ pub async fn commit(
     };
     shard.groups.commit_appended(p.index, base, offsets.len());
     shard.group_commit.mark_dirty(&p);
-    let appended = Appended {
+    let stored = Appended {
         partition: p.clone(),
         base_offset: base,
         next_offset: next,
-    };
-    // As long as a produce may wait: the `--max-produce-timeout-ms` cap.
-    let deadline = Instant::now() + shard.cfg.max_produce_timeout;
-    let waits: Vec<AckWait> = vec![appended.ack(0)];
-    let failed = await_acks(shard, waits, deadline).await;
+    }
+    .durable(shard)
+    .await;
     shard.groups.commit_settled(p.index, base);
-    if let Some((_, e)) = failed.into_iter().next() {
+    if let Err(e) = stored {
         return Err(OpError::new(
             e.code,
             format!("the commit was not stored: {}", e.message),
@@ -167,22 +164,19 @@ async fn remove(
         return Ok(());
     };
     shard.group_commit.mark_dirty(&p);
-    let appended = Appended {
+    Appended {
         partition: p,
         base_offset: base,
         next_offset: next,
-    };
-    let deadline = Instant::now() + shard.cfg.max_produce_timeout;
-    match await_acks(shard, vec![appended.ack(0)], deadline)
-        .await
-        .pop()
-    {
-        None => Ok(()),
-        Some((_, e)) => Err(OpError::new(
+    }
+    .durable(shard)
+    .await
+    .map_err(|e| {
+        OpError::new(
             e.code,
             format!("the deletion was not stored: {}", e.message),
-        )),
-    }
+        )
+    })
 }
 
 /// One committed offset as OffsetFetch answers it: `None` when nothing is committed.

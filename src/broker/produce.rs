@@ -187,6 +187,16 @@ impl Appended {
             rx: self.partition.wait_for_ack(self.next_offset - 1),
         }
     }
+
+    /// Waits, as long as a produce may (`--max-produce-timeout-ms`), until an append the
+    /// broker made itself (an offset commit, a delayed message) is acknowledged.
+    pub async fn durable(&self, shard: &Shard) -> Result<(), OpError> {
+        let deadline = Instant::now() + shard.cfg.max_produce_timeout;
+        match await_acks(shard, vec![self.ack(0)], deadline).await.pop() {
+            Some((_, e)) => Err(e),
+            None => Ok(()),
+        }
+    }
 }
 
 /// An acks=0 produce: nobody waits for its writes, but the request's memory (`hold`, its

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use super::store::{DelayStore, DelayStoreError, PendingEntry};
 use super::wheel::TimingWheel;
 use crate::batch::{body_checksum, stamp_batch, BatchIter, BatchView, FLAG_DELAYED};
-use crate::broker::produce::{await_acks, Appended};
+use crate::broker::produce::Appended;
 use crate::broker::{locate, OpError, Shard};
 use crate::clock::now_ms;
 use crate::log::FileReads;
@@ -222,11 +222,7 @@ async fn fire(shard: &Rc<Shard>, e: &PendingEntry) -> Result<(), OpError> {
         base_offset: base,
         next_offset: next,
     };
-    let deadline = Instant::now() + shard.cfg.max_produce_timeout;
-    if let Some((_, err)) = await_acks(shard, vec![appended.ack(0)], deadline)
-        .await
-        .pop()
-    {
+    if let Err(err) = appended.durable(shard).await {
         // Not durable yet: fired again later, and found by the firing mark if it was.
         log::warn!("delayed message {id}: {err}; retrying in {RETRY_AFTER_MS} ms");
         retry_later(shard, e, Some(log_end));
