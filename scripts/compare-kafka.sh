@@ -69,35 +69,9 @@ RILL_SHARDS=${RILL_SHARDS:-2}
 BENCH_DIR=${BENCH_DIR:-/tmp}
 KAFKA_HEAP=${KAFKA_HEAP:-1G}
 
-repo=$(cd "$(dirname "$0")/.." && pwd)
-if [ -z "${RILL_BIN_DIR:-}" ]; then
-  echo "== building rill and rill-bench (release)"
-  (cd "$repo" && cargo build --release -p rill -p rill-bench --bins)
-  RILL_BIN_DIR=$repo/target/release
-fi
-RILL=$RILL_BIN_DIR/rill
-BENCH=$RILL_BIN_DIR/rill-bench
-[ -x "$RILL" ] && [ -x "$BENCH" ] || { echo "compare-kafka: no rill/rill-bench in $RILL_BIN_DIR" >&2; exit 1; }
-
-work=$(mktemp -d "$BENCH_DIR/compare-kafka.XXXXXX")
-results=$work/results
-mkdir -p "$results"
-tsv=$results/results.tsv
-: >"$tsv"
-
-# --- processes we start, stopped by pid --------------------------------------------------
-pids=()
-stop_pid() {
-  local pid=$1 i
-  kill -0 "$pid" 2>/dev/null || return 0
-  kill -TERM "$pid" 2>/dev/null || true
-  for i in $(seq 1 100); do
-    kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null || true; return 0; }
-    sleep 0.1
-  done
-  kill -KILL "$pid" 2>/dev/null || true
-  wait "$pid" 2>/dev/null || true
-}
+# shellcheck source=scripts/bench-common.sh
+. "$(dirname "$0")/bench-common.sh"
+bench_setup compare-kafka
 cleanup() {
   local pid
   for pid in "${pids[@]}"; do stop_pid "$pid"; done

@@ -1,0 +1,35 @@
+# Sourced by the compare scripts: what they share. Needs BENCH_DIR set; takes the calling
+# script's name. Sets repo, RILL, BENCH, work, results, tsv and pids; defines stop_pid.
+bench_setup() {
+  local name=$1
+  repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+  if [ -z "${RILL_BIN_DIR:-}" ]; then
+    echo "== building rill and rill-bench (release)"
+    (cd "$repo" && cargo build --release -p rill -p rill-bench --bins)
+    RILL_BIN_DIR=${CARGO_TARGET_DIR:-$repo/target}/release
+  fi
+  RILL=$RILL_BIN_DIR/rill
+  BENCH=$RILL_BIN_DIR/rill-bench
+  [ -x "$RILL" ] && [ -x "$BENCH" ] || { echo "$name: no rill/rill-bench in $RILL_BIN_DIR" >&2; exit 1; }
+
+  work=$(mktemp -d "$BENCH_DIR/$name.XXXXXX")
+  results=$work/results
+  mkdir -p "$results"
+  tsv=$results/results.tsv
+  : >"$tsv"
+  # Processes the script starts, stopped by pid.
+  pids=()
+}
+
+# Stops one process we started: TERM, up to 10 s, then KILL.
+stop_pid() {
+  local pid=$1 i
+  kill -0 "$pid" 2>/dev/null || return 0
+  kill -TERM "$pid" 2>/dev/null || true
+  for i in $(seq 1 100); do
+    kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null || true; return 0; }
+    sleep 0.1
+  done
+  kill -KILL "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+}
