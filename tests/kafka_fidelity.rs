@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
@@ -119,11 +119,9 @@ fn a_fetch_inside_a_batch_returns_that_batch_whole_and_nothing_wholly_below_the_
 #[test]
 fn null_and_empty_values_and_header_values_stay_apart_through_both_protocols() {
     use kafka_protocol::indexmap::IndexMap;
-    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-    use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
-    use kafka_protocol::records::{
-        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-    };
+
+    use kafka_protocol::messages::ProduceResponse;
+    use kafka_protocol::records::{Record, TimestampType};
     use rill::client::StartFrom;
 
     let b = TestBroker::start_kafka(1, &[]);
@@ -188,22 +186,7 @@ fn null_and_empty_values_and_header_values_stay_apart_through_both_protocols() {
         }
     };
     let records = [record(0, None, Some(b"")), record(1, Some(b""), None)];
-    let mut wire = BytesMut::new();
-    let options = RecordEncodeOptions {
-        version: 2,
-        compression: Compression::None,
-    };
-    RecordBatchEncoder::encode(&mut wire, &records, &options).unwrap();
-    let mut partition = PartitionProduceData::default();
-    partition.index = 0;
-    partition.records = Some(wire.freeze());
-    let mut topic = TopicProduceData::default();
-    topic.name = TopicName(StrBytes::from_static_str("t"));
-    topic.partition_data = vec![partition];
-    let mut req = ProduceRequest::default();
-    req.acks = -1;
-    req.timeout_ms = 10_000;
-    req.topic_data = vec![topic];
+    let req = rill_testkit::kafka_produce_request("t", 0, &records, 10_000);
     let r: ProduceResponse = call(&kafka, ApiKey::Produce, 9, &req);
     let pr = &r.responses[0].partition_responses[0];
     assert_eq!(pr.error_code, 0, "{:?}", pr.error_message);

@@ -338,12 +338,10 @@ fn kafka_request<R: kafka_protocol::protocol::Encodable>(
 /// A Kafka Produce v9 (acks=all) of `values` to partition 0 of `topic`.
 fn kafka_produce(correlation: i32, topic: &str, values: &[String]) -> Vec<u8> {
     use kafka_protocol::indexmap::IndexMap;
-    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-    use kafka_protocol::messages::{ApiKey as KafkaApi, ProduceRequest as KafkaProduce, TopicName};
-    use kafka_protocol::protocol::StrBytes;
-    use kafka_protocol::records::{
-        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-    };
+
+    use kafka_protocol::messages::ApiKey as KafkaApi;
+
+    use kafka_protocol::records::{Record, TimestampType};
     let records: Vec<Record> = values
         .iter()
         .enumerate()
@@ -363,22 +361,7 @@ fn kafka_produce(correlation: i32, topic: &str, values: &[String]) -> Vec<u8> {
             headers: IndexMap::new(),
         })
         .collect();
-    let mut wire = bytes::BytesMut::new();
-    let options = RecordEncodeOptions {
-        version: 2,
-        compression: Compression::None,
-    };
-    RecordBatchEncoder::encode(&mut wire, &records, &options).unwrap();
-    let mut partition = PartitionProduceData::default();
-    partition.index = 0;
-    partition.records = Some(wire.freeze());
-    let mut t = TopicProduceData::default();
-    t.name = TopicName(StrBytes::from_string(topic.to_string()));
-    t.partition_data = vec![partition];
-    let mut req = KafkaProduce::default();
-    req.acks = -1;
-    req.timeout_ms = 60_000;
-    req.topic_data = vec![t];
+    let req = rill_testkit::kafka_produce_request(topic, 0, &records, 60_000);
     kafka_request(KafkaApi::Produce, 9, correlation, &req)
 }
 

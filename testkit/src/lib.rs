@@ -813,3 +813,34 @@ where
     );
     r
 }
+
+/// A Kafka acks=all Produce of `records` (encoded as one uncompressed RecordBatch v2) to
+/// one partition, for tests that send raw requests.
+pub fn kafka_produce_request(
+    topic: &str,
+    partition: i32,
+    records: &[kafka_protocol::records::Record],
+    timeout_ms: i32,
+) -> kafka_protocol::messages::ProduceRequest {
+    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    use kafka_protocol::messages::{ProduceRequest, TopicName};
+    use kafka_protocol::protocol::StrBytes;
+    use kafka_protocol::records::{Compression, RecordBatchEncoder, RecordEncodeOptions};
+    let mut wire = bytes::BytesMut::new();
+    let options = RecordEncodeOptions {
+        version: 2,
+        compression: Compression::None,
+    };
+    RecordBatchEncoder::encode(&mut wire, records, &options).unwrap();
+    let mut data = PartitionProduceData::default();
+    data.index = partition;
+    data.records = Some(wire.freeze());
+    let mut t = TopicProduceData::default();
+    t.name = TopicName(StrBytes::from_string(topic.to_string()));
+    t.partition_data = vec![data];
+    let mut req = ProduceRequest::default();
+    req.acks = -1;
+    req.timeout_ms = timeout_ms;
+    req.topic_data = vec![t];
+    req
+}
