@@ -65,8 +65,8 @@ fn fetch(addr: &str, topic: &str, current: i32) -> (ErrorCode, Bytes) {
     )
 }
 
-/// (error, offset) of a ListOffsets v7 of `topic`-0's log end.
-fn latest(addr: &str, topic: &str, current: i32) -> (ErrorCode, i64) {
+/// (error, offset, its leader epoch) of a ListOffsets v7 of `topic`-0's log end.
+fn latest(addr: &str, topic: &str, current: i32) -> (ErrorCode, i64, i32) {
     let mut p = ListOffsetsPartition::default();
     p.partition_index = 0;
     p.current_leader_epoch = current;
@@ -79,7 +79,11 @@ fn latest(addr: &str, topic: &str, current: i32) -> (ErrorCode, i64) {
     req.topics = vec![t];
     let r: ListOffsetsResponse = call(addr, ApiKey::ListOffsets, 7, &req);
     let pr = &r.topics[0].partitions[0];
-    (ErrorCode::from_code(pr.error_code), pr.offset)
+    (
+        ErrorCode::from_code(pr.error_code),
+        pr.offset,
+        pr.leader_epoch,
+    )
 }
 
 #[test]
@@ -144,10 +148,10 @@ fn offset_for_leader_epoch_and_current_leader_epoch_on_the_kafka_listener() {
     assert!(records.is_empty());
     assert_eq!(
         latest(&kafka, "t", epoch + 1),
-        (ErrorCode::UnknownLeaderEpoch, -1)
+        (ErrorCode::UnknownLeaderEpoch, -1, -1)
     );
     for current in [epoch, -1] {
-        assert_eq!(latest(&kafka, "t", current), (ErrorCode::None, 300));
+        assert_eq!(latest(&kafka, "t", current), (ErrorCode::None, 300, epoch));
         let (code, records) = fetch(&kafka, "t", current);
         assert_eq!(code, ErrorCode::None);
         let infos = RecordBatchDecoder::decode_batch_info(&mut records.clone()).expect("batches");

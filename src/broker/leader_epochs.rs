@@ -57,3 +57,14 @@ pub fn check_leader_epoch(
 pub fn asked_epoch(current_leader_epoch: i32) -> Option<u32> {
     u32::try_from(current_leader_epoch).ok()
 }
+
+/// The leader epoch the record at `offset` was appended in (at the log end: the epoch the
+/// next one will be), the newest epoch starting at or below it, as Kafka's ListOffsets
+/// answers; `None` below the first epoch this log recorded (batches from before leader
+/// epochs) or when the partition is not led here.
+pub fn epoch_at(p: &Partition, offset: u64) -> Option<u32> {
+    let epochs = p.leader_epochs()?;
+    let entries = epochs.entries();
+    let at_or_below = entries.partition_point(|&(_, start)| start <= offset);
+    entries.get(at_or_below.checked_sub(1)?).map(|&(e, _)| e)
+}

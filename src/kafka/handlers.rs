@@ -25,7 +25,7 @@ use kafka_protocol::protocol::StrBytes;
 use super::records::{to_kafka_batches, to_stored_batch};
 use super::{authorized_operations, groups, node_id, topic_uuid, versions};
 use crate::broker::fetch::{self, FetchPartition};
-use crate::broker::leader_epochs::{asked_epoch, check_leader_epoch};
+use crate::broker::leader_epochs::{asked_epoch, check_leader_epoch, epoch_at};
 use crate::broker::list_offsets::{list_offset, OffsetQuery};
 use crate::broker::produce::{await_acks, AckWait, Acks, Appended, Produce};
 use crate::broker::{locate, request_timeout, topics, OpError, Shard};
@@ -59,7 +59,9 @@ pub async fn handle(
         RequestKind::Metadata(r) => ResponseKind::Metadata(metadata(shard, &r).await),
         RequestKind::Produce(r) => return produce(shard, r),
         RequestKind::Fetch(r) => ResponseKind::Fetch(fetch(shard, version, r).await),
-        RequestKind::ListOffsets(r) => ResponseKind::ListOffsets(list_offsets(shard, r).await),
+        RequestKind::ListOffsets(r) => {
+            ResponseKind::ListOffsets(list_offsets(shard, version, r).await)
+        }
         RequestKind::OffsetForLeaderEpoch(r) => ResponseKind::OffsetForLeaderEpoch(
             super::leader_epochs::offset_for_leader_epoch_api(shard, &r),
         ),
@@ -475,7 +477,11 @@ fn current_leader(md: &ClusterMetadata, topic: &str, partition: i32) -> LeaderId
     l
 }
 
-async fn list_offsets(shard: &Rc<Shard>, req: ListOffsetsRequest) -> ListOffsetsResponse {
+async fn list_offsets(
+    shard: &Rc<Shard>,
+    version: i16,
+    req: ListOffsetsRequest,
+) -> ListOffsetsResponse {
     let mut response = ListOffsetsResponse::default();
     for t in &req.topics {
         let mut tr = ListOffsetsTopicResponse::default();
@@ -503,6 +509,14 @@ async fn list_offsets(shard: &Rc<Shard>, req: ListOffsetsRequest) -> ListOffsets
                 Ok(Some(f)) => {
                     pr.offset = f.offset as i64;
                     pr.timestamp = f.timestamp.unwrap_or(-1);
+                    // The epoch a client keeps with this position to validate it later (v4+:
+                    // the codec refuses the field set in older versions).
+                    let epoch = u32::try_from(lp.partition_index)
+                        .ok()
+                        .filter(|_| version >= 4)
+                        .and_then(|i| locate(shard, t.name.0.as_str(), i).ok())
+                        .and_then(|p| epoch_at(&p, f.offset));
+                    pr.leader_epoch = epoch.map_or(-1, |e| i32::try_from(e).unwrap_or(i32::MAX));
                 }
                 // Nothing at or after: -1, as Kafka answers.
                 Ok(None) => {}

@@ -154,10 +154,16 @@ mod tests {
 
     /// (error, offset) of a ListOffsets v7 of t-0's log end.
     async fn latest(shard: &Rc<Shard>, current: i32) -> (ErrorCode, i64) {
+        let (code, offset, _) = list_offset(shard, current, -1).await;
+        (code, offset)
+    }
+
+    /// (error, offset, leader epoch) of a ListOffsets v7 of t-0 at `timestamp`.
+    async fn list_offset(shard: &Rc<Shard>, current: i32, timestamp: i64) -> (ErrorCode, i64, i32) {
         let mut p = ListOffsetsPartition::default();
         p.partition_index = 0;
         p.current_leader_epoch = current;
-        p.timestamp = -1;
+        p.timestamp = timestamp;
         let mut t = ListOffsetsTopic::default();
         t.name = name("t");
         t.partitions = vec![p];
@@ -169,7 +175,11 @@ mod tests {
             panic!("not a ListOffsets answer")
         };
         let pr = &r.topics[0].partitions[0];
-        (ErrorCode::from_code(pr.error_code), pr.offset)
+        (
+            ErrorCode::from_code(pr.error_code),
+            pr.offset,
+            pr.leader_epoch,
+        )
     }
 
     #[test]
@@ -218,6 +228,12 @@ mod tests {
             assert_eq!(latest(&shard, 3).await, (ErrorCode::UnknownLeaderEpoch, -1));
             assert_eq!(latest(&shard, 2).await, (ErrorCode::None, 3));
             assert_eq!(latest(&shard, -1).await, (ErrorCode::None, 3));
+            // With the epoch of the found offset: the log end's is the current one, the
+            // earliest (-2) offset's the one it was appended in; none found, none (-1).
+            assert_eq!(list_offset(&shard, 2, -1).await, (ErrorCode::None, 3, 2));
+            assert_eq!(list_offset(&shard, 2, -2).await, (ErrorCode::None, 0, 0));
+            assert_eq!(list_offset(&shard, 2, 1).await, (ErrorCode::None, 0, 0));
+            assert_eq!(list_offset(&shard, 2, 2).await, (ErrorCode::None, -1, -1));
             for current in [2, -1] {
                 let (code, _, records) = fetch(&shard, current).await;
                 assert_eq!(code, ErrorCode::None);
