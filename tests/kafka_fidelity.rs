@@ -5,8 +5,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse, TopicName};
+use kafka_protocol::messages::{ApiKey, FetchResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::{BatchDecodeInfo, RecordBatchDecoder};
 use rill::client::{Acks, ClientConfig, Producer, ProducerConfig, ProducerRecord};
@@ -16,23 +15,7 @@ use rill_testkit::kafka_call as call;
 
 /// The raw `records` bytes of one partition fetched from `offset` (Fetch v12, by name).
 fn fetch_records(addr: &str, topic: &str, partition: i32, offset: i64) -> Bytes {
-    let mut p = FetchPartition::default();
-    p.partition = partition;
-    p.fetch_offset = offset;
-    p.current_leader_epoch = -1;
-    p.last_fetched_epoch = -1;
-    p.log_start_offset = -1;
-    p.partition_max_bytes = 1 << 20;
-    let mut t = FetchTopic::default();
-    t.topic = TopicName(StrBytes::from_string(topic.to_string()));
-    t.partitions = vec![p];
-    let mut req = FetchRequest::default();
-    req.replica_id = (-1).into();
-    req.max_wait_ms = 0;
-    req.min_bytes = 1;
-    req.max_bytes = 16 << 20;
-    req.session_epoch = -1;
-    req.topics = vec![t];
+    let req = rill_testkit::kafka_fetch_request(topic, partition, offset, -1);
     let r: FetchResponse = call(addr, ApiKey::Fetch, 12, &req);
     let pd = &r.responses[0].partitions[0];
     assert_eq!(pd.error_code, 0, "fetch {topic}-{partition} at {offset}");

@@ -25,7 +25,7 @@ pub mod shard;
 pub mod topics;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::rc::Rc;
 use std::time::{Duration, Instant};

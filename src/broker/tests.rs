@@ -24,7 +24,7 @@ const WAIT: Duration = Duration::from_secs(60);
 
 /// Runs `f` on one shard of a one-node broker whose data dir is a fresh temporary directory
 /// (the controller started, the broker registered, `__consumer_offsets` with one partition).
-fn on_broker<F, Fut>(f: F)
+pub(crate) fn on_broker<F, Fut>(f: F)
 where
     F: Fn(Rc<Shard>) -> Fut + Send + Sync + 'static,
     Fut: std::future::Future<Output = ()> + 'static,
@@ -100,7 +100,7 @@ where
     controller.shutdown();
 }
 
-async fn create(shard: &Rc<Shard>, name: &str, partitions: u32) {
+pub(crate) async fn create(shard: &Rc<Shard>, name: &str, partitions: u32) {
     let cmd = Command::CreateTopic {
         name: name.into(),
         partitions,
@@ -120,7 +120,12 @@ fn batch(values: &[&str]) -> rkyv::util::AlignedVec<16> {
 }
 
 /// Produces `values` to `topic`-`partition` and waits for the acknowledgement: base offset.
-async fn produce(shard: &Rc<Shard>, topic: &str, partition: u32, values: &[&str]) -> u64 {
+pub(crate) async fn produce(
+    shard: &Rc<Shard>,
+    topic: &str,
+    partition: u32,
+    values: &[&str],
+) -> u64 {
     produce_batch(shard, topic, partition, batch(values)).await
 }
 

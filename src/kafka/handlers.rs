@@ -5,7 +5,9 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use kafka_protocol::messages::api_versions_response::ApiVersion;
-use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::fetch_response::{
+    FetchableTopicResponse, LeaderIdAndEpoch, PartitionData,
+};
 use kafka_protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
 };
@@ -23,6 +25,7 @@ use kafka_protocol::protocol::StrBytes;
 use super::records::{to_kafka_batches, to_stored_batch};
 use super::{authorized_operations, groups, node_id, topic_uuid, versions};
 use crate::broker::fetch::{self, FetchPartition};
+use crate::broker::leader_epochs::{asked_epoch, check_leader_epoch, epoch_at};
 use crate::broker::list_offsets::{list_offset, OffsetQuery};
 use crate::broker::produce::{await_acks, AckWait, Acks, Appended, Produce};
 use crate::broker::{locate, request_timeout, topics, OpError, Shard};
@@ -56,7 +59,12 @@ pub async fn handle(
         RequestKind::Metadata(r) => ResponseKind::Metadata(metadata(shard, &r).await),
         RequestKind::Produce(r) => return produce(shard, r),
         RequestKind::Fetch(r) => ResponseKind::Fetch(fetch(shard, version, r).await),
-        RequestKind::ListOffsets(r) => ResponseKind::ListOffsets(list_offsets(shard, r).await),
+        RequestKind::ListOffsets(r) => {
+            ResponseKind::ListOffsets(list_offsets(shard, version, r).await)
+        }
+        RequestKind::OffsetForLeaderEpoch(r) => ResponseKind::OffsetForLeaderEpoch(
+            super::leader_epochs::offset_for_leader_epoch_api(shard, &r),
+        ),
         RequestKind::FindCoordinator(r) => {
             ResponseKind::FindCoordinator(groups::find_coordinator(shard, version, r))
         }
@@ -352,14 +360,18 @@ async fn fetch(shard: &Rc<Shard>, version: i16, req: FetchRequest) -> FetchRespo
         let topic = resolve_topic(&md, &t.topic, t.topic_id);
         for p in &t.partitions {
             asked.push(match (&topic, u32::try_from(p.partition)) {
-                (Some(topic), Ok(partition)) => match u64::try_from(p.fetch_offset) {
-                    Ok(offset) => Ok(FetchPartition {
+                (Some(topic), Ok(partition)) => match (
+                    epoch_refused(shard, topic, partition, p.current_leader_epoch),
+                    u64::try_from(p.fetch_offset),
+                ) {
+                    (Some(code), _) => Err(code),
+                    (None, Ok(offset)) => Ok(FetchPartition {
                         topic: topic.clone(),
                         partition,
                         offset,
                         max_bytes: p.partition_max_bytes.max(1) as usize,
                     }),
-                    Err(_) => Err(ErrorCode::OffsetOutOfRange),
+                    (None, Err(_)) => Err(ErrorCode::OffsetOutOfRange),
                 },
                 (None, _) if version >= 13 => Err(ErrorCode::UnknownTopicId),
                 _ => Err(ErrorCode::UnknownTopicOrPartition),
@@ -418,7 +430,18 @@ async fn fetch(shard: &Rc<Shard>, version: i16, req: FetchRequest) -> FetchRespo
                     }
                     pd.records = Some(out.freeze());
                 }
-                Err(e) => pd.error_code = e.code.code(),
+                Err(e) => {
+                    pd.error_code = e.code.code();
+                    // Where the client should go instead (v12+), as Metadata would answer.
+                    if matches!(
+                        e.code,
+                        ErrorCode::FencedLeaderEpoch | ErrorCode::NotLeaderOrFollower
+                    ) {
+                        if let Some(topic) = resolve_topic(&md, &t.topic, t.topic_id) {
+                            pd.current_leader = current_leader(&md, &topic, p.partition);
+                        }
+                    }
+                }
             }
             tr.partitions.push(pd);
         }
@@ -427,7 +450,38 @@ async fn fetch(shard: &Rc<Shard>, version: i16, req: FetchRequest) -> FetchRespo
     response
 }
 
-async fn list_offsets(shard: &Rc<Shard>, req: ListOffsetsRequest) -> ListOffsetsResponse {
+/// Why a Fetch or ListOffsets of `topic`-`partition` is refused for the asker's
+/// `current_leader_epoch` (-1: not checked), as Kafka checks it.
+fn epoch_refused(
+    shard: &Shard,
+    topic: &str,
+    partition: u32,
+    current_leader_epoch: i32,
+) -> Option<ErrorCode> {
+    let asked = asked_epoch(current_leader_epoch)?;
+    check_leader_epoch(shard, topic, partition, Some(asked))
+        .err()
+        .map(|e| e.code)
+}
+
+/// A partition's leader and leader epoch as Metadata answers them.
+fn current_leader(md: &ClusterMetadata, topic: &str, partition: i32) -> LeaderIdAndEpoch {
+    let mut l = LeaderIdAndEpoch::default();
+    let found = md
+        .topic(topic)
+        .and_then(|t| t.partitions.get(usize::try_from(partition).ok()?));
+    if let Some(p) = found.filter(|p| p.leader != NO_LEADER) {
+        l.leader_id = BrokerId(node_id(p.leader, p.shard));
+        l.leader_epoch = i32::try_from(p.leader_epoch).unwrap_or(i32::MAX);
+    }
+    l
+}
+
+async fn list_offsets(
+    shard: &Rc<Shard>,
+    version: i16,
+    req: ListOffsetsRequest,
+) -> ListOffsetsResponse {
     let mut response = ListOffsetsResponse::default();
     for t in &req.topics {
         let mut tr = ListOffsetsTopicResponse::default();
@@ -441,7 +495,13 @@ async fn list_offsets(shard: &Rc<Shard>, req: ListOffsetsRequest) -> ListOffsets
                 u32::try_from(lp.partition_index),
                 OffsetQuery::from_timestamp(lp.timestamp),
             ) {
-                (Ok(i), Ok(q)) => list_offset(shard, t.name.0.as_str(), i, q).await,
+                (Ok(i), Ok(q)) => {
+                    let topic = t.name.0.as_str();
+                    match epoch_refused(shard, topic, i, lp.current_leader_epoch) {
+                        Some(code) => Err(OpError::new(code, "")),
+                        None => list_offset(shard, topic, i, q).await,
+                    }
+                }
                 (Err(_), _) => Err(OpError::new(ErrorCode::UnknownTopicOrPartition, "")),
                 (_, Err(e)) => Err(e),
             };
@@ -449,6 +509,14 @@ async fn list_offsets(shard: &Rc<Shard>, req: ListOffsetsRequest) -> ListOffsets
                 Ok(Some(f)) => {
                     pr.offset = f.offset as i64;
                     pr.timestamp = f.timestamp.unwrap_or(-1);
+                    // The epoch a client keeps with this position to validate it later (v4+:
+                    // the codec refuses the field set in older versions).
+                    let epoch = u32::try_from(lp.partition_index)
+                        .ok()
+                        .filter(|_| version >= 4)
+                        .and_then(|i| locate(shard, t.name.0.as_str(), i).ok())
+                        .and_then(|p| epoch_at(&p, f.offset));
+                    pr.leader_epoch = epoch.map_or(-1, |e| i32::try_from(e).unwrap_or(i32::MAX));
                 }
                 // Nothing at or after: -1, as Kafka answers.
                 Ok(None) => {}

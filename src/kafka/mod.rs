@@ -14,6 +14,7 @@ mod authorized_operations;
 pub mod connection;
 mod groups;
 mod handlers;
+mod leader_epochs;
 pub mod records;
 pub mod versions;
 

@@ -233,9 +233,6 @@ pub fn to_stored_batch(
     Ok(batch)
 }
 
-/// The partition leader epoch written into served batches. rill has no leader epochs yet
-/// (no replication); Metadata answers the same 0, so clients that validate epochs agree.
-const PARTITION_LEADER_EPOCH: i32 = 0;
 /// RecordBatch v2 magic.
 const KAFKA_MAGIC: i8 = 2;
 /// Bytes of a RecordBatch v2 before its records: base offset (8), batch length (4), leader
@@ -247,7 +244,8 @@ const CRC_FROM: usize = 21;
 
 /// Appends rill batches (as read from a partition: whole batches, the last one possibly cut
 /// short by the read limit) to `out` as uncompressed Kafka RecordBatch v2, one Kafka batch per
-/// rill batch, with the stored batch's base offset, timestamps and producer fields. Batches
+/// rill batch, with the stored batch's base offset, timestamps, producer fields and leader
+/// epoch. Batches
 /// that end before `fetch_offset` are skipped: Kafka never answers with a batch wholly below
 /// the fetch offset, and clients (aiokafka) trust that and would deliver its records again.
 /// A batch holding `fetch_offset` is served whole, as Kafka does; clients drop its records
@@ -289,7 +287,9 @@ fn encode_batch(batch: &BatchView<'_>, out: &mut BytesMut) -> Result<(), Convert
     let start = out.len();
     out.put_i64(h.base_offset as i64);
     out.put_i32(0); // batch length, filled in below
-    out.put_i32(PARTITION_LEADER_EPOCH);
+                    // The epoch of the leader that appended it (batch v4 on), -1 for an older batch, as
+                    // Kafka serves a batch written before leader epochs.
+    out.put_i32(h.leader_epoch);
     out.put_i8(KAFKA_MAGIC);
     out.put_u32(0); // CRC, filled in below
                     // Attributes: no compression, create time, neither transactional nor control.
@@ -488,6 +488,38 @@ mod tests {
                     assert_eq!(r.value.as_deref(), Some(format!("v{i}").as_bytes()));
                 }
             }
+        }
+    }
+
+    #[test]
+    fn a_served_batch_carries_the_leader_epoch_it_was_stored_with() {
+        for (epoch, served) in [(Some(7), 7), (Some(0), 0), (None, -1)] {
+            let mut bytes = stored(40, 3);
+            if epoch.is_none() {
+                // The same batch as version 3 wrote it: no leader epoch in its header.
+                bytes[26..28].copy_from_slice(&3u16.to_le_bytes());
+                let crc = crate::batch::body_checksum(&bytes);
+                bytes[4..8].copy_from_slice(&crc.to_le_bytes());
+            }
+            crate::batch::stamp_leader(&mut bytes, 40, 1, epoch.unwrap_or(5));
+            assert_eq!(
+                BatchView::validate(&aligned16(&bytes))
+                    .unwrap()
+                    .header()
+                    .leader_epoch,
+                served
+            );
+            let mut out = BytesMut::new();
+            to_kafka_batches(&bytes, 40, &mut out).unwrap();
+            let infos = RecordBatchDecoder::decode_batch_info(&mut out.clone().freeze()).unwrap();
+            assert_eq!(infos.len(), 1);
+            let sets = RecordBatchDecoder::decode_all(&mut out.freeze()).unwrap();
+            let epochs: Vec<i32> = sets[0]
+                .records
+                .iter()
+                .map(|r| r.partition_leader_epoch)
+                .collect();
+            assert_eq!(epochs, vec![served; 3], "stored with {epoch:?}");
         }
     }
 

@@ -10,6 +10,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Fetch, 4, 16),
     (ApiKey::ListOffsets, 1, 8),
     (ApiKey::Metadata, 0, 12),
+    (ApiKey::OffsetForLeaderEpoch, 2, 4),
     (ApiKey::ApiVersions, 0, 3),
     (ApiKey::CreateTopics, 2, 7),
     (ApiKey::DeleteTopics, 1, 6),

@@ -767,6 +767,37 @@ impl TestCluster {
     }
 }
 
+/// A consumer's Kafka Fetch of one partition from `offset` (1 MiB), answered at once; the
+/// asker's `current_leader_epoch` (-1: none).
+pub fn kafka_fetch_request(
+    topic: &str,
+    partition: i32,
+    offset: i64,
+    current_leader_epoch: i32,
+) -> kafka_protocol::messages::FetchRequest {
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    use kafka_protocol::messages::{FetchRequest, TopicName};
+    use kafka_protocol::protocol::StrBytes;
+    let mut p = FetchPartition::default();
+    p.partition = partition;
+    p.fetch_offset = offset;
+    p.current_leader_epoch = current_leader_epoch;
+    p.last_fetched_epoch = -1;
+    p.log_start_offset = -1;
+    p.partition_max_bytes = 1 << 20;
+    let mut t = FetchTopic::default();
+    t.topic = TopicName(StrBytes::from_string(topic.to_string()));
+    t.partitions = vec![p];
+    let mut req = FetchRequest::default();
+    req.replica_id = (-1).into();
+    req.max_wait_ms = 0;
+    req.min_bytes = 1;
+    req.max_bytes = 16 << 20;
+    req.session_epoch = -1;
+    req.topics = vec![t];
+    req
+}
+
 /// One raw Kafka request on its own connection, for what no client library would send (a
 /// version, a field or a node of our choosing); panics on anything but a well-formed answer.
 pub fn kafka_call<Req, Resp>(
