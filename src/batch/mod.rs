@@ -41,6 +41,7 @@ mod aligned;
 mod builder;
 mod header;
 mod record;
+mod record_ref;
 pub mod tag_summary;
 #[cfg(test)]
 pub(crate) mod test_support;
