@@ -39,7 +39,7 @@ thread_local! {
 /// A frame buffer that goes back to its thread's pool when dropped. Only its first `len`
 /// bytes are the frame; the buffer stays at its initialised length so that a reuse knows how
 /// much need not be zeroed.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct PooledFrame {
     buf: FrameBuf,
     len: usize,
@@ -101,6 +101,16 @@ impl PooledFrame {
             let idle = idle.borrow();
             (idle.bufs.len(), idle.bytes)
         })
+    }
+}
+
+/// Sizes only: the bytes past the frame are a former frame's, and the frame may be large.
+impl std::fmt::Debug for PooledFrame {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PooledFrame")
+            .field("len", &self.len)
+            .field("capacity", &self.buf.capacity())
+            .finish()
     }
 }
 
