@@ -7,8 +7,9 @@
 //! [`FIRST_STEP`] bytes, then, once those have arrived, the rest in one reservation. A client
 //! that announces 64 MiB and sends a few bytes holds at most [`FIRST_STEP`]; only a client
 //! that really sends gets the rest reserved, and a reservation is whole, so two large readers
-//! never each hold half of what both need. The buffer is zero-filled as bytes arrive, in
-//! steps of [`FILL_STEP`], so resident memory follows the bytes received.
+//! never each hold half of what both need. A new buffer is zero-filled as bytes arrive, in
+//! steps of [`FILL_STEP`], so resident memory follows the bytes received; a reused one
+//! (`protocol::frame_pool`, bounded beside this budget) is not zeroed again.
 //!
 //! The grant is released when the request's handler returns, except for a produce nobody
 //! waits for (acks=0): its grant is kept until its writes are durable, so a client that never
@@ -27,7 +28,8 @@ use std::rc::Rc;
 
 use futures_lite::{AsyncRead, AsyncReadExt};
 
-use crate::protocol::frame::{check_frame_len, FrameBuf, FrameError};
+use crate::protocol::frame::{check_frame_len, FrameError};
+use crate::protocol::frame_pool::PooledFrame;
 
 /// Bytes of a request charged before the client has sent them.
 pub const FIRST_STEP: usize = 64 << 10;
@@ -120,7 +122,7 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
     r: &mut R,
     max: usize,
     pool: &Rc<RequestMemory>,
-) -> Result<(FrameBuf, Grant), FrameError> {
+) -> Result<(PooledFrame, Grant), FrameError> {
     let mut len = [0u8; 4];
     match r.read_exact(&mut len).await {
         Ok(()) => {}
@@ -132,12 +134,13 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
 }
 
 /// Reads a request body of `len` bytes (its length prefix already read and checked against
-/// `--max-frame-bytes`) into 16-aligned memory charged to `pool`.
+/// `--max-frame-bytes`) into 16-aligned memory charged to `pool`: a reused frame buffer when
+/// one fits (see `protocol::frame_pool`), so only bytes never initialised are zero-filled.
 pub async fn read_body<R: AsyncRead + Unpin>(
     r: &mut R,
     len: usize,
     pool: &Rc<RequestMemory>,
-) -> Result<(FrameBuf, Grant), FrameError> {
+) -> Result<(PooledFrame, Grant), FrameError> {
     let mut grant = pool.empty();
     // Refused before anything is waited for: a request larger than the whole budget.
     if len > pool.capacity {
@@ -148,18 +151,22 @@ pub async fn read_body<R: AsyncRead + Unpin>(
     }
     let first = len.min(FIRST_STEP);
     grant.grow(first).await?;
-    let mut buf = FrameBuf::with_capacity(first);
-    buf.resize(first, 0);
-    r.read_exact(&mut buf).await?;
+    // A reused buffer is read over its old bytes; the frame is only what was read.
+    let mut buf = PooledFrame::take(len, first);
+    buf.initialise(first);
+    r.read_exact(&mut buf[..first]).await?;
     if len > first {
         grant.grow(len - first).await?;
-        buf.reserve_exact(len - first);
-        while buf.len() < len {
-            let at = buf.len();
-            buf.resize(len.min(at + FILL_STEP), 0);
-            r.read_exact(&mut buf[at..]).await?;
+        buf.reserve_for(len);
+        let mut at = first;
+        while at < len {
+            let end = len.min(at + FILL_STEP);
+            buf.initialise(end);
+            r.read_exact(&mut buf[at..end]).await?;
+            at = end;
         }
     }
+    debug_assert_eq!(buf.len(), len);
     Ok((buf, grant))
 }
 
@@ -211,6 +218,38 @@ mod tests {
                 read_body(&mut &data[..], FIRST_STEP + 11, &pool).await,
                 Err(FrameError::OverBudget { .. })
             ));
+        });
+        assert_eq!(pool.used(), 0);
+    }
+
+    #[test]
+    fn a_frame_read_into_a_reused_buffer_shows_only_its_own_bytes() {
+        let pool = RequestMemory::new(4 << 20);
+        block_on(async {
+            let long = vec![0xaau8; (2 << 20) + 5];
+            let (buf, grant) = read_body(&mut &long[..], long.len(), &pool).await.unwrap();
+            let at = buf.as_ptr();
+            drop((buf, grant));
+            // Shorter, then longer than the frame before, over the same allocation.
+            for len in [(1 << 20) + 3, (2 << 20) + 5, (1 << 20) + 17] {
+                let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+                let (buf, grant) = read_body(&mut &data[..], len, &pool).await.unwrap();
+                assert_eq!(buf.as_ptr(), at, "reused");
+                assert_eq!(buf.len(), len);
+                assert!(
+                    buf[..] == data[..],
+                    "only the bytes read, none of the old ones"
+                );
+                assert_eq!(pool.used(), len);
+                drop((buf, grant));
+            }
+            // A read cut short still returns its buffer for reuse, and is an error.
+            let short = vec![1u8; 1 << 20];
+            assert!(read_body(&mut &short[..], 2 << 20, &pool).await.is_err());
+            let data = vec![3u8; (1 << 20) + 17];
+            let (buf, _grant) = read_body(&mut &data[..], data.len(), &pool).await.unwrap();
+            assert_eq!(buf.as_ptr(), at);
+            assert!(buf.iter().all(|&b| b == 3));
         });
         assert_eq!(pool.used(), 0);
     }

@@ -9,6 +9,7 @@ use rkyv::ser::allocator::ArenaHandle;
 use rkyv::util::AlignedVec;
 
 use super::error_code::ErrorCode;
+use super::frame_pool::PooledFrame;
 use crate::batch::align_up;
 
 /// Memory a frame is read into: 16-aligned so archives inside are accessed in place.
@@ -124,14 +125,15 @@ pub struct RequestHeader {
 /// A whole request frame (without its length prefix), parsed and bounds-checked.
 #[derive(Debug)]
 pub struct RequestFrame {
-    buf: FrameBuf,
+    buf: PooledFrame,
     pub header: RequestHeader,
     meta: Range<usize>,
     payload: Range<usize>,
 }
 
 impl RequestFrame {
-    pub fn parse(buf: FrameBuf) -> Result<RequestFrame, FrameError> {
+    pub fn parse(buf: impl Into<PooledFrame>) -> Result<RequestFrame, FrameError> {
+        let buf = buf.into();
         if buf.len() < REQUEST_HEADER_LEN {
             return Err(FrameError::Short(buf.len()));
         }
@@ -189,7 +191,7 @@ impl RequestFrame {
 
     /// The frame's memory and where its payload starts in it: a produce stamps its batches
     /// there and keeps them, instead of copying them out.
-    pub fn into_parts(self) -> (FrameBuf, usize) {
+    pub fn into_parts(self) -> (PooledFrame, usize) {
         (self.buf, self.payload.start)
     }
 }

@@ -16,6 +16,7 @@
 pub mod api;
 pub mod error_code;
 pub mod frame;
+pub mod frame_pool;
 pub mod messages;
 
 pub use api::ApiKey;
