@@ -3,7 +3,7 @@
 use std::rc::Rc;
 
 use super::Reply;
-use crate::broker::leader_epochs::offset_for_leader_epoch;
+use crate::broker::leader_epochs::{asked_epoch, offset_for_leader_epoch};
 use crate::broker::Shard;
 use crate::protocol::frame::RequestFrame;
 use crate::protocol::messages::{
@@ -30,7 +30,7 @@ pub fn offset_for_leader_epoch_api(shard: &Rc<Shard>, frame: &RequestFrame) -> R
                 leader_epoch: NO_LEADER_EPOCH,
                 end_offset: -1,
             };
-            let current = u32::try_from(q.current_leader_epoch).ok();
+            let current = asked_epoch(q.current_leader_epoch);
             let Ok(asked) = u32::try_from(q.leader_epoch) else {
                 r.error_code = ErrorCode::InvalidRequest.code();
                 r.message = format!("bad leader epoch {}", q.leader_epoch);
