@@ -34,15 +34,9 @@ impl Client {
         };
         let addr = self.metadata().route(record.topic, partition)?.addr;
         let mut b = BatchBuilder::new();
-        b.push_record(
+        record.push_into(
+            &mut b,
             record.timestamp_ms.unwrap_or_else(crate::clock::now_ms),
-            record.key,
-            record.value,
-            record
-                .headers
-                .iter()
-                .map(|(k, v)| (k.as_str(), v.as_deref())),
-            record.tags,
         );
         let batch = b.build().map_err(|e| ClientError::Invalid(e.to_string()))?;
         let req = DelayedProduceRequest {

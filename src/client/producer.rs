@@ -125,6 +125,17 @@ pub struct ProducerRecord<'a> {
 }
 
 impl<'a> ProducerRecord<'a> {
+    /// Adds this record to `b` with `timestamp_ms` (its own, or the time of sending).
+    pub(crate) fn push_into(&self, b: &mut BatchBuilder, timestamp_ms: i64) {
+        b.push_record(
+            timestamp_ms,
+            self.key,
+            self.value,
+            self.headers.iter().map(|(k, v)| (k.as_str(), v.as_deref())),
+            self.tags,
+        );
+    }
+
     /// A record of `value` for `topic`, with no key, partition, headers, tags or timestamp.
     pub fn new(topic: &'a str, value: &'a [u8]) -> Self {
         ProducerRecord {
@@ -568,16 +579,7 @@ impl Producer {
                 }
             });
             let index = open.builder.len() as u32;
-            open.builder.push_record(
-                timestamp_ms,
-                record.key,
-                record.value,
-                record
-                    .headers
-                    .iter()
-                    .map(|(k, v)| (k.as_str(), v.as_deref())),
-                record.tags,
-            );
+            record.push_into(&mut open.builder, timestamp_ms);
             open.bytes += size;
             if open.builder.estimated_bytes() >= cfg.batch_bytes {
                 full = true;
