@@ -598,3 +598,92 @@ fn the_controller_takes_writes_again_once_space_is_back() {
     produce_healthy(b, &mut ledger, "after", "after", 100);
     ledger.check(b, "after", "a topic created once space came back");
 }
+
+/// Grows the controller's log (topics whose names have the length needed) until it ends
+/// within a few bytes of a 4 KiB block: the next record it takes needs a new block.
+fn pad_controller_log_to_a_block_end(b: &TestBroker) -> Vec<String> {
+    const BLOCK: u64 = 4096;
+    let log = b.data_dir().join("controller").join("raft.log");
+    let size = || std::fs::metadata(&log).expect("controller log").len();
+    let mut c = b.client();
+    let mut made = Vec::new();
+    // What a create adds besides its name's bytes, once seen.
+    let mut fixed: Option<u64> = None;
+    for i in 0..200u64 {
+        let before = size();
+        let left = (BLOCK - before % BLOCK) % BLOCK;
+        if left <= 4 {
+            return made;
+        }
+        // Names of 40..=200 bytes keep every length field the same width.
+        let name_len = match fixed {
+            Some(f) if left >= f + 40 && left - f <= 200 => left - f,
+            _ => 40 + (i * 37) % 160,
+        };
+        let name = format!("pad{i:03}-{}", "x".repeat(name_len as usize - 7));
+        c.create_topic(&name, 1, 1, vec![]).expect("padding topic");
+        made.push(name);
+        fixed = Some(size() - before - name_len);
+    }
+    panic!("the controller's log never ended at a block's end");
+}
+
+#[test]
+fn a_broker_whose_controller_log_cannot_grow_starts_and_serves_until_space_is_back() {
+    // Observed: a restart on a full disk exited ("controller storage ... No space left") when
+    // the controller's first write of the new term needed a new block.
+    let Some(mut rig) = rig_or_skip("controller-restart", false, &["--preallocate", "true"]) else {
+        return;
+    };
+    let mut ledger = Ledger::default();
+    rig.broker
+        .client()
+        .create_topic("t", 1, 1, vec![])
+        .expect("topic");
+    produce_healthy(&rig.broker, &mut ledger, "t", "before", 500);
+    let padding = pad_controller_log_to_a_block_end(&rig.broker);
+    assert!(
+        rig.broker.terminate().success(),
+        "{}",
+        rig.broker.log_text()
+    );
+    let filler = fill(&rig.mount.point);
+    rig.broker.start_again();
+    let b = &rig.broker;
+    assert!(
+        b.log_text().contains("starting with the metadata on disk"),
+        "the restart found space for the controller's log: the test missed its case\n{}",
+        b.log_text()
+    );
+    ledger.check(b, "t", "restarted with a controller that cannot write");
+    let mut topics = b.client().list_topics().expect("topics");
+    for name in padding.iter().chain(["t".to_string()].iter()) {
+        assert!(topics.contains(name), "{name} missing from {topics:?}");
+    }
+    let e = b
+        .client()
+        .create_topic("during", 1, 1, vec![])
+        .expect_err("no topic while the controller cannot write");
+    assert_eq!(e.code(), Some(ErrorCode::KafkaStorageError), "{e}");
+    free(&filler);
+    let start = Instant::now();
+    while let Err(e) = b.client().create_topic("after", 1, 1, vec![]) {
+        assert_eq!(e.code(), Some(ErrorCode::KafkaStorageError), "{e}");
+        assert!(
+            start.elapsed() < DEADLINE,
+            "no topic {DEADLINE:?} after space came back: {e}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    wait_writable(b, &mut ledger, "t");
+    produce_healthy(b, &mut ledger, "t", "after", 300);
+    ledger.check(b, "t", "space back");
+    topics = b.client().list_topics().expect("topics");
+    for name in padding
+        .iter()
+        .chain(["t".to_string(), "after".to_string()].iter())
+    {
+        assert!(topics.contains(name), "{name} missing from {topics:?}");
+    }
+    assert!(rig.broker.terminate().success());
+}

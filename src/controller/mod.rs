@@ -275,6 +275,9 @@ impl Subscriber {
 struct State {
     metadata: Arc<ClusterMetadata>,
     ready: bool,
+    /// Set while the controller's files refuse writes (a full disk): it retries, serving
+    /// the metadata it last applied.
+    storage_failure: Option<ControllerError>,
     /// Why the controller thread ended (set once it has).
     stopped: Option<ControllerError>,
     subscribers: Vec<Subscriber>,
@@ -294,6 +297,7 @@ impl Shared {
             state: Mutex::new(State {
                 metadata: Arc::new(ClusterMetadata::default()),
                 ready: false,
+                storage_failure: None,
                 stopped: None,
                 subscribers: Vec::new(),
             }),
@@ -396,11 +400,23 @@ pub fn start(cfg: ControllerConfig) -> Result<Controller, ControllerError> {
         (None, rx, Some(tx))
     };
     let mut core = ControllerCore::new(core_cfg.clone(), store)?;
-    let first = core.ready()?;
+    let shared = Shared::new();
+    // A start on a full disk: raft cannot persist its new term, but what the files hold is
+    // committed and already applied (entries apply before the new ones persist). Publish that
+    // and start in recovery, so the broker serves what it has, read-only, until space is back.
+    let (first, failed) = match core.ready() {
+        Ok(actions) => (actions, None),
+        Err(e @ ControllerError::Storage(_)) => {
+            let mut state = shared.lock();
+            publish(&mut state, core.metadata().clone());
+            state.storage_failure = Some(e.clone());
+            (Vec::new(), Some(e))
+        }
+        Err(e) => return Err(e),
+    };
 
     let capacity = cfg.queue_capacity.max(1);
     let (tx, rx) = flume::bounded(capacity);
-    let shared = Shared::new();
     let mut worker = Worker {
         core,
         rx,
@@ -429,10 +445,12 @@ pub fn start(cfg: ControllerConfig) -> Result<Controller, ControllerError> {
         clock_start: Instant::now(),
         last_fence_check_ms: 0,
     };
-    worker.handle_actions(first);
+    if failed.is_none() {
+        worker.handle_actions(first);
+    }
     let thread = std::thread::Builder::new()
         .name("rill-controller".into())
-        .spawn(move || worker.run())
+        .spawn(move || worker.run(failed))
         .map_err(|e| ControllerError::Storage(format!("spawn controller thread: {e}")))?;
     Ok(Controller::running(tx, capacity, shared, thread))
 }
@@ -558,6 +576,8 @@ impl ControllerHandle {
     /// Waits until the metadata is current and returns it: a single voter is the leader with
     /// every committed entry applied; a voter of a quorum knows a leader (or is it) and has
     /// applied every entry it knows committed, so proposals made through it are answered.
+    /// While its storage refuses writes it answers that failure at once: the metadata it
+    /// serves meanwhile ([`Self::metadata`]) is what its files hold, current but read-only.
     pub fn wait_ready(&self, timeout: Duration) -> Result<Arc<ClusterMetadata>, ControllerError> {
         let deadline = Instant::now() + timeout;
         let mut state = self.shared.lock();
@@ -567,6 +587,9 @@ impl ControllerHandle {
             }
             if state.ready {
                 return Ok(state.metadata.clone());
+            }
+            if let Some(e) = &state.storage_failure {
+                return Err(e.clone());
             }
             let now = Instant::now();
             if now >= deadline {
@@ -677,9 +700,10 @@ enum Input {
 }
 
 impl Worker {
-    fn run(mut self) {
+    /// `failed`: the storage failure the controller started with, if it did.
+    fn run(mut self, mut failed: Option<ControllerError>) {
         let reason = loop {
-            let reason = self.run_loop();
+            let reason = failed.take().unwrap_or_else(|| self.run_loop());
             let ControllerError::Storage(msg) = &reason else {
                 break reason;
             };
@@ -780,7 +804,11 @@ impl Worker {
     /// After a storage failure: refuses proposals with `reason` and reopens the store every
     /// `storage_retry` until a new core is up (true) or the controller is shut down (false).
     fn recover(&mut self, reason: &ControllerError) -> bool {
-        self.shared.lock().ready = false;
+        {
+            let mut state = self.shared.lock();
+            state.ready = false;
+            state.storage_failure = Some(reason.clone());
+        }
         self.shared.changed.notify_all();
         loop {
             let retry_at = Instant::now() + self.storage_retry;
@@ -800,6 +828,7 @@ impl Worker {
             match self.reopen() {
                 Ok(first) => {
                     log::info!("controller storage recovered: {}", self.dir.display());
+                    self.shared.lock().storage_failure = None;
                     self.handle_actions(first);
                     return true;
                 }

@@ -137,6 +137,8 @@ pub fn run_broker(cfg: BrokerConfig) -> Result<(), BrokerError> {
     }
     let controller = controller::start(ccfg)?;
     let handle = controller.handle();
+    // Set when the controller starts on a full disk (see below).
+    let mut read_only_metadata = false;
     let md = if quorum {
         match wait_for_quorum(&handle, &cfg, &signals)? {
             Some(md) => md,
@@ -147,7 +149,17 @@ pub fn run_broker(cfg: BrokerConfig) -> Result<(), BrokerError> {
             }
         }
     } else {
-        handle.wait_ready(Duration::from_secs(60))?
+        match handle.wait_ready(Duration::from_secs(60)) {
+            Ok(md) => md,
+            // A full disk: serve what the files hold, read-only, until space is back (the
+            // controller retries on its own); a fresh log has nothing to serve.
+            Err(ControllerError::Storage(e)) if handle.metadata().applied_index > 0 => {
+                log::warn!("{e}: starting with the metadata on disk; changes wait for space");
+                read_only_metadata = true;
+                handle.metadata()
+            }
+            Err(e) => return Err(e.into()),
+        }
     };
     if !cfg.broker_role {
         return run_controller_only(&cfg, controller, &signals);
@@ -188,7 +200,10 @@ pub fn run_broker(cfg: BrokerConfig) -> Result<(), BrokerError> {
         log::info!("broker {} registered (broker epoch {epoch})", cfg.node_id);
         Some(BrokerSession::start(handle.clone(), scfg, epoch).map_err(dir_err)?)
     } else {
-        propose_at_start(&handle, Command::RegisterBroker(info), quorum)?;
+        // Registering again as it was changes nothing: no write (a restart on a full disk).
+        if md.brokers.get(&cfg.node_id) != Some(&info) {
+            propose_at_start(&handle, Command::RegisterBroker(info), quorum)?;
+        }
         None
     };
     if handle.metadata().topic(OFFSETS_TOPIC).is_none() {
@@ -214,7 +229,11 @@ pub fn run_broker(cfg: BrokerConfig) -> Result<(), BrokerError> {
         }
     }
     let md = handle.metadata();
-    stray::set_aside_unknown_topic_dirs(&cfg.data_dir, &md, crate::clock::now_ms())?;
+    // Metadata read from the files without raft's new term may lack entries logged but not
+    // yet marked committed: a topic missing from it is not unknown, so nothing is set aside.
+    if !read_only_metadata {
+        stray::set_aside_unknown_topic_dirs(&cfg.data_dir, &md, crate::clock::now_ms())?;
+    }
     stray::remove_expired_strays(
         &cfg.data_dir,
         cfg.stray_log_retention,
