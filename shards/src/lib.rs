@@ -12,12 +12,15 @@
 //!   32,767 glommio wakers for one task overflow its reference count;
 //! - every executor primes glommio's IOPOLL probe with a non-empty file before any other DMA
 //!   file ([`start_shards`]), else DMA reads fail with `EOPNOTSUPP`;
-//! - RLIMIT_MEMLOCK is raised before executors start ([`memlock::raise_memlock`]).
+//! - RLIMIT_MEMLOCK is raised before executors start ([`memlock::raise_memlock`]);
+//! - no shard sleeps longer than [`nudge::MAX_PARK`]: glommio can sleep through its timers and
+//!   cross-thread wake-ups.
 
 pub mod deadline;
 pub mod file;
 pub mod memlock;
 pub mod mesh;
+pub mod nudge;
 pub mod rt;
 pub mod runtime;
 

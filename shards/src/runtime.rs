@@ -106,6 +106,8 @@ pub struct ShardContext {
 /// The running shards, in shard order.
 pub struct ShardSet<T> {
     threads: Vec<JoinHandle<Result<T, ShardError>>>,
+    /// Stopped (on drop) once the shards are joined.
+    _nudger: crate::nudge::Nudger,
 }
 
 impl<T> ShardSet<T> {
@@ -184,6 +186,9 @@ where
     raise_memlock_for(count, cfg.io_memory_bytes)?;
     let probe = write_probe(&cfg.prime_dir)?;
 
+    let (nudger, nudge_ends) =
+        crate::nudge::start(count).map_err(|e| ShardError::Spawn(format!("shard nudges: {e}")))?;
+    let mut nudge_ends = nudge_ends.into_iter();
     let f = Arc::new(f);
     let (ready_tx, ready_rx) = flume::unbounded::<(usize, Result<(), ShardError>)>();
     let mut go = Vec::with_capacity(count);
@@ -199,6 +204,7 @@ where
             spin: cfg.spin_before_park,
             name: cfg.name.clone(),
             probe: probe.clone(),
+            nudges: nudge_ends.next().expect("one end per shard"),
         };
         let f = f.clone();
         let ready = ready_tx.clone();
@@ -251,7 +257,10 @@ where
         // A shard that is gone already has its error waiting in join().
         let _ = g.send(());
     }
-    Ok(ShardSet { threads })
+    Ok(ShardSet {
+        threads,
+        _nudger: nudger,
+    })
 }
 
 /// glommio needs 512 KiB of locked memory to start an executor (it checks the soft limit); as
@@ -312,6 +321,8 @@ struct Shard {
     spin: Option<Duration>,
     name: String,
     probe: PathBuf,
+    /// This shard's end of its nudge socket pair.
+    nudges: std::os::unix::net::UnixStream,
 }
 
 type Ready = flume::Sender<(usize, Result<(), ShardError>)>;
@@ -337,6 +348,7 @@ impl Shard {
             spin,
             name,
             probe,
+            nudges,
         } = self;
         // Built on this thread (our own, so it gets our thread name and errors come back as
         // values; glommio's own spawn names threads by an internal counter).
@@ -365,6 +377,7 @@ impl Shard {
             if go.recv_async().await.is_err() {
                 return Err(ShardError::Aborted(id));
             }
+            glommio::spawn_local(crate::nudge::serve(nudges)).detach();
             let ctx = ShardContext {
                 id,
                 count,

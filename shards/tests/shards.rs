@@ -484,3 +484,19 @@ fn mesh_handles_can_move_between_threads() {
     is_send_sync::<rill_shards::MeshSender<Vec<u8>>>();
     is_send_sync::<PerShard<rill_shards::MeshEndpoint<Vec<u8>>>>();
 }
+
+#[test]
+fn an_idle_shard_is_nudged_awake_every_max_park() {
+    use rill_shards::nudge::{seen, MAX_PARK};
+    // glommio can sleep through its timers and cross-thread wake-ups (nudge.rs): an idle
+    // shard must still wake on its main ring, from the nudges, again and again.
+    let (before, after) = on_one_shard(|ctx| async move {
+        let before = seen();
+        let give_up = Instant::now() + Duration::from_secs(60);
+        while seen() < before + 3 && Instant::now() < give_up {
+            ctx.deadlines.sleep(MAX_PARK).await;
+        }
+        (before, seen())
+    });
+    assert!(after >= before + 3, "nudges read: {before} then {after}");
+}

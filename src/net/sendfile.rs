@@ -26,6 +26,9 @@ pub const MAX_IN_PROGRESS: usize = 1024;
 /// Most bytes one sendfile call moves before the worker turns to the next job: a fast consumer
 /// of a large range does not hold the others back.
 const SLICE: usize = 1 << 20;
+/// A completion noticed later than this after the worker sent it is logged: a shard that
+/// sleeps through wake-ups from other threads (see `rill_shards::nudge::MAX_PARK`).
+const LATE_WAKE: Duration = Duration::from_millis(50);
 /// Longest single poll(2) wait, so that a lost wake-up could never stall the worker for long.
 const MAX_POLL: Duration = Duration::from_millis(500);
 
@@ -35,7 +38,8 @@ struct Job {
     socket: OwnedFd,
     range: FileRange,
     deadline: Instant,
-    done: flume::Sender<std::io::Result<()>>,
+    /// The result and when the worker sent it.
+    done: flume::Sender<(std::io::Result<()>, Instant)>,
 }
 
 #[derive(Clone)]
@@ -87,9 +91,15 @@ impl SendfileWorker {
             .await
             .map_err(|_| std::io::Error::other("sendfile worker stopped"))?;
         wake(&self.wake);
-        wait.recv_async()
+        let (result, sent) = wait
+            .recv_async()
             .await
-            .map_err(|_| std::io::Error::other("sendfile worker stopped"))?
+            .map_err(|_| std::io::Error::other("sendfile worker stopped"))?;
+        let late = sent.elapsed();
+        if late > LATE_WAKE {
+            log::warn!("a sendfile completion reached its shard {late:?} after it was sent");
+        }
+        result
     }
 }
 
@@ -178,7 +188,7 @@ impl InProgress {
             // SAFETY: fcntl on an owned descriptor.
             unsafe { libc::fcntl(self.job.socket.as_raw_fd(), libc::F_SETFL, f) };
         }
-        let _ = self.job.done.send(result);
+        let _ = self.job.done.send((result, Instant::now()));
     }
 }
 
@@ -297,7 +307,7 @@ mod tests {
         file: &Arc<std::fs::File>,
         len: usize,
         deadline: Instant,
-    ) -> (Job, flume::Receiver<std::io::Result<()>>) {
+    ) -> (Job, flume::Receiver<(std::io::Result<()>, Instant)>) {
         // SAFETY: duplicating an open descriptor.
         let dup = unsafe { libc::fcntl(socket.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) };
         assert!(dup >= 0);
@@ -342,8 +352,8 @@ mod tests {
         let mut got = vec![0u8; len];
         fast_client.read_exact(&mut got).unwrap();
         assert!(got.iter().enumerate().all(|(i, b)| *b == (i % 251) as u8));
-        assert!(fast.recv().unwrap().is_ok());
-        let err = stalled.recv().unwrap().unwrap_err();
+        assert!(fast.recv().unwrap().0.is_ok());
+        let err = stalled.recv().unwrap().0.unwrap_err();
         assert_eq!(err.kind(), std::io::ErrorKind::TimedOut);
         assert!(start.elapsed() >= Duration::from_secs(2));
         for s in [&stalled_server, &fast_server] {

@@ -220,7 +220,11 @@ impl TestBroker {
                 &["--kafka-listen", "off"][..]
             })
             .args(&self.extra)
-            .env("RUST_LOG", "info")
+            // RILL_TEST_BROKER_LOG=debug (say) to see more of a failing test's brokers.
+            .env(
+                "RUST_LOG",
+                std::env::var("RILL_TEST_BROKER_LOG").unwrap_or_else(|_| "info".into()),
+            )
             .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
