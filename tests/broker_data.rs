@@ -356,3 +356,30 @@ fn unanswered_produces_are_held_to_the_request_budget_and_all_land() {
         .collect();
     assert_eq!(ids.len(), 8000);
 }
+
+/// Seen from outside: a batch larger than the tail cache, right after batches it holds,
+/// left consumers at its offset with empty fetches ("no data yet") until something newer was
+/// appended, though the batch was on disk.
+#[test]
+fn a_batch_larger_than_the_tail_cache_is_read_from_disk_after_cached_ones() {
+    for reads in ["sendfile", "copy"] {
+        let b = TestBroker::start(1, &["--tail-cache-bytes", "65536", "--file-reads", reads]);
+        b.client().create_topic("wide", 1, 1, vec![]).unwrap();
+        let p = producer(&b, 1 << 20);
+        let small: Vec<String> = (0..10).map(|i| format!("small-{i}")).collect();
+        for v in &small {
+            p.send(ProducerRecord::new("wide", v.as_bytes()).partition(0))
+                .unwrap();
+        }
+        p.flush().unwrap();
+        // One batch of 200 KiB: more than the whole cache.
+        let big = "b".repeat(200 << 10);
+        p.send(ProducerRecord::new("wide", big.as_bytes()).partition(0))
+            .unwrap();
+        p.flush().unwrap();
+        let got = consume_exactly(&b, "wide", StartFrom::Beginning, 11);
+        let mut want = small.clone();
+        want.push(big.clone());
+        assert_eq!(values(&got), want, "--file-reads {reads}");
+    }
+}

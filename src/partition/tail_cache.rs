@@ -40,7 +40,12 @@ impl TailCache {
 
     /// Adds a batch just appended (offsets `base..next`) to partition `key`.
     pub fn insert(&self, key: u64, base: u64, next: u64, bytes: Bytes) {
-        if self.budget == 0 || bytes.len() > self.budget {
+        if self.budget == 0 {
+            return;
+        }
+        if bytes.len() > self.budget {
+            // Not cached: what is cached of this partition is no longer its tail.
+            self.forget(key);
             return;
         }
         let mut inner = self.inner.borrow_mut();
@@ -70,7 +75,9 @@ impl TailCache {
     }
 
     /// Whole batches from the one holding `offset`, below `limit`, up to `max_bytes` (at least
-    /// one). `None` when the cache does not reach back to `offset`.
+    /// one). `None` when the cache does not hold the batch with `offset`: before its first
+    /// batch, or past its last (an answer of no batches would say "no data yet" to a consumer
+    /// whose data is on disk, for as long as nothing newer is appended).
     pub fn read(&self, key: u64, offset: u64, limit: u64, max_bytes: usize) -> Option<Vec<Bytes>> {
         let inner = self.inner.borrow();
         let q = inner.by_partition.get(&key)?;
@@ -78,6 +85,9 @@ impl TailCache {
             return None;
         }
         let i = q.partition_point(|c| c.next <= offset);
+        if i == q.len() {
+            return None;
+        }
         let mut out = Vec::new();
         let mut total = 0;
         for c in q.iter().skip(i) {
@@ -139,5 +149,30 @@ mod tests {
         assert_eq!(cache.used_bytes(), 200);
         cache.forget(1);
         assert_eq!(cache.used_bytes(), 0);
+    }
+
+    /// Seen from outside: a batch larger than the cache followed the cached ones, and a
+    /// consumer at its offset got empty fetches (no data yet) for as long as nothing newer
+    /// was appended, though the batch was on disk.
+    #[test]
+    fn an_offset_past_the_cached_batches_is_a_miss_never_an_empty_answer() {
+        let cache = TailCache::new(300);
+        cache.insert(1, 0, 10, Bytes::from(vec![0u8; 100]));
+        cache.insert(1, 10, 20, Bytes::from(vec![1u8; 100]));
+        // Offsets 20..30: appended, too large to cache.
+        cache.insert(1, 20, 30, Bytes::from(vec![2u8; 400]));
+        assert!(
+            cache.read(1, 20, 30, 1000).is_none(),
+            "not cached: read the file"
+        );
+        assert!(
+            cache.read(1, 5, 30, 1000).is_none(),
+            "no longer the partition's tail: dropped"
+        );
+        assert_eq!(cache.used_bytes(), 0);
+        // Past the last cached batch, with nothing skipped: a miss too.
+        cache.insert(2, 0, 10, Bytes::from(vec![3u8; 100]));
+        assert!(cache.read(2, 10, 30, 1000).is_none());
+        assert_eq!(cache.read(2, 0, 30, 1000).unwrap().len(), 1);
     }
 }
