@@ -2,11 +2,11 @@
 //!
 //! glommio 0.9 sleeps on its main io_uring, which it links to its latency ring with a poll on
 //! that ring's descriptor; timers and wake-ups sent from other threads (an eventfd read) both
-//! complete on the latency ring. Under load (a saturated disk, a loaded CI machine, kernel
-//! 6.18) a shard was seen asleep in `io_uring_wait_cqes` on the main ring for minutes with a
-//! timer long due and a cross-thread wake-up queued: the latency ring's completions never woke
-//! it, and the shard served nobody. Completions on the main ring do wake it, and every wake-up
-//! turn consumes all rings, fires due timers and runs the queued cross-thread wake-ups.
+//! complete on the latency ring. Under load (a saturated disk, a loaded CI machine; kernel
+//! 6.18) wake-ups from the sendfile worker reached their shard 60-125 ms after they were sent
+//! (normally tens of microseconds), clustered at this module's period: lost, and picked up by
+//! the next nudge. Completions on the main ring do wake the shard, and every wake-up turn
+//! consumes all rings, fires due timers and runs the queued cross-thread wake-ups.
 //!
 //! So each shard keeps a read pending on one end of a socket pair (a poll on the main ring)
 //! and one thread per shard set writes a byte to every other end each [`MAX_PARK`]: a lost
