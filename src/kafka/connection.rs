@@ -23,6 +23,7 @@ use super::handlers::{self, Handled};
 use super::versions;
 use crate::broker::produce::hold_until_acked;
 use crate::broker::Shard;
+use crate::metrics::{Listener, Timed, UNKNOWN_API};
 use crate::net::conn_limits::{accepted, after, until};
 use crate::net::in_order::InOrder;
 use crate::net::request_memory::{read_body, Grant};
@@ -83,16 +84,31 @@ async fn read_requests(
             Ok(Decoded::Request(api, version, header, request)) => {
                 let correlation = header.correlation_id;
                 let client = header.client_id.as_ref().map(|c| c.to_string());
+                let name = versions::name(api);
+                let timed = match api {
+                    ApiKey::Produce => Timed::Produce,
+                    ApiKey::Fetch => Timed::Fetch,
+                    _ => Timed::No,
+                };
+                let timer = shard.metrics.request(Listener::Kafka, name, timed);
                 match handlers::handle(shard, version, client.as_deref(), *request).await {
-                    Handled::Answer(r) => encode(api, version, correlation, &r),
+                    Handled::Answer(r) => {
+                        shard.metrics.done(timer);
+                        count_errors(shard, name, &r);
+                        encode(api, version, correlation, &r)
+                    }
                     Handled::Unanswered(waits) => {
+                        shard.metrics.done(timer);
                         hold_until_acked(shard, waits, grant);
                         continue;
                     }
                     Handled::Later(later) => {
+                        let shard = shard.clone();
                         replies
                             .push(Box::pin(async move {
                                 let r = later.await;
+                                shard.metrics.done(timer);
+                                count_errors(&shard, name, &r);
                                 drop(grant);
                                 encode(api, version, correlation, &r)
                             }))
@@ -102,9 +118,15 @@ async fn read_requests(
                 }
             }
             Ok(Decoded::UnsupportedApiVersions(correlation)) => {
+                let name = versions::name(ApiKey::ApiVersions);
+                shard
+                    .metrics
+                    .done(shard.metrics.request(Listener::Kafka, name, Timed::No));
+                let code = ErrorCode::UnsupportedVersion;
+                shard.metrics.wire_error(Listener::Kafka, name, code.code());
                 // Answered with v0 (as Kafka does) so the client can pick a version we serve.
                 let mut r = handlers::api_versions();
-                r.error_code = ErrorCode::UnsupportedVersion.code();
+                r.error_code = code.code();
                 encode(
                     ApiKey::ApiVersions,
                     0,
@@ -114,12 +136,35 @@ async fn read_requests(
             }
             Err(why) => {
                 log::debug!("kafka {peer}: {why}; closing");
+                let code = ErrorCode::InvalidRequest.code();
+                shard.metrics.wire_error(Listener::Kafka, UNKNOWN_API, code);
                 return;
             }
         };
         // The request is done (see `request_memory`: what a produce stores is a copy).
         drop(grant);
         replies.push_ready(response).await;
+    }
+}
+
+/// Counts the errors of an answer (metrics): Produce's and Fetch's per partition (and
+/// Fetch's top-level one); other APIs' answers are not walked.
+fn count_errors(shard: &Shard, api: &'static str, response: &ResponseKind) {
+    let count = |code: i16| shard.metrics.wire_error(Listener::Kafka, api, code);
+    match response {
+        ResponseKind::Produce(r) => r
+            .responses
+            .iter()
+            .flat_map(|t| &t.partition_responses)
+            .for_each(|p| count(p.error_code)),
+        ResponseKind::Fetch(r) => {
+            count(r.error_code);
+            r.responses
+                .iter()
+                .flat_map(|t| &t.partitions)
+                .for_each(|p| count(p.error_code));
+        }
+        _ => {}
     }
 }
 
