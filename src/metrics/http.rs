@@ -41,12 +41,22 @@ impl MetricsServer {
     /// Serves `listener` (bound by the caller, so a taken port fails the broker's start before
     /// anything else runs) on a `rill-metrics` thread until [`stop`](Self::stop).
     pub fn start(listener: TcpListener, render: Render) -> std::io::Result<MetricsServer> {
+        MetricsServer::start_with(listener, render, READ_TIMEOUT)
+    }
+
+    /// [`start`](Self::start) with another head timeout (the tests' is long, so that what
+    /// they hold open is still held when they look).
+    fn start_with(
+        listener: TcpListener,
+        render: Render,
+        read_timeout: Duration,
+    ) -> std::io::Result<MetricsServer> {
         let addr = listener.local_addr()?;
         let stop = Arc::new(AtomicBool::new(false));
         let stopping = stop.clone();
         let thread = std::thread::Builder::new()
             .name("rill-metrics".into())
-            .spawn(move || accept_loop(listener, render, stopping))?;
+            .spawn(move || accept_loop(listener, render, stopping, read_timeout))?;
         Ok(MetricsServer {
             addr,
             stop,
@@ -81,7 +91,12 @@ fn loopback(addr: SocketAddr) -> SocketAddr {
     SocketAddr::new(ip, addr.port())
 }
 
-fn accept_loop(listener: TcpListener, render: Render, stop: Arc<AtomicBool>) {
+fn accept_loop(
+    listener: TcpListener,
+    render: Render,
+    stop: Arc<AtomicBool>,
+    read_timeout: Duration,
+) {
     let active = Arc::new(AtomicUsize::new(0));
     loop {
         let accepted = listener.accept();
@@ -114,7 +129,7 @@ fn accept_loop(listener: TcpListener, render: Render, stop: Arc<AtomicBool>) {
             .name("rill-metrics-conn".into())
             .spawn(move || {
                 let _done = done;
-                serve(stream, &*render);
+                serve(stream, &*render, read_timeout);
             });
         if let Err(e) = spawned {
             log::warn!("metrics listener: cannot start a connection thread: {e}");
@@ -140,9 +155,13 @@ enum HeadError {
     Gone,
 }
 
-fn serve(mut stream: TcpStream, render: &(dyn Fn() -> String + Send + Sync)) {
+fn serve(
+    mut stream: TcpStream,
+    render: &(dyn Fn() -> String + Send + Sync),
+    read_timeout: Duration,
+) {
     let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
-    let response = match read_head(&mut stream, Instant::now() + READ_TIMEOUT) {
+    let response = match read_head(&mut stream, Instant::now() + read_timeout) {
         Ok(head) => respond(&head, render),
         Err(HeadError::TooLarge) => status_only(
             431,
@@ -392,6 +411,49 @@ mod tests {
         assert_eq!(
             read_head(&mut past, Instant::now()),
             Err(HeadError::TimedOut)
+        );
+    }
+
+    fn get(addr: SocketAddr, request: &[u8]) -> String {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        s.write_all(request).unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out
+    }
+
+    #[test]
+    fn a_running_server_bounds_its_connections_and_stops() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let server =
+            MetricsServer::start_with(listener, Arc::new(render), Duration::from_secs(60)).unwrap();
+        let addr = server.local_addr();
+        assert!(get(addr, b"GET /metrics HTTP/1.1\r\n\r\n").ends_with("\r\n\r\nrill_up 1\n"));
+        // Connections that send nothing hold every slot (for the long timeout)...
+        let silent: Vec<TcpStream> = (0..MAX_CONNECTIONS)
+            .map(|_| TcpStream::connect(addr).unwrap())
+            .collect();
+        // ...so the next is answered 503 by the accepting thread (accepted in order, after
+        // them), and serving resumes once they go.
+        // (It sends nothing: a request left unread at the close could reset the connection
+        // before the answer is read.)
+        let busy = get(addr, b"");
+        assert!(busy.starts_with("HTTP/1.1 503 "), "{busy}");
+        drop(silent);
+        let start = Instant::now();
+        loop {
+            let a = get(addr, b"GET /metrics HTTP/1.1\r\n\r\n");
+            if a.starts_with("HTTP/1.1 200 ") {
+                break;
+            }
+            assert!(start.elapsed() < Duration::from_secs(60), "{a}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        server.stop();
+        assert!(
+            TcpStream::connect(addr).is_err(),
+            "stopped: nothing listens"
         );
     }
 }
