@@ -75,6 +75,8 @@ async fn read_requests(
             Some(Err(why)) => {
                 if let Some(why) = why {
                     log::debug!("kafka {peer}: {why}; closing");
+                    let code = ErrorCode::InvalidRequest.code();
+                    shard.metrics.wire_error(Listener::Kafka, UNKNOWN_API, code);
                 }
                 return;
             }
