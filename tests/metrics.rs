@@ -167,6 +167,17 @@ fn a_scrape_counts_what_both_listeners_were_sent() {
     );
     let total = NATIVE + KAFKA_REQUESTS * PER_KAFKA_REQUEST as usize;
     rill_testkit::consume_exactly(&b, "m", StartFrom::Beginning, total);
+    // Errors of other APIs' answers, one on each listener: a native ListOffsets with a bad
+    // timestamp, a Kafka Heartbeat of a member no group has.
+    assert!(b.client().list_offset("m", 0, -100).is_err());
+    let mut hb = kafka_protocol::messages::HeartbeatRequest::default();
+    hb.group_id = kafka_protocol::messages::GroupId("nobody".into());
+    hb.generation_id = 1;
+    hb.member_id = "m".into();
+    let hb: kafka_protocol::messages::HeartbeatResponse =
+        kafka_call(&b.kafka_bootstrap(), ApiKey::Heartbeat, 4, &hb);
+    assert_ne!(hb.error_code, 0);
+    let heartbeat_error = rill::protocol::ErrorCode::from_code(hb.error_code).name();
 
     // Held open while scraped: the connection gauges see them.
     let native = TcpStream::connect(b.bootstrap()).unwrap();
@@ -211,9 +222,36 @@ fn a_scrape_counts_what_both_listeners_were_sent() {
         1.0
     );
     assert_eq!(
+        s.sum(
+            "rill_request_errors_total",
+            &[
+                ("listener", "native"),
+                ("api", "ListOffsets"),
+                ("code", "INVALID_REQUEST")
+            ]
+        ),
+        1.0
+    );
+    assert_eq!(
         s.sum("rill_request_errors_total", &[("listener", "native")]),
-        0.0,
-        "nothing native was refused"
+        1.0,
+        "nothing else native was refused"
+    );
+    assert_eq!(
+        s.sum(
+            "rill_request_errors_total",
+            &[
+                ("listener", "kafka"),
+                ("api", "Heartbeat"),
+                ("code", heartbeat_error)
+            ]
+        ),
+        1.0
+    );
+    assert_eq!(
+        s.sum("rill_request_errors_total", &[("listener", "kafka")]),
+        2.0,
+        "nothing else Kafka was refused"
     );
     // Every produce (both listeners) is one latency observation, every fetch too.
     let all = |api| requests("native", api) + requests("kafka", api);

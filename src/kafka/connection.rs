@@ -149,8 +149,10 @@ async fn read_requests(
     }
 }
 
-/// Counts the errors of an answer (metrics): Produce's and Fetch's per partition (and
-/// Fetch's top-level one); other APIs' answers are not walked.
+/// Counts the errors an answer carries (metrics): its top-level code and each item's
+/// (partition, topic, group, member, resource), as the native listener counts its answers'.
+/// Metadata's per-topic codes are not counted (clients poll metadata for topics that do not
+/// exist yet), nor are answers of APIs without items that fail.
 fn count_errors(shard: &Shard, api: &'static str, response: &ResponseKind) {
     let count = |code: i16| shard.metrics.wire_error(Listener::Kafka, api, code);
     match response {
@@ -166,6 +168,76 @@ fn count_errors(shard: &Shard, api: &'static str, response: &ResponseKind) {
                 .flat_map(|t| &t.partitions)
                 .for_each(|p| count(p.error_code));
         }
+        ResponseKind::ListOffsets(r) => r
+            .topics
+            .iter()
+            .flat_map(|t| &t.partitions)
+            .for_each(|p| count(p.error_code)),
+        ResponseKind::OffsetForLeaderEpoch(r) => r
+            .topics
+            .iter()
+            .flat_map(|t| &t.partitions)
+            .for_each(|p| count(p.error_code)),
+        ResponseKind::FindCoordinator(r) => {
+            // v4+ answers per group in `coordinators`, older versions at the top.
+            count(r.error_code);
+            r.coordinators.iter().for_each(|c| count(c.error_code));
+        }
+        ResponseKind::JoinGroup(r) => count(r.error_code),
+        ResponseKind::SyncGroup(r) => count(r.error_code),
+        ResponseKind::Heartbeat(r) => count(r.error_code),
+        ResponseKind::LeaveGroup(r) => {
+            count(r.error_code);
+            r.members.iter().for_each(|m| count(m.error_code));
+        }
+        ResponseKind::OffsetCommit(r) => r
+            .topics
+            .iter()
+            .flat_map(|t| &t.partitions)
+            .for_each(|p| count(p.error_code)),
+        ResponseKind::OffsetFetch(r) => {
+            count(r.error_code);
+            r.topics
+                .iter()
+                .flat_map(|t| &t.partitions)
+                .for_each(|p| count(p.error_code));
+            for g in &r.groups {
+                count(g.error_code);
+                g.topics
+                    .iter()
+                    .flat_map(|t| &t.partitions)
+                    .for_each(|p| count(p.error_code));
+            }
+        }
+        ResponseKind::DescribeGroups(r) => r.groups.iter().for_each(|g| count(g.error_code)),
+        ResponseKind::ListGroups(r) => count(r.error_code),
+        ResponseKind::DeleteGroups(r) => r.results.iter().for_each(|g| count(g.error_code)),
+        ResponseKind::OffsetDelete(r) => {
+            count(r.error_code);
+            r.topics
+                .iter()
+                .flat_map(|t| &t.partitions)
+                .for_each(|p| count(p.error_code));
+        }
+        ResponseKind::CreateTopics(r) => r.topics.iter().for_each(|t| count(t.error_code)),
+        ResponseKind::DeleteTopics(r) => r.responses.iter().for_each(|t| count(t.error_code)),
+        ResponseKind::CreatePartitions(r) => r.results.iter().for_each(|t| count(t.error_code)),
+        ResponseKind::DeleteRecords(r) => r
+            .topics
+            .iter()
+            .flat_map(|t| &t.partitions)
+            .for_each(|p| count(p.error_code)),
+        ResponseKind::DescribeLogDirs(r) => {
+            count(r.error_code);
+            r.results.iter().for_each(|d| count(d.error_code));
+        }
+        ResponseKind::AlterConfigs(r) => r.responses.iter().for_each(|c| count(c.error_code)),
+        ResponseKind::IncrementalAlterConfigs(r) => {
+            r.responses.iter().for_each(|c| count(c.error_code))
+        }
+        ResponseKind::DescribeConfigs(r) => r.results.iter().for_each(|c| count(c.error_code)),
+        ResponseKind::DescribeCluster(r) => count(r.error_code),
+        ResponseKind::InitProducerId(r) => count(r.error_code),
         _ => {}
     }
 }

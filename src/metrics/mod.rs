@@ -258,7 +258,7 @@ pub fn render(
         "rill_request_errors_total",
         Kind::Counter,
         "Errors answered, per listener, API and Kafka error name: whole requests refused, and \
-         each refused partition of Produce and Fetch.",
+         each refused item (partition, topic, group, member) of an answer.",
     );
     for s in &ok {
         let shard = s.shard.to_string();
