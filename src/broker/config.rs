@@ -28,6 +28,8 @@ pub struct BrokerConfig {
     /// One shard per entry, pinned to that cpu.
     pub cores: Vec<usize>,
     pub kafka_listen: Option<SocketAddr>,
+    /// `--metrics-listen`: where Prometheus text is served (`None`: off, the default).
+    pub metrics_listen: Option<SocketAddr>,
     pub fsync: FsyncPolicy,
     /// Defaults of every topic setting (`--retention-ms`, `--segment-bytes`, ...).
     pub topic_defaults: TopicDefaults,
@@ -140,6 +142,7 @@ impl BrokerConfig {
             node_id: 1,
             cores,
             kafka_listen: None,
+            metrics_listen: None,
             fsync: FsyncPolicy::Always,
             topic_defaults: TopicDefaults::default(),
             retention_check_interval: Duration::from_secs(300),

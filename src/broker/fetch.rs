@@ -1,6 +1,7 @@
 //! Fetch: whole batches from the tail cache or the segment files, with long polling (min
 //! bytes, max wait) driven by the shard's timer wheel.
 
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use futures_util::future::select_all;
@@ -9,7 +10,7 @@ use super::filtered_read::read_filtered;
 use super::{locate, OpError, Shard};
 use crate::batch::TagFilter;
 use crate::log::{FileReads, ReadChunk};
-use crate::partition::ReadLimits;
+use crate::partition::{Partition, ReadLimits};
 
 /// One partition a fetch asks for.
 #[derive(Clone, Debug)]
@@ -75,6 +76,8 @@ pub async fn fetch(shard: &Shard, req: &FetchRequest) -> Vec<Result<PartitionRea
         let mut scan_limited = false;
         let mut listeners = Vec::new();
         let mut results = Vec::with_capacity(req.partitions.len());
+        // The partition of each result, to count what the answer hands out (metrics).
+        let mut read_from: Vec<Option<Rc<Partition>>> = Vec::with_capacity(req.partitions.len());
         let mut total = 0usize;
         let mut any_error = false;
         for (i, fp) in req.partitions.iter().enumerate() {
@@ -83,10 +86,12 @@ pub async fn fetch(shard: &Shard, req: &FetchRequest) -> Vec<Result<PartitionRea
                 Err(e) => {
                     any_error = true;
                     results.push(Err(e));
+                    read_from.push(None);
                     continue;
                 }
             };
             listeners.push(p.listen());
+            read_from.push(Some(p.clone()));
             let mut read = PartitionRead {
                 high_watermark: p.high_watermark(),
                 log_start_offset: p.log_start_offset(),
@@ -139,10 +144,24 @@ pub async fn fetch(shard: &Shard, req: &FetchRequest) -> Vec<Result<PartitionRea
         }
         let enough = total >= req.min_bytes.max(1) || any_error || scan_limited;
         if enough || listeners.is_empty() || Instant::now() >= deadline {
+            count_bytes_out(&read_from, &results);
             return results;
         }
         drop(results);
         wait_for_data(shard, listeners, deadline).await;
+    }
+}
+
+/// Counts each partition's bytes in the answer (a long poll's passes that found too little
+/// are not answers). `read_from[i]` is the partition `results[i]` was read from.
+fn count_bytes_out(
+    read_from: &[Option<Rc<Partition>>],
+    results: &[Result<PartitionRead, OpError>],
+) {
+    for (p, r) in read_from.iter().zip(results) {
+        if let (Some(p), Ok(read)) = (p, r) {
+            p.count_bytes_out(read.len());
+        }
     }
 }
 

@@ -338,6 +338,19 @@ impl GroupHost {
             .map_or_else(Vec::new, |g| g.all_committed().collect())
     }
 
+    /// Every committed offset of every group this shard coordinates, as (group, topic,
+    /// partition, offset), for a metrics scrape (lag).
+    pub fn every_committed(&self) -> Vec<(String, String, u32, u64)> {
+        self.groups
+            .borrow()
+            .values()
+            .flat_map(|g| {
+                g.all_committed()
+                    .map(|c| (g.id.clone(), c.topic, c.partition, c.offset))
+            })
+            .collect()
+    }
+
     /// Forgets committed offsets of `group` (a tombstone replayed, or one being written); a
     /// group left with neither members nor offsets is gone.
     pub fn remove_offsets(&self, group: &str, partitions: &[(String, u32)]) {

@@ -100,6 +100,9 @@ pub struct Shard {
     pub sendfile: Option<crate::net::sendfile::SendfileWorker>,
     /// Delayed messages waiting for their time (`crate::delay`).
     pub delays: crate::delay::queue::DelayQueue,
+    /// Requests and errors per listener and API, produce and fetch latency (metrics; the
+    /// rest of a scrape is read from the state it describes, `super::metrics`).
+    pub metrics: crate::metrics::RequestMetrics,
 }
 
 /// Where a topic's partition lives on disk. The topic id keeps a re-created topic from
@@ -167,6 +170,7 @@ impl Shard {
             groups,
             sendfile,
             delays: Default::default(),
+            metrics: Default::default(),
         })
     }
 

@@ -114,6 +114,10 @@ pub struct BrokerArgs {
     /// Kafka protocol address of shard 0, or `off`.
     #[arg(long, env = "RILL_KAFKA_LISTEN", default_value = "127.0.0.1:9092")]
     pub kafka_listen: String,
+    /// Serve Prometheus metrics (text format) at http://HOST:PORT/metrics; `off` (the
+    /// default) serves none.
+    #[arg(long, env = "RILL_METRICS_LISTEN", value_name = "HOST:PORT")]
+    pub metrics_listen: Option<String>,
     /// always | never | interval:MS
     #[arg(long, env = "RILL_FSYNC", default_value = "always")]
     pub fsync: String,

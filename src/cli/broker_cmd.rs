@@ -59,6 +59,10 @@ pub fn config_from_args(a: &BrokerArgs) -> Result<BrokerConfig, String> {
         "off" => None,
         v => Some(parse_addr("kafka-listen", v)?),
     };
+    let metrics_listen = match a.metrics_listen.as_deref() {
+        None | Some("off") => None,
+        Some(v) => Some(parse_addr("metrics-listen", v)?),
+    };
     if a.node_id == 0 {
         return Err("--node-id must be at least 1".into());
     }
@@ -86,6 +90,7 @@ pub fn config_from_args(a: &BrokerArgs) -> Result<BrokerConfig, String> {
         .unwrap_or_else(|| listen.ip().to_string());
     c.node_id = a.node_id;
     c.kafka_listen = kafka_listen;
+    c.metrics_listen = metrics_listen;
     c.fsync = fsync;
     c.file_reads = a
         .file_reads

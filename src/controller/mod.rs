@@ -272,9 +272,21 @@ impl Subscriber {
     }
 }
 
+/// This voter's raft state after its last pass (metrics).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RaftStatus {
+    /// The raft leader: the active controller.
+    pub is_leader: bool,
+    pub term: u64,
+    pub committed_index: u64,
+    pub applied_index: u64,
+}
+
 struct State {
     metadata: Arc<ClusterMetadata>,
     ready: bool,
+    /// `None` until the voter's first pass, and on a broker that is not a voter.
+    raft: Option<RaftStatus>,
     /// Set while the controller's files refuse writes (a full disk): it retries, serving
     /// the metadata it last applied.
     storage_failure: Option<ControllerError>,
@@ -297,6 +309,7 @@ impl Shared {
             state: Mutex::new(State {
                 metadata: Arc::new(ClusterMetadata::default()),
                 ready: false,
+                raft: None,
                 storage_failure: None,
                 stopped: None,
                 subscribers: Vec::new(),
@@ -556,6 +569,11 @@ impl ControllerHandle {
             Err(_) => {}
         }
         rx
+    }
+
+    /// This voter's raft state after its controller's last pass (`None` on a non-voter).
+    pub fn raft_status(&self) -> Option<RaftStatus> {
+        self.shared.lock().raft
     }
 
     /// The latest applied metadata.
@@ -1278,6 +1296,12 @@ impl Worker {
         }
         let mut state = self.shared.lock();
         state.ready = ready;
+        state.raft = Some(RaftStatus {
+            is_leader: self.core.is_leader(),
+            term: self.core.term(),
+            committed_index: self.core.committed_index(),
+            applied_index: self.core.applied_index(),
+        });
         self.shared.changed.notify_all();
     }
 

@@ -23,6 +23,7 @@ use super::handlers::{self, Handled};
 use super::versions;
 use crate::broker::produce::hold_until_acked;
 use crate::broker::Shard;
+use crate::metrics::{Listener, Timed, UNKNOWN_API};
 use crate::net::conn_limits::{accepted, after, until};
 use crate::net::in_order::InOrder;
 use crate::net::request_memory::{read_body, Grant};
@@ -74,6 +75,8 @@ async fn read_requests(
             Some(Err(why)) => {
                 if let Some(why) = why {
                     log::debug!("kafka {peer}: {why}; closing");
+                    let code = ErrorCode::InvalidRequest.code();
+                    shard.metrics.wire_error(Listener::Kafka, UNKNOWN_API, code);
                 }
                 return;
             }
@@ -83,16 +86,31 @@ async fn read_requests(
             Ok(Decoded::Request(api, version, header, request)) => {
                 let correlation = header.correlation_id;
                 let client = header.client_id.as_ref().map(|c| c.to_string());
+                let name = versions::name(api);
+                let timed = match api {
+                    ApiKey::Produce => Timed::Produce,
+                    ApiKey::Fetch => Timed::Fetch,
+                    _ => Timed::No,
+                };
+                let timer = shard.metrics.request(Listener::Kafka, name, timed);
                 match handlers::handle(shard, version, client.as_deref(), *request).await {
-                    Handled::Answer(r) => encode(api, version, correlation, &r),
+                    Handled::Answer(r) => {
+                        shard.metrics.done(timer);
+                        count_errors(shard, name, &r);
+                        encode(api, version, correlation, &r)
+                    }
                     Handled::Unanswered(waits) => {
+                        shard.metrics.done(timer);
                         hold_until_acked(shard, waits, grant);
                         continue;
                     }
                     Handled::Later(later) => {
+                        let shard = shard.clone();
                         replies
                             .push(Box::pin(async move {
                                 let r = later.await;
+                                shard.metrics.done(timer);
+                                count_errors(&shard, name, &r);
                                 drop(grant);
                                 encode(api, version, correlation, &r)
                             }))
@@ -102,9 +120,15 @@ async fn read_requests(
                 }
             }
             Ok(Decoded::UnsupportedApiVersions(correlation)) => {
+                let name = versions::name(ApiKey::ApiVersions);
+                shard
+                    .metrics
+                    .done(shard.metrics.request(Listener::Kafka, name, Timed::No));
+                let code = ErrorCode::UnsupportedVersion;
+                shard.metrics.wire_error(Listener::Kafka, name, code.code());
                 // Answered with v0 (as Kafka does) so the client can pick a version we serve.
                 let mut r = handlers::api_versions();
-                r.error_code = ErrorCode::UnsupportedVersion.code();
+                r.error_code = code.code();
                 encode(
                     ApiKey::ApiVersions,
                     0,
@@ -114,12 +138,107 @@ async fn read_requests(
             }
             Err(why) => {
                 log::debug!("kafka {peer}: {why}; closing");
+                let code = ErrorCode::InvalidRequest.code();
+                shard.metrics.wire_error(Listener::Kafka, UNKNOWN_API, code);
                 return;
             }
         };
         // The request is done (see `request_memory`: what a produce stores is a copy).
         drop(grant);
         replies.push_ready(response).await;
+    }
+}
+
+/// Counts the errors an answer carries (metrics): its top-level code and each item's
+/// (partition, topic, group, member, resource), as the native listener counts its answers'.
+/// Metadata's per-topic codes are not counted (clients poll metadata for topics that do not
+/// exist yet), nor are answers of APIs without items that fail.
+fn count_errors(shard: &Shard, api: &'static str, response: &ResponseKind) {
+    let count = |code: i16| shard.metrics.wire_error(Listener::Kafka, api, code);
+    match response {
+        ResponseKind::Produce(r) => r
+            .responses
+            .iter()
+            .flat_map(|t| &t.partition_responses)
+            .for_each(|p| count(p.error_code)),
+        ResponseKind::Fetch(r) => {
+            count(r.error_code);
+            r.responses
+                .iter()
+                .flat_map(|t| &t.partitions)
+                .for_each(|p| count(p.error_code));
+        }
+        ResponseKind::ListOffsets(r) => r
+            .topics
+            .iter()
+            .flat_map(|t| &t.partitions)
+            .for_each(|p| count(p.error_code)),
+        ResponseKind::OffsetForLeaderEpoch(r) => r
+            .topics
+            .iter()
+            .flat_map(|t| &t.partitions)
+            .for_each(|p| count(p.error_code)),
+        ResponseKind::FindCoordinator(r) => {
+            // v4+ answers per group in `coordinators`, older versions at the top.
+            count(r.error_code);
+            r.coordinators.iter().for_each(|c| count(c.error_code));
+        }
+        ResponseKind::JoinGroup(r) => count(r.error_code),
+        ResponseKind::SyncGroup(r) => count(r.error_code),
+        ResponseKind::Heartbeat(r) => count(r.error_code),
+        ResponseKind::LeaveGroup(r) => {
+            count(r.error_code);
+            r.members.iter().for_each(|m| count(m.error_code));
+        }
+        ResponseKind::OffsetCommit(r) => r
+            .topics
+            .iter()
+            .flat_map(|t| &t.partitions)
+            .for_each(|p| count(p.error_code)),
+        ResponseKind::OffsetFetch(r) => {
+            count(r.error_code);
+            r.topics
+                .iter()
+                .flat_map(|t| &t.partitions)
+                .for_each(|p| count(p.error_code));
+            for g in &r.groups {
+                count(g.error_code);
+                g.topics
+                    .iter()
+                    .flat_map(|t| &t.partitions)
+                    .for_each(|p| count(p.error_code));
+            }
+        }
+        ResponseKind::DescribeGroups(r) => r.groups.iter().for_each(|g| count(g.error_code)),
+        ResponseKind::ListGroups(r) => count(r.error_code),
+        ResponseKind::DeleteGroups(r) => r.results.iter().for_each(|g| count(g.error_code)),
+        ResponseKind::OffsetDelete(r) => {
+            count(r.error_code);
+            r.topics
+                .iter()
+                .flat_map(|t| &t.partitions)
+                .for_each(|p| count(p.error_code));
+        }
+        ResponseKind::CreateTopics(r) => r.topics.iter().for_each(|t| count(t.error_code)),
+        ResponseKind::DeleteTopics(r) => r.responses.iter().for_each(|t| count(t.error_code)),
+        ResponseKind::CreatePartitions(r) => r.results.iter().for_each(|t| count(t.error_code)),
+        ResponseKind::DeleteRecords(r) => r
+            .topics
+            .iter()
+            .flat_map(|t| &t.partitions)
+            .for_each(|p| count(p.error_code)),
+        ResponseKind::DescribeLogDirs(r) => {
+            count(r.error_code);
+            r.results.iter().for_each(|d| count(d.error_code));
+        }
+        ResponseKind::AlterConfigs(r) => r.responses.iter().for_each(|c| count(c.error_code)),
+        ResponseKind::IncrementalAlterConfigs(r) => {
+            r.responses.iter().for_each(|c| count(c.error_code))
+        }
+        ResponseKind::DescribeConfigs(r) => r.results.iter().for_each(|c| count(c.error_code)),
+        ResponseKind::DescribeCluster(r) => count(r.error_code),
+        ResponseKind::InitProducerId(r) => count(r.error_code),
+        _ => {}
     }
 }
 

@@ -1,5 +1,7 @@
 //! The Kafka API versions this listener serves, as ApiVersions advertises them.
 
+use std::sync::OnceLock;
+
 use kafka_protocol::messages::ApiKey;
 
 /// (api, min, max) served. Produce advertises 0-2 although their message-set format is
@@ -46,7 +48,36 @@ pub fn range(api: ApiKey) -> Option<(i16, i16)> {
         .map(|&(_, lo, hi)| (lo, hi))
 }
 
+/// A served API's name (the `api` label of metrics, as Kafka names it); `unknown` for others.
+/// kafka-protocol names its keys only through `Debug`, so the served ones are formatted once
+/// per process (a few hundred bytes kept for its life) and looked up without allocating.
+pub fn name(api: ApiKey) -> &'static str {
+    static NAMES: OnceLock<Vec<(ApiKey, &'static str)>> = OnceLock::new();
+    NAMES
+        .get_or_init(|| {
+            SUPPORTED
+                .iter()
+                .map(|&(k, _, _)| (k, &*Box::leak(format!("{k:?}").into_boxed_str())))
+                .collect()
+        })
+        .iter()
+        .find(|(k, _)| *k == api)
+        .map_or(crate::metrics::UNKNOWN_API, |&(_, n)| n)
+}
+
 /// Whether `version` of `api` is served.
 pub fn supports(api: ApiKey, version: i16) -> bool {
     range(api).is_some_and(|(lo, hi)| (lo..=hi).contains(&version))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn served_apis_are_named_as_kafka_names_them() {
+        assert_eq!(name(ApiKey::Produce), "Produce");
+        assert_eq!(name(ApiKey::OffsetForLeaderEpoch), "OffsetForLeaderEpoch");
+        assert_eq!(name(ApiKey::SaslHandshake), crate::metrics::UNKNOWN_API);
+    }
 }

@@ -472,6 +472,11 @@ impl PartitionLog {
         Ok(())
     }
 
+    /// Bytes of the batches appended and not yet taken by a flush.
+    pub fn pending_bytes(&self) -> usize {
+        self.pending.iter().map(Bytes::len).sum()
+    }
+
     pub fn has_pending(&self) -> bool {
         !self.pending.is_empty()
     }

@@ -23,13 +23,14 @@ use super::{dispatch, Reply};
 use crate::broker::produce::hold_until_acked;
 use crate::broker::Shard;
 use crate::log::ReadChunk;
+use crate::metrics::{Listener, Timed, UNKNOWN_API};
 use crate::net::conn_limits::{accepted, after, shutdown, until};
 use crate::net::in_order::InOrder;
 use crate::net::request_memory::read_frame;
 use crate::net::shared_stream::SharedStream;
 use crate::protocol::frame::{encode_meta, encode_response_head, FrameError, RequestFrame};
 use crate::protocol::messages::ErrorBody;
-use crate::protocol::ErrorCode;
+use crate::protocol::{ApiKey, ErrorCode};
 
 /// A reply with the correlation id it answers.
 type Answer = (u32, Reply);
@@ -78,6 +79,7 @@ async fn read_requests(
             Err(FrameError::Closed) => return,
             Err(e) => {
                 log::debug!("{peer}: {e}; closing");
+                count_error(shard, UNKNOWN_API, e.code());
                 // The rest of an oversized frame cannot be skipped safely: answer and close.
                 replies
                     .push_ready((0, Reply::Error(e.code(), e.to_string())))
@@ -89,6 +91,7 @@ async fn read_requests(
             Ok(f) => f,
             Err(e) => {
                 log::debug!("{peer}: {e}; closing");
+                count_error(shard, UNKNOWN_API, e.code());
                 replies
                     .push_ready((0, Reply::Error(e.code(), e.to_string())))
                     .await;
@@ -96,21 +99,41 @@ async fn read_requests(
             }
         };
         let correlation = frame.header.correlation_id;
+        let api = ApiKey::from_u16(frame.header.api_key);
+        let api_name = api.map_or(UNKNOWN_API, ApiKey::name);
+        let timed = match api {
+            Some(ApiKey::Produce) => Timed::Produce,
+            Some(ApiKey::Fetch | ApiKey::FilteredFetch) => Timed::Fetch,
+            _ => Timed::No,
+        };
+        let timer = shard.metrics.request(Listener::Native, api_name, timed);
         // The request is done when its reply is: what a produce keeps of its frame is the
         // tail cache's and the pending writes' (see `request_memory`); unanswered writes
         // keep the grant until durable.
         match dispatch(shard, frame).await {
-            Reply::Unanswered(waits) => hold_until_acked(shard, waits, grant),
+            Reply::Unanswered(waits) => {
+                shard.metrics.done(timer);
+                hold_until_acked(shard, waits, grant)
+            }
             Reply::Later(later) => {
+                let shard = shard.clone();
                 replies
                     .push(Box::pin(async move {
                         let reply = later.await;
+                        shard.metrics.done(timer);
+                        if let Reply::Error(code, _) = &reply {
+                            count_error(&shard, api_name, *code);
+                        }
                         drop(grant);
                         (correlation, reply)
                     }))
                     .await
             }
             reply => {
+                shard.metrics.done(timer);
+                if let Reply::Error(code, _) = &reply {
+                    count_error(shard, api_name, *code);
+                }
                 drop(grant);
                 let barrier = matches!(&reply, Reply::Meta(_, chunks)
                     if chunks.iter().any(|c| matches!(c, ReadChunk::Sendfile(_))));
@@ -121,6 +144,11 @@ async fn read_requests(
             }
         }
     }
+}
+
+/// Counts a request-level error answered on this listener.
+fn count_error(shard: &Shard, api: &'static str, code: ErrorCode) {
+    shard.metrics.wire_error(Listener::Native, api, code.code());
 }
 
 /// Writes the replies in request order until the reader is done, or a write fails or misses

@@ -7,6 +7,7 @@ use super::{status, Reply};
 use crate::broker::Shard;
 use crate::protocol::frame::RequestFrame;
 use crate::protocol::messages::{DelayedProduceRequest, DelayedProduceResponse};
+use crate::protocol::ApiKey;
 
 pub async fn delayed_produce(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
     let req: DelayedProduceRequest = match frame.decode_meta() {
@@ -17,7 +18,7 @@ pub async fn delayed_produce(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
     let r =
         crate::delay::queue::accept(shard, &req.topic, req.partition, req.deliver_at_ms, &batch)
             .await;
-    let (error_code, message) = status(&r);
+    let (error_code, message) = status(shard, ApiKey::DelayedProduce, &r);
     Reply::meta(&DelayedProduceResponse {
         error_code,
         message,

@@ -11,12 +11,14 @@ use crate::batch::TagFilter;
 use crate::broker::fetch::{self, FetchPartition, PartitionRead};
 use crate::broker::{OpError, Shard};
 use crate::log::ReadChunk;
+use crate::metrics::Listener;
 use crate::protocol::error_code::ErrorCode;
 use crate::protocol::frame::RequestFrame;
 use crate::protocol::messages::{
     FetchPartitionResult, FetchRequest, FetchResponse, FilteredFetchPartitionResult,
     FilteredFetchRequest, FilteredFetchResponse,
 };
+use crate::protocol::ApiKey;
 
 pub async fn fetch(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
     let req: FetchRequest = match frame.decode_meta() {
@@ -24,6 +26,7 @@ pub async fn fetch(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
         Err(e) => return e.into(),
     };
     let (results, chunks) = read(shard, &req, None).await;
+    count_errors(shard, ApiKey::Fetch, &results);
     Reply::with_payload(
         &FetchResponse {
             partitions: results.into_iter().map(|(r, _)| r).collect(),
@@ -44,6 +47,7 @@ pub async fn filtered_fetch(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
         );
     };
     let (results, chunks) = read(shard, &req.fetch, Some(filter)).await;
+    count_errors(shard, ApiKey::FilteredFetch, &results);
     let partitions = req
         .fetch
         .partitions
@@ -55,6 +59,15 @@ pub async fn filtered_fetch(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
         })
         .collect();
     Reply::with_payload(&FilteredFetchResponse { partitions }, chunks)
+}
+
+/// Counts each refused partition of the answer (metrics).
+fn count_errors(shard: &Shard, api: ApiKey, results: &[(FetchPartitionResult, Option<u64>)]) {
+    for (r, _) in results {
+        shard
+            .metrics
+            .wire_error(Listener::Native, api.name(), r.error_code);
+    }
 }
 
 /// Runs the fetch operation: each partition's result meta (with a filtered read's next

@@ -3,7 +3,7 @@
 
 use std::rc::Rc;
 
-use super::{status, Reply};
+use super::{count_refusal, status, Reply};
 use crate::broker::group_host::GroupSummary;
 use crate::broker::groups::{self, Leaving};
 use crate::broker::{OpError, Shard};
@@ -14,6 +14,7 @@ use crate::protocol::messages::{
     GroupDescription, GroupStatusResponse, HeartbeatRequest, JoinGroupRequest, JoinGroupResponse,
     LeaveGroupRequest, ListGroupsResponse, MemberInfo, SyncGroupRequest, SyncGroupResponse,
 };
+use crate::protocol::ApiKey;
 
 pub fn find_coordinator(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
     let req: FindCoordinatorRequest = match frame.decode_meta() {
@@ -21,7 +22,7 @@ pub fn find_coordinator(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
         Err(e) => return e.into(),
     };
     let found = groups::coordinator(shard, &req.group);
-    let (error_code, message) = status(&found);
+    let (error_code, message) = status(shard, ApiKey::FindCoordinator, &found);
     let mut resp = FindCoordinatorResponse {
         error_code,
         message,
@@ -69,6 +70,7 @@ pub async fn join(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
             resp.members = r.members;
         }
         Err(e) => {
+            count_refusal(shard, ApiKey::JoinGroup, e.code);
             resp.error_code = e.code.code();
             resp.message = e.message;
         }
@@ -88,7 +90,7 @@ pub async fn sync(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
         assignments: req.assignments,
     };
     let result = groups::sync(shard, &req.group, sync).await;
-    let (error_code, message) = status(&result);
+    let (error_code, message) = status(shard, ApiKey::SyncGroup, &result);
     Reply::meta(&SyncGroupResponse {
         error_code,
         message,
@@ -96,8 +98,8 @@ pub async fn sync(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
     })
 }
 
-fn group_status(r: Result<(), OpError>) -> Reply {
-    let (error_code, message) = status(&r);
+fn group_status(shard: &Shard, api: ApiKey, r: Result<(), OpError>) -> Reply {
+    let (error_code, message) = status(shard, api, &r);
     Reply::meta(&GroupStatusResponse {
         error_code,
         message,
@@ -161,6 +163,9 @@ pub fn describe(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
         .into_iter()
         .map(|group| {
             let d = groups::describe(shard, &group);
+            if let Err(e) = &d {
+                count_refusal(shard, ApiKey::DescribeGroups, e.code);
+            }
             description(group, d)
         })
         .collect();
@@ -172,13 +177,17 @@ pub fn heartbeat(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
         Ok(r) => r,
         Err(e) => return e.into(),
     };
-    group_status(groups::heartbeat(
+    group_status(
         shard,
-        &req.group,
-        &req.member_id,
-        req.group_instance_id.as_deref(),
-        req.generation,
-    ))
+        ApiKey::Heartbeat,
+        groups::heartbeat(
+            shard,
+            &req.group,
+            &req.member_id,
+            req.group_instance_id.as_deref(),
+            req.generation,
+        ),
+    )
 }
 
 pub fn leave(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
@@ -186,9 +195,9 @@ pub fn leave(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
         Ok(r) => r,
         Err(e) => return e.into(),
     };
-    group_status(groups::leave(
+    group_status(
         shard,
-        &req.group,
-        Leaving::Member(&req.member_id),
-    ))
+        ApiKey::LeaveGroup,
+        groups::leave(shard, &req.group, Leaving::Member(&req.member_id)),
+    )
 }

@@ -2,7 +2,7 @@
 
 use std::rc::Rc;
 
-use super::Reply;
+use super::{count_refusal, Reply};
 use crate::broker::leader_epochs::{asked_epoch, offset_for_leader_epoch};
 use crate::broker::Shard;
 use crate::protocol::frame::RequestFrame;
@@ -10,7 +10,7 @@ use crate::protocol::messages::{
     OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, OffsetForLeaderEpochResult,
     NO_LEADER_EPOCH,
 };
-use crate::protocol::ErrorCode;
+use crate::protocol::{ApiKey, ErrorCode};
 use crate::replication::NO_EPOCH;
 
 pub fn offset_for_leader_epoch_api(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
@@ -32,6 +32,11 @@ pub fn offset_for_leader_epoch_api(shard: &Rc<Shard>, frame: &RequestFrame) -> R
             };
             let current = asked_epoch(q.current_leader_epoch);
             let Ok(asked) = u32::try_from(q.leader_epoch) else {
+                count_refusal(
+                    shard,
+                    ApiKey::OffsetForLeaderEpoch,
+                    ErrorCode::InvalidRequest,
+                );
                 r.error_code = ErrorCode::InvalidRequest.code();
                 r.message = format!("bad leader epoch {}", q.leader_epoch);
                 return r;
@@ -46,6 +51,7 @@ pub fn offset_for_leader_epoch_api(shard: &Rc<Shard>, frame: &RequestFrame) -> R
                     r.end_offset = i64::try_from(end.end_offset).unwrap_or(i64::MAX);
                 }
                 Err(e) => {
+                    count_refusal(shard, ApiKey::OffsetForLeaderEpoch, e.code);
                     r.error_code = e.code.code();
                     r.message = e.message;
                 }

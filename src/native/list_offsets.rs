@@ -3,13 +3,14 @@
 
 use std::rc::Rc;
 
-use super::Reply;
+use super::{count_refusal, Reply};
 use crate::broker::list_offsets::{list_offset, OffsetQuery};
 use crate::broker::Shard;
 use crate::protocol::frame::RequestFrame;
 use crate::protocol::messages::{
     ListOffsetsPartitionResult, ListOffsetsRequest, ListOffsetsResponse,
 };
+use crate::protocol::ApiKey;
 
 pub async fn list_offsets(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
     let req: ListOffsetsRequest = match frame.decode_meta() {
@@ -38,6 +39,7 @@ pub async fn list_offsets(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
             // Nothing at or after the time: -1.
             Ok(None) => {}
             Err(e) => {
+                count_refusal(shard, ApiKey::ListOffsets, e.code);
                 r.error_code = e.code.code();
                 r.message = e.message;
             }

@@ -10,6 +10,7 @@ use crate::protocol::messages::{
     DeleteRecordsPartitionResult, DeleteRecordsRequest, DeleteRecordsResponse,
     DescribePartitionsRequest, DescribePartitionsResponse, PartitionState,
 };
+use crate::protocol::ApiKey;
 
 pub async fn delete_records(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
     let req: DeleteRecordsRequest = match frame.decode_meta() {
@@ -19,7 +20,7 @@ pub async fn delete_records(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
     let mut results = Vec::with_capacity(req.partitions.len());
     for d in req.partitions {
         let outcome = truncate(shard, &d.topic, d.partition, d.before_offset).await;
-        let (error_code, message) = status(&outcome);
+        let (error_code, message) = status(shard, ApiKey::DeleteRecords, &outcome);
         results.push(DeleteRecordsPartitionResult {
             topic: d.topic,
             partition: d.partition,
@@ -43,7 +44,7 @@ pub fn describe_partitions(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
         .into_iter()
         .map(|(topic, partition)| {
             let outcome = describe_partition(shard, &topic, partition);
-            let (error_code, message) = status(&outcome);
+            let (error_code, message) = status(shard, ApiKey::DescribePartitions, &outcome);
             let st = outcome.ok();
             PartitionState {
                 topic,

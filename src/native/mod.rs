@@ -56,12 +56,23 @@ impl Reply {
     }
 }
 
-/// A result's error code and message as the native messages carry them (0 and empty: none).
-fn status<T>(r: &Result<T, OpError>) -> (i16, String) {
+/// A result's error code and message as the native messages carry them (0 and empty: none);
+/// an error is counted for `api` (metrics).
+fn status<T>(shard: &Shard, api: ApiKey, r: &Result<T, OpError>) -> (i16, String) {
     match r {
         Ok(_) => (0, String::new()),
-        Err(e) => (e.code.code(), e.message.clone()),
+        Err(e) => {
+            count_refusal(shard, api, e.code);
+            (e.code.code(), e.message.clone())
+        }
     }
+}
+
+/// Counts an error an answer of `api` carries (a partition, topic or group refused).
+fn count_refusal(shard: &Shard, api: ApiKey, code: ErrorCode) {
+    shard
+        .metrics
+        .wire_error(crate::metrics::Listener::Native, api.name(), code.code());
 }
 
 impl From<FrameError> for Reply {

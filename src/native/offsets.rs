@@ -9,6 +9,7 @@ use crate::protocol::frame::RequestFrame;
 use crate::protocol::messages::{
     GroupStatusResponse, OffsetCommitRequest, OffsetFetchRequest, OffsetFetchResponse,
 };
+use crate::protocol::ApiKey;
 
 pub async fn commit(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
     let req: OffsetCommitRequest = match frame.decode_meta() {
@@ -27,7 +28,7 @@ pub async fn commit(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
         })
         .collect();
     let outcome = offsets::commit(shard, &req.group, &req.member_id, req.generation, committed);
-    let (error_code, message) = status(&outcome.await);
+    let (error_code, message) = status(shard, ApiKey::OffsetCommit, &outcome.await);
     Reply::meta(&GroupStatusResponse {
         error_code,
         message,
@@ -42,7 +43,7 @@ pub fn fetch(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
     // No partitions named: every committed offset of the group (Kafka's null topics).
     let asked = (!req.partitions.is_empty()).then_some(req.partitions);
     let found = offsets::committed(shard, &req.group, asked);
-    let (error_code, message) = status(&found);
+    let (error_code, message) = status(shard, ApiKey::OffsetFetch, &found);
     Reply::meta(&OffsetFetchResponse {
         error_code,
         message,

@@ -8,9 +8,10 @@ use super::Reply;
 use crate::broker::produce::{await_acks, Acks, Produce};
 use crate::broker::{request_timeout, OpError, Shard};
 use crate::clock::now_ms;
+use crate::metrics::Listener;
 use crate::protocol::frame::RequestFrame;
 use crate::protocol::messages::{ProducePartitionResult, ProduceRequest, ProduceResponse};
-use crate::protocol::ErrorCode;
+use crate::protocol::{ApiKey, ErrorCode};
 
 /// Validates and appends now (in arrival order: no await before the append), and answers
 /// once the writes are acknowledged.
@@ -80,6 +81,7 @@ pub fn produce(shard: &Rc<Shard>, frame: RequestFrame) -> Reply {
         }
     }
     if acks == Acks::None {
+        count_errors(shard, &results);
         return Reply::Unanswered(waits);
     }
     let shard = shard.clone();
@@ -87,8 +89,18 @@ pub fn produce(shard: &Rc<Shard>, frame: RequestFrame) -> Reply {
         for (i, e) in await_acks(&shard, waits, deadline).await {
             refuse(&mut results[i], e);
         }
+        count_errors(&shard, &results);
         Reply::meta(&ProduceResponse {
             partitions: results,
         })
     }))
+}
+
+/// Counts each refused partition of the answer (metrics).
+fn count_errors(shard: &Shard, results: &[ProducePartitionResult]) {
+    for r in results {
+        shard
+            .metrics
+            .wire_error(Listener::Native, ApiKey::Produce.name(), r.error_code);
+    }
 }

@@ -13,6 +13,7 @@ use crate::protocol::messages::{
     AlterTopicConfigsRequest, CreatePartitionsRequest, CreateTopicsRequest,
     DecommissionPartitionRequest, DeleteTopicsRequest, TopicResult, TopicResults,
 };
+use crate::protocol::ApiKey;
 
 pub async fn create(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
     let req: CreateTopicsRequest = match frame.decode_meta() {
@@ -28,7 +29,7 @@ pub async fn create(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
             replication_factor: t.replication_factor,
             configs: t.configs.into_iter().collect::<BTreeMap<_, _>>(),
         };
-        results.push(propose(shard, t.name, cmd, timeout).await);
+        results.push(propose(shard, ApiKey::CreateTopics, t.name, cmd, timeout).await);
     }
     Reply::meta(&TopicResults { topics: results })
 }
@@ -42,7 +43,7 @@ pub async fn delete(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
     let mut results = Vec::with_capacity(req.topics.len());
     for name in req.topics {
         let cmd = Command::DeleteTopic { name: name.clone() };
-        results.push(propose(shard, name, cmd, timeout).await);
+        results.push(propose(shard, ApiKey::DeleteTopics, name, cmd, timeout).await);
     }
     Reply::meta(&TopicResults { topics: results })
 }
@@ -57,7 +58,7 @@ pub async fn alter_config(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
         name: req.topic.clone(),
         configs: req.configs.into_iter().collect(),
     };
-    one_topic(shard, req.topic, cmd, timeout).await
+    one_topic(shard, ApiKey::AlterTopicConfigs, req.topic, cmd, timeout).await
 }
 
 pub async fn create_partitions(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
@@ -70,7 +71,7 @@ pub async fn create_partitions(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply
         name: req.topic.clone(),
         count: req.count,
     };
-    one_topic(shard, req.topic, cmd, timeout).await
+    one_topic(shard, ApiKey::CreatePartitions, req.topic, cmd, timeout).await
 }
 
 pub async fn decommission(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
@@ -83,11 +84,24 @@ pub async fn decommission(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
         name: req.topic.clone(),
         partition: req.partition,
     };
-    one_topic(shard, req.topic, cmd, timeout).await
+    one_topic(
+        shard,
+        ApiKey::DecommissionPartition,
+        req.topic,
+        cmd,
+        timeout,
+    )
+    .await
 }
 
-async fn propose(shard: &Rc<Shard>, name: String, cmd: Command, timeout: Duration) -> TopicResult {
-    let (error_code, message) = status(&topics::propose(shard, cmd, timeout).await);
+async fn propose(
+    shard: &Rc<Shard>,
+    api: ApiKey,
+    name: String,
+    cmd: Command,
+    timeout: Duration,
+) -> TopicResult {
+    let (error_code, message) = status(shard, api, &topics::propose(shard, cmd, timeout).await);
     TopicResult {
         name,
         error_code,
@@ -96,8 +110,14 @@ async fn propose(shard: &Rc<Shard>, name: String, cmd: Command, timeout: Duratio
 }
 
 /// Proposes one topic command and answers with its result.
-async fn one_topic(shard: &Rc<Shard>, name: String, cmd: Command, timeout: Duration) -> Reply {
-    let result = propose(shard, name, cmd, timeout).await;
+async fn one_topic(
+    shard: &Rc<Shard>,
+    api: ApiKey,
+    name: String,
+    cmd: Command,
+    timeout: Duration,
+) -> Reply {
+    let result = propose(shard, api, name, cmd, timeout).await;
     Reply::meta(&TopicResults {
         topics: vec![result],
     })

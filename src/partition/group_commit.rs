@@ -5,12 +5,14 @@
 
 use std::cell::RefCell;
 use std::rc::Rc;
+use std::time::Instant;
 
 use event_listener::Event;
 use futures_util::future::join_all;
 
 use super::Partition;
 use crate::log::FsyncPolicy;
+use crate::metrics::{Histogram, HistogramSnapshot};
 use crate::protocol::ErrorCode;
 
 pub struct GroupCommit {
@@ -21,6 +23,17 @@ pub struct GroupCommit {
     busy: std::cell::Cell<bool>,
     /// Notified at the end of every round.
     idle: Event,
+    /// Bytes and partitions each round wrote, and each partition's fdatasync (metrics).
+    round_bytes: Histogram,
+    round_partitions: Histogram,
+    fdatasync: Histogram,
+}
+
+/// What the group commit reports to a scrape.
+pub struct GroupCommitStats {
+    pub round_bytes: HistogramSnapshot,
+    pub round_partitions: HistogramSnapshot,
+    pub fdatasync: HistogramSnapshot,
 }
 
 impl GroupCommit {
@@ -31,7 +44,18 @@ impl GroupCommit {
             policy,
             busy: std::cell::Cell::new(false),
             idle: Event::new(),
+            round_bytes: Histogram::bytes(),
+            round_partitions: Histogram::count(),
+            fdatasync: Histogram::latency(),
         })
+    }
+
+    pub fn stats(&self) -> GroupCommitStats {
+        GroupCommitStats {
+            round_bytes: self.round_bytes.snapshot(),
+            round_partitions: self.round_partitions.snapshot(),
+            fdatasync: self.fdatasync.snapshot(),
+        }
     }
 
     /// Schedules a partition with pending appends for the next round.
@@ -75,6 +99,10 @@ impl GroupCommit {
     }
 
     async fn round(&self, dirty: Vec<Rc<Partition>>) {
+        // Read before the flushes take the pending batches (nothing awaits in between).
+        let bytes: usize = dirty.iter().map(|p| p.pending_bytes()).sum();
+        self.round_bytes.observe(bytes as u64);
+        self.round_partitions.observe(dirty.len() as u64);
         let results = join_all(dirty.iter().map(|p| p.flush())).await;
         let mut written = Vec::with_capacity(dirty.len());
         for (p, r) in dirty.iter().zip(results) {
@@ -89,7 +117,7 @@ impl GroupCommit {
         }
         if self.policy == FsyncPolicy::Always {
             // Each partition syncs its own files (all at once) and fails itself on an error.
-            join_all(written.iter().map(|(p, _)| p.sync())).await;
+            join_all(written.iter().map(|(p, _)| self.timed_sync(p))).await;
         }
         for (p, flushed) in written {
             if p.failure().is_none() {
@@ -100,7 +128,18 @@ impl GroupCommit {
 
     /// For `--fsync interval:MS` and a clean stop: fdatasync every partition's unsynced
     /// files; a partition whose sync fails marks itself failed.
-    pub async fn sync_all(partitions: &[Rc<Partition>]) {
-        join_all(partitions.iter().map(|p| p.sync())).await;
+    pub async fn sync_all(&self, partitions: &[Rc<Partition>]) {
+        join_all(partitions.iter().map(|p| self.timed_sync(p))).await;
+    }
+
+    /// Syncs a partition, timing it when it had files to sync (a partition with nothing
+    /// unsynced would record a zero that no disk took).
+    async fn timed_sync(&self, p: &Partition) {
+        let started = Instant::now();
+        if let Ok(files) = p.sync().await {
+            if files > 0 {
+                self.fdatasync.observe_duration(started.elapsed());
+            }
+        }
     }
 }

@@ -58,6 +58,9 @@ pub struct Partition {
     epochs: RefCell<Option<LeaderEpochs>>,
     /// The leader epoch stamped into appended batches (set by [`Self::lead`]).
     leader_epoch: Cell<u32>,
+    /// Stored bytes appended, and handed to fetches, since this process opened it (metrics).
+    bytes_in: Cell<u64>,
+    bytes_out: Cell<u64>,
 }
 
 /// What `DescribePartitions` reports about one partition.
@@ -98,6 +101,8 @@ impl Partition {
             cache_key,
             log: RefCell::new(log),
             high_watermark: Cell::new(hw),
+            bytes_in: Cell::new(0),
+            bytes_out: Cell::new(0),
             acks: RefCell::new(VecDeque::new()),
             data: Event::new(),
             fsync,
@@ -339,10 +344,27 @@ impl Partition {
         let first = log.next_offset();
         for (bytes, count) in batches {
             let base = log.next_offset();
+            let len = bytes.len() as u64;
             log.append_stamped(bytes.clone(), count)?;
+            self.bytes_in.set(self.bytes_in.get() + len);
             cache.insert(self.cache_key, base, log.next_offset(), bytes);
         }
         Ok((first, log.next_offset()))
+    }
+
+    /// Counts stored bytes a fetch answered with (once per answer, not per long-poll pass).
+    pub fn count_bytes_out(&self, n: usize) {
+        self.bytes_out.set(self.bytes_out.get() + n as u64);
+    }
+
+    /// (bytes appended, bytes served to fetches) since this process opened the partition.
+    pub fn traffic(&self) -> (u64, u64) {
+        (self.bytes_in.get(), self.bytes_out.get())
+    }
+
+    /// Bytes appended and not yet handed to a write (what the next group-commit round takes).
+    pub fn pending_bytes(&self) -> usize {
+        self.log.borrow().pending_bytes()
     }
 
     /// A receiver that completes when `offset` is below the high watermark.
@@ -552,8 +574,8 @@ impl Partition {
     }
 
     /// fdatasyncs the files this partition wrote since its last sync. A failure marks the log
-    /// failed (retriably: the shard reopens it) and fails the producers waiting.
-    pub async fn sync(&self) -> Result<(), LogError> {
+    /// failed (retriably: the shard reopens it) and fails the producers waiting. Returns how many files it synced.
+    pub async fn sync(&self) -> Result<usize, LogError> {
         let files = self.log.borrow_mut().take_unsynced();
         let results = join_all(files.iter().map(|(f, _)| f.fdatasync())).await;
         for ((_, path), r) in files.iter().zip(results) {
@@ -564,7 +586,7 @@ impl Partition {
                 return Err(e);
             }
         }
-        Ok(())
+        Ok(files.len())
     }
 
     /// Why the log refuses writes, if it does.

@@ -2,7 +2,7 @@
 //! from memory without a disk read. Bounded in bytes (`--tail-cache-bytes`); the oldest
 //! batches of the shard are evicted first.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
 
 use bytes::Bytes;
@@ -24,6 +24,9 @@ struct Inner {
 pub struct TailCache {
     budget: usize,
     inner: RefCell<Inner>,
+    /// Reads it served, and reads it did not reach back to (metrics).
+    hits: Cell<u64>,
+    misses: Cell<u64>,
 }
 
 impl TailCache {
@@ -31,11 +34,18 @@ impl TailCache {
         TailCache {
             budget: budget_bytes,
             inner: RefCell::new(Inner::default()),
+            hits: Cell::new(0),
+            misses: Cell::new(0),
         }
     }
 
     pub fn used_bytes(&self) -> usize {
         self.inner.borrow().used
+    }
+
+    /// (hits, misses) of [`read`](Self::read) so far.
+    pub fn hits_and_misses(&self) -> (u64, u64) {
+        (self.hits.get(), self.misses.get())
     }
 
     /// Adds a batch just appended (offsets `base..next`) to partition `key`.
@@ -79,6 +89,23 @@ impl TailCache {
     /// batch, or past its last (an answer of no batches would say "no data yet" to a consumer
     /// whose data is on disk, for as long as nothing newer is appended).
     pub fn read(&self, key: u64, offset: u64, limit: u64, max_bytes: usize) -> Option<Vec<Bytes>> {
+        let found = self.read_inner(key, offset, limit, max_bytes);
+        let counter = if found.is_some() {
+            &self.hits
+        } else {
+            &self.misses
+        };
+        counter.set(counter.get() + 1);
+        found
+    }
+
+    fn read_inner(
+        &self,
+        key: u64,
+        offset: u64,
+        limit: u64,
+        max_bytes: usize,
+    ) -> Option<Vec<Bytes>> {
         let inner = self.inner.borrow();
         let q = inner.by_partition.get(&key)?;
         if q.front()?.base > offset {
@@ -149,6 +176,10 @@ mod tests {
         assert_eq!(cache.used_bytes(), 200);
         cache.forget(1);
         assert_eq!(cache.used_bytes(), 0);
+        // Every read above counted: 4 served, 3 not (evicted, forgotten below 30, the
+        // partition forgotten).
+        assert!(cache.read(1, 30, 50, 1000).is_none());
+        assert_eq!(cache.hits_and_misses(), (4, 3));
     }
 
     /// Seen from outside: a batch larger than the cache followed the cached ones, and a

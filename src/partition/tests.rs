@@ -117,7 +117,7 @@ async fn fault_then_recover(dir: PathBuf, op: FileOp, errno: i32, fsync: FsyncPo
         match produce(&f, 20).await {
             Ok(_) if fsync == FsyncPolicy::Never || matches!(fsync, FsyncPolicy::Interval(_)) => {
                 // Syncs happen out of band: run one and see it fail the partition.
-                GroupCommit::sync_all(std::slice::from_ref(&f.p)).await;
+                f.gc.sync_all(std::slice::from_ref(&f.p)).await;
                 if f.p.failure().is_some() {
                     refused = Some(ErrorCode::KafkaStorageError);
                     break;

@@ -63,6 +63,36 @@ impl ApiKey {
         ApiKey::DelayedProduce,
     ];
 
+    /// The API's name (the `api` label of metrics).
+    pub fn name(self) -> &'static str {
+        match self {
+            ApiKey::ApiVersions => "ApiVersions",
+            ApiKey::Metadata => "Metadata",
+            ApiKey::CreateTopics => "CreateTopics",
+            ApiKey::DeleteTopics => "DeleteTopics",
+            ApiKey::Produce => "Produce",
+            ApiKey::Fetch => "Fetch",
+            ApiKey::ListOffsets => "ListOffsets",
+            ApiKey::AlterTopicConfigs => "AlterTopicConfigs",
+            ApiKey::CreatePartitions => "CreatePartitions",
+            ApiKey::DeleteRecords => "DeleteRecords",
+            ApiKey::DescribePartitions => "DescribePartitions",
+            ApiKey::DecommissionPartition => "DecommissionPartition",
+            ApiKey::FindCoordinator => "FindCoordinator",
+            ApiKey::JoinGroup => "JoinGroup",
+            ApiKey::SyncGroup => "SyncGroup",
+            ApiKey::Heartbeat => "Heartbeat",
+            ApiKey::LeaveGroup => "LeaveGroup",
+            ApiKey::OffsetCommit => "OffsetCommit",
+            ApiKey::OffsetFetch => "OffsetFetch",
+            ApiKey::ListGroups => "ListGroups",
+            ApiKey::DescribeGroups => "DescribeGroups",
+            ApiKey::OffsetForLeaderEpoch => "OffsetForLeaderEpoch",
+            ApiKey::FilteredFetch => "FilteredFetch",
+            ApiKey::DelayedProduce => "DelayedProduce",
+        }
+    }
+
     pub fn from_u16(v: u16) -> Option<ApiKey> {
         ApiKey::ALL.iter().copied().find(|k| *k as u16 == v)
     }
@@ -75,5 +105,17 @@ impl ApiKey {
     pub fn supports(self, version: u16) -> bool {
         let (lo, hi) = self.versions();
         (lo..=hi).contains(&version)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ApiKey;
+
+    #[test]
+    fn names_are_the_variant_names() {
+        for k in ApiKey::ALL {
+            assert_eq!(k.name(), format!("{k:?}"));
+        }
     }
 }

@@ -18,7 +18,6 @@ use crate::controller::metadata::{BrokerInfo, Command, MetadataLimits};
 use crate::controller::{self, ControllerConfig, ControllerError};
 use crate::log::{FileReads, FsyncPolicy};
 use crate::net::sendfile::SendfileWorker;
-use crate::partition::group_commit::GroupCommit;
 use crate::protocol::error_code::ErrorCode;
 
 #[derive(Debug, thiserror::Error)]
@@ -108,6 +107,17 @@ pub fn run_broker(cfg: BrokerConfig) -> Result<(), BrokerError> {
     };
     std::fs::create_dir_all(&dir).map_err(dir_err)?;
     let _lock = lock_data_dir(&cfg)?;
+    // Bound now, so that a taken port fails the start before anything runs (std's listener
+    // has no SO_REUSEPORT: binding next to a live one fails).
+    let metrics_listener = cfg
+        .metrics_listen
+        .map(|addr| {
+            std::net::TcpListener::bind(addr).map_err(|e| BrokerError::Listen {
+                addr: addr.to_string(),
+                why: e.to_string(),
+            })
+        })
+        .transpose()?;
 
     let mut ccfg = ControllerConfig::new(&cfg.data_dir, u64::from(cfg.node_id));
     ccfg.limits = MetadataLimits {
@@ -162,7 +172,7 @@ pub fn run_broker(cfg: BrokerConfig) -> Result<(), BrokerError> {
         }
     };
     if !cfg.broker_role {
-        return run_controller_only(&cfg, controller, &signals);
+        return run_controller_only(&cfg, controller, metrics_listener, &signals);
     }
     // Every broker registers before it creates any topic: a metadata without brokers is a
     // fresh one (a log recreated from nothing), whatever the files look like.
@@ -255,13 +265,23 @@ pub fn run_broker(cfg: BrokerConfig) -> Result<(), BrokerError> {
     let (stop_txs, stop_rxs): (Vec<_>, Vec<_>) =
         (0..shards).map(|_| flume::bounded::<()>(1)).unzip();
     let stops = Arc::new(rill_shards::PerShard::new(stop_rxs));
+    let (scrapers, scrape_rxs) = match metrics_listener {
+        Some(l) => {
+            let (scrapers, rxs) = super::metrics::channels(shards);
+            (Some((l, scrapers)), rxs.into_iter().map(Some).collect())
+        }
+        None => (None, (0..shards).map(|_| None).collect()),
+    };
+    let scrape_rxs = Arc::new(rill_shards::PerShard::new(scrape_rxs));
+    let controller_handle = handle.clone();
     let set = start_shards(scfg, move |ctx: ShardContext| {
         let cfg = shard_cfg.clone();
         let handle = handle.clone();
         let applied = applied.clone();
         let bound_tx = bound_tx.clone();
         let stop = stops.take(ctx.id);
-        async move { run_shard(ctx, cfg, handle, applied, bound_tx, stop).await }
+        let scrapes = scrape_rxs.take(ctx.id).flatten();
+        async move { run_shard(ctx, cfg, handle, applied, bound_tx, stop, scrapes).await }
     })?;
     for _ in 0..shards {
         match bound_rx.recv() {
@@ -288,7 +308,17 @@ pub fn run_broker(cfg: BrokerConfig) -> Result<(), BrokerError> {
             u32::from(k.port()) + shards as u32 - 1
         );
     }
+    let metrics = match scrapers {
+        Some((listener, scrapers)) => {
+            let server = start_metrics(listener, scrapers, controller_handle);
+            Some(server.map_err(|e| metrics_error(&cfg, e))?)
+        }
+        None => None,
+    };
     let sig = wait_for_stop_signal(&signals);
+    if let Some(m) = metrics {
+        m.stop();
+    }
     if let Some(session) = &session {
         eprintln!("rill: signal {sig}: controlled shutdown (moving partition leadership away)");
         if !session.controlled_shutdown(cfg.controlled_shutdown_timeout) {
@@ -403,12 +433,46 @@ fn stop_signal_pending(set: &libc::sigset_t) -> bool {
     unsafe { libc::sigtimedwait(set, std::ptr::null_mut(), &zero) > 0 }
 }
 
-/// `--process-roles controller`: the voter alone, no shards and no listeners, until stopped.
+/// The metrics endpoint could not start (its thread could not be spawned).
+fn metrics_error(cfg: &BrokerConfig, e: std::io::Error) -> BrokerError {
+    BrokerError::Listen {
+        addr: cfg
+            .metrics_listen
+            .map_or_else(String::new, |a| a.to_string()),
+        why: e.to_string(),
+    }
+}
+
+/// Starts the metrics endpoint and says where it is.
+fn start_metrics(
+    listener: std::net::TcpListener,
+    scrapers: super::metrics::Scrapers,
+    controller: controller::ControllerHandle,
+) -> std::io::Result<crate::metrics::http::MetricsServer> {
+    let server = super::metrics::start(listener, scrapers, controller)?;
+    eprintln!(
+        "rill: Prometheus metrics on http://{}/metrics",
+        server.local_addr()
+    );
+    Ok(server)
+}
+
+/// `--process-roles controller`: the voter alone, no shards and no client listeners (the
+/// metrics endpoint, if asked for, serves the controller's state), until stopped.
 fn run_controller_only(
     cfg: &BrokerConfig,
     controller: controller::Controller,
+    metrics_listener: Option<std::net::TcpListener>,
     signals: &libc::sigset_t,
 ) -> Result<(), BrokerError> {
+    let metrics = match metrics_listener {
+        Some(l) => {
+            let (scrapers, _) = super::metrics::channels(0);
+            let server = start_metrics(l, scrapers, controller.handle());
+            Some(server.map_err(|e| metrics_error(cfg, e))?)
+        }
+        None => None,
+    };
     eprintln!(
         "rill: controller {} ready (controller only): voters {}, data in {}",
         cfg.node_id,
@@ -417,6 +481,9 @@ fn run_controller_only(
     );
     let sig = wait_for_stop_signal(signals);
     eprintln!("rill: signal {sig}: stopping");
+    if let Some(m) = metrics {
+        m.stop();
+    }
     controller.shutdown();
     eprintln!("rill: controller {} stopped cleanly", cfg.node_id);
     Ok(())
@@ -429,6 +496,7 @@ async fn run_shard(
     applied: Arc<AppliedIndexes>,
     bound: flume::Sender<Result<(), BrokerError>>,
     stop: Option<flume::Receiver<()>>,
+    scrapes: Option<flume::Receiver<super::metrics::SnapshotReply>>,
 ) {
     let bind = |base: std::net::SocketAddr| {
         let addr = std::net::SocketAddr::new(base.ip(), base.port() + ctx.id as u16);
@@ -488,7 +556,7 @@ async fn run_shard(
         spawn_local(async move {
             loop {
                 rill_shards::rt::sleep(every).await;
-                GroupCommit::sync_all(&s.all_partitions()).await;
+                s.group_commit.sync_all(&s.all_partitions()).await;
             }
         })
         .detach();
@@ -504,6 +572,9 @@ async fn run_shard(
     spawn_local(checkpoint_loop(shard.clone())).detach();
     spawn_local(storage_retry_loop(shard.clone())).detach();
     spawn_local(group_ticks(shard.clone())).detach();
+    if let Some(rx) = scrapes {
+        spawn_local(super::metrics::answer_scrapes(shard.clone(), rx)).detach();
+    }
     let s = shard.clone();
     spawn_local(async move {
         while let Ok(md) = updates.recv_async().await {
@@ -538,7 +609,7 @@ async fn run_shard(
     // Stop: the listener is closed; let every append accepted so far reach the disk (and the
     // disk's cache, whatever --fsync says), then end the shard.
     shard.group_commit.quiesce().await;
-    GroupCommit::sync_all(&shard.all_partitions()).await;
+    shard.group_commit.sync_all(&shard.all_partitions()).await;
     checkpoint_high_watermarks(&shard).await;
 }
 
