@@ -504,6 +504,8 @@ async fn run_shard(
     spawn_local(checkpoint_loop(shard.clone())).detach();
     spawn_local(storage_retry_loop(shard.clone())).detach();
     spawn_local(group_ticks(shard.clone())).detach();
+    spawn_local(shard.clone().replication_loop()).detach();
+    spawn_local(crate::broker::replica_fetcher::run(shard.clone())).detach();
     let s = shard.clone();
     spawn_local(async move {
         while let Ok(md) = updates.recv_async().await {
