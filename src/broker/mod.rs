@@ -22,7 +22,6 @@ pub mod offsets;
 pub mod offsets_log;
 pub mod produce;
 pub mod replica_fetch;
-pub mod replica_fetcher;
 pub mod shard;
 pub mod topics;
 

@@ -13,6 +13,7 @@ mod metadata;
 mod offsets;
 mod produce;
 mod replica_fetch;
+pub mod replica_fetcher;
 mod topics;
 
 use std::rc::Rc;

@@ -505,7 +505,7 @@ async fn run_shard(
     spawn_local(storage_retry_loop(shard.clone())).detach();
     spawn_local(group_ticks(shard.clone())).detach();
     spawn_local(shard.clone().replication_loop()).detach();
-    spawn_local(crate::broker::replica_fetcher::run(shard.clone())).detach();
+    spawn_local(crate::native::replica_fetcher::run(shard.clone())).detach();
     let s = shard.clone();
     spawn_local(async move {
         while let Ok(md) = updates.recv_async().await {

@@ -1,4 +1,4 @@
-//! The follower side on a shard: one fetch session per (leader broker, leader shard) that
+//! The follower side on a shard, a client of the native protocol: one fetch session per (leader broker, leader shard) that
 //! this shard's follower replicas follow, each on its own connection to that shard's port
 //! (no cross-core hop on either side). A session drives the partitions' sans-IO
 //! [`crate::replication::Follower`]s ([`Partition::follower_need`]): it cuts divergent
@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use rill_shards::rt::TcpStream;
 
-use super::Shard;
+use crate::broker::Shard;
 use crate::partition::replica::FollowerNeed;
 use crate::partition::Partition;
 use crate::protocol::frame::{
