@@ -15,9 +15,9 @@ use rill::client::consumer::{Consumer, ConsumerConfig, StartFrom};
 use rill::client::producer::{Acks, Producer, ProducerConfig, ProducerRecord};
 use rill::client::{Client, ClientConfig};
 use rill::protocol::messages::{
-    OffsetForLeaderEpochPartition, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse,
-    PartitionMeta, ReplicaFetchPartition, ReplicaFetchRequest, ReplicaFetchResponse,
-    NO_LEADER_EPOCH,
+    FetchPartition, FetchRequest, FetchResponse, OffsetForLeaderEpochPartition,
+    OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, PartitionMeta,
+    ReplicaFetchPartition, ReplicaFetchRequest, ReplicaFetchResponse, NO_LEADER_EPOCH,
 };
 use rill::protocol::{ApiKey, ErrorCode};
 use rill_testkit::{produce_values, segment_files, TestBroker, TestCluster, DEADLINE};
@@ -127,6 +127,25 @@ fn wait_partition(
             partition_meta(b, topic, p)
         );
         std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Creates `topic` (RF 3, min.insync.replicas 2) and waits until every broker's metadata
+/// shows each partition with a leader (CreateTopics answers once the broker asked applied
+/// it; the others follow a moment later).
+fn create_replicated(c: &TestCluster, topic: &str, partitions: u32) {
+    client_of(&c.nodes[0])
+        .create_topic(
+            topic,
+            partitions,
+            3,
+            vec![("min.insync.replicas".into(), "2".into())],
+        )
+        .expect("RF 3 on 3 brokers");
+    for b in &c.nodes {
+        for p in 0..partitions {
+            wait_partition(b, topic, p, "known with a leader", |m| m.leader != 0);
+        }
     }
 }
 
@@ -251,9 +270,7 @@ fn read_all(bootstrap: String, topic: &str, p: u32, hw: u64) -> BTreeMap<u64, Ve
 fn three_replicas_hold_the_same_batches_below_the_high_watermark() {
     let c = TestCluster::start(3, 2, FAST_FENCING);
     c.wait_leader(&[1, 2, 3]);
-    let mut cl = client_of(&c.nodes[0]);
-    cl.create_topic("r", 2, 3, vec![("min.insync.replicas".into(), "2".into())])
-        .expect("RF 3 on 3 brokers");
+    create_replicated(&c, "r", 2);
     // Replicas on distinct brokers, all in the ISR.
     for p in 0..2 {
         let m = wait_partition(&c.nodes[0], "r", p, "a full ISR", |m| m.isr.len() == 3);
@@ -293,7 +310,7 @@ fn three_replicas_hold_the_same_batches_below_the_high_watermark() {
         }
         assert_replicas_equal(&c, "r", p, hw);
     }
-    // A follower's shard serves no consumer: NOT_LEADER_OR_FOLLOWER, not stale data.
+    // A follower's shard serves no consumer: NOT_LEADER_OR_FOLLOWER, not its copy.
     let m = partition_meta(&c.nodes[0], "r", 0).expect("metadata");
     let follower = m
         .replicas
@@ -301,25 +318,30 @@ fn three_replicas_hold_the_same_batches_below_the_high_watermark() {
         .find(|&&b| b != m.leader)
         .copied()
         .unwrap();
-    let out = c.nodes[follower as usize - 1].cli(
-        &[
-            "consume",
-            "r",
-            "--partition",
-            "0",
-            "--from",
-            "beginning",
-            "-n",
-            "1",
-            "--timeout-ms",
-            "3000",
-        ],
-        None,
+    let f = &c.nodes[follower as usize - 1];
+    let base: std::net::SocketAddr = f.bootstrap().parse().unwrap();
+    // The shard holding it: the same as the leader's (replicated partitions sit on one
+    // shard index on every broker).
+    let addr = std::net::SocketAddr::new(base.ip(), base.port() + m.shard as u16);
+    let req = FetchRequest {
+        max_wait_ms: 0,
+        min_bytes: 1,
+        max_bytes: 1 << 20,
+        partitions: vec![FetchPartition {
+            topic: "r".into(),
+            partition: 0,
+            offset: 0,
+            max_bytes: 1 << 20,
+        }],
+    };
+    let mut fc = client_of(f);
+    let (resp, _): (FetchResponse, _) = fc.call(addr, ApiKey::Fetch, &req, &[]).expect("answered");
+    assert_eq!(
+        ErrorCode::from_code(resp.partitions[0].error_code),
+        ErrorCode::NotLeaderOrFollower,
+        "{}",
+        resp.partitions[0].message
     );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    // The CLI routes by metadata to the leader: it reads the first value, whichever broker it
-    // bootstrapped from.
-    assert_eq!(stdout.lines().next(), Some(value(0).as_str()));
 }
 
 /// One replica fetch of `topic`-`p` sent straight to `addr`; its error code.
@@ -370,9 +392,7 @@ fn replica_fetch_as(
 fn sigkill_the_leader_mid_produce_loses_nothing_acknowledged_and_it_rejoins() {
     let mut c = TestCluster::start(3, 1, FAST_FENCING);
     c.wait_leader(&[1, 2, 3]);
-    let mut cl = client_of(&c.nodes[0]);
-    cl.create_topic("k", 1, 3, vec![("min.insync.replicas".into(), "2".into())])
-        .expect("created");
+    create_replicated(&c, "k", 1);
     let first = wait_partition(&c.nodes[0], "k", 0, "a full ISR", |m| m.isr.len() == 3);
     let victim = first.leader;
     // A retrying acks=all producer through a broker that survives.
@@ -523,4 +543,83 @@ fn sigkill_the_leader_mid_produce_loses_nothing_acknowledged_and_it_rejoins() {
     let m2 = partition_meta(leader, "k", 0).unwrap();
     assert_eq!((m2.isr.len(), m2.leader_epoch), (3, epoch));
     assert_eq!(read_all(leader.bootstrap(), "k", 0, hw), read);
+}
+
+#[test]
+fn a_stopped_follower_leaves_the_isr_after_the_lag_time_and_rejoins() {
+    // Sessions far longer than the test: only the lag can take the follower out of the ISR.
+    let c = TestCluster::start(
+        3,
+        1,
+        &[
+            "--replica-lag-time-max-ms",
+            "1500",
+            "--broker-session-timeout-ms",
+            "600000",
+            "--broker-heartbeat-interval-ms",
+            "2000",
+        ],
+    );
+    c.wait_leader(&[1, 2, 3]);
+    create_replicated(&c, "s", 1);
+    let m = wait_partition(&c.nodes[0], "s", 0, "a full ISR", |m| m.isr.len() == 3);
+    let stopped = m.replicas.iter().copied().find(|&b| b != m.leader).unwrap();
+    let live = m.leader;
+    let send = |from: usize, to: usize| -> BTreeMap<u64, String> {
+        let p = acks_all_producer(c.nodes[live as usize - 1].bootstrap());
+        let reports: Vec<_> = (from..to)
+            .map(|i| {
+                let v = value(i);
+                (
+                    v.clone(),
+                    p.send(ProducerRecord::new("s", v.as_bytes()).partition(0))
+                        .unwrap_or_else(|e| panic!("record {i}: {e:?}")),
+                )
+            })
+            .collect();
+        p.flush().unwrap();
+        reports
+            .into_iter()
+            .map(|(v, r)| {
+                (
+                    r.wait()
+                        .expect("acks=all with min.insync 2")
+                        .offset
+                        .unwrap(),
+                    v,
+                )
+            })
+            .collect()
+    };
+    let mut acked = send(0, 200);
+    c.nodes[stopped as usize - 1].signal(libc::SIGSTOP);
+    let shrunk = wait_partition(
+        &c.nodes[live as usize - 1],
+        "s",
+        0,
+        "the stopped one out",
+        |m| m.isr.len() == 2 && !m.isr.contains(&stopped),
+    );
+    assert_eq!(shrunk.leader, live, "the leader stays");
+    // acks=all goes on with the two left (min.insync.replicas 2).
+    acked.extend(send(200, 400));
+    c.nodes[stopped as usize - 1].signal(libc::SIGCONT);
+    wait_partition(
+        &c.nodes[live as usize - 1],
+        "s",
+        0,
+        "the follower back",
+        |m| m.isr.contains(&stopped),
+    );
+    acked.extend(send(400, 500));
+    let hw = acked.keys().last().unwrap() + 1;
+    let read = read_all(c.nodes[live as usize - 1].bootstrap(), "s", 0, hw);
+    for (o, v) in &acked {
+        assert_eq!(
+            read.get(o).map(|b| b.as_slice()),
+            Some(v.as_bytes()),
+            "offset {o}"
+        );
+    }
+    assert_replicas_equal(&c, "s", 0, hw);
 }

@@ -340,9 +340,6 @@ impl Partition {
         batches: Vec<(bytes::Bytes, u32)>,
         cache: &TailCache,
     ) -> Result<(u64, u64), LogError> {
-        if self.deleted.get() {
-            return Err(LogError::Failed("partition is being deleted".into()));
-        }
         if self.is_follower() {
             // Only the fetcher writes a follower's log, at the leader's offsets.
             return Err(LogError::Failed(format!(
@@ -361,6 +358,9 @@ impl Partition {
         batches: Vec<(bytes::Bytes, u32)>,
         cache: &TailCache,
     ) -> Result<(u64, u64), LogError> {
+        if self.deleted.get() {
+            return Err(LogError::Failed("partition is being deleted".into()));
+        }
         let mut log = self.log.borrow_mut();
         let first = log.next_offset();
         for (bytes, count) in batches {
