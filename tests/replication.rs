@@ -134,12 +134,16 @@ fn wait_partition(
 /// shows each partition with a leader (CreateTopics answers once the broker asked applied
 /// it; the others follow a moment later).
 fn create_replicated(c: &TestCluster, topic: &str, partitions: u32) {
+    create_with_min_insync(c, topic, partitions, 2);
+}
+
+fn create_with_min_insync(c: &TestCluster, topic: &str, partitions: u32, min_insync: u32) {
     client_of(&c.nodes[0])
         .create_topic(
             topic,
             partitions,
             3,
-            vec![("min.insync.replicas".into(), "2".into())],
+            vec![("min.insync.replicas".into(), min_insync.to_string())],
         )
         .expect("RF 3 on 3 brokers");
     for b in &c.nodes {
@@ -237,6 +241,15 @@ fn assert_replicas_equal(c: &TestCluster, topic: &str, p: u32, hw: u64) {
         );
         std::thread::sleep(Duration::from_millis(200));
     }
+}
+
+/// Partition 0's log end offset, from DescribePartitions at its leader.
+fn partition_end(b: &TestBroker, topic: &str) -> u64 {
+    let mut c = client_of(b);
+    c.refresh_metadata().expect("metadata");
+    c.partition_state(topic, 0)
+        .expect("describe")
+        .log_end_offset
 }
 
 /// Reads `topic`-`p` from its leader from offset 0 up to `hw`: offset -> value.
@@ -562,8 +575,14 @@ fn a_stopped_follower_leaves_the_isr_after_the_lag_time_and_rejoins() {
     );
     c.wait_leader(&[1, 2, 3]);
     create_replicated(&c, "s", 1);
+    // A topic that needs all three in its ISR for acks=all.
+    create_with_min_insync(&c, "all3", 1, 3);
     let m = wait_partition(&c.nodes[0], "s", 0, "a full ISR", |m| m.isr.len() == 3);
-    let stopped = m.replicas.iter().copied().find(|&b| b != m.leader).unwrap();
+    let m3 = partition_meta(&c.nodes[0], "all3", 0).expect("metadata");
+    // Stop a broker that leads neither.
+    let stopped = (1..=3u32)
+        .find(|&b| b != m.leader && b != m3.leader)
+        .unwrap();
     let live = m.leader;
     let send = |from: usize, to: usize| -> BTreeMap<u64, String> {
         let p = acks_all_producer(c.nodes[live as usize - 1].bootstrap());
@@ -601,8 +620,32 @@ fn a_stopped_follower_leaves_the_isr_after_the_lag_time_and_rejoins() {
         |m| m.isr.len() == 2 && !m.isr.contains(&stopped),
     );
     assert_eq!(shrunk.leader, live, "the leader stays");
-    // acks=all goes on with the two left (min.insync.replicas 2).
+    // acks=all goes on with the two left (min.insync.replicas 2)...
     acked.extend(send(200, 400));
+    // ...but not where the topic asks for three: NOT_ENOUGH_REPLICAS, nothing appended.
+    let leader3 = &c.nodes[m3.leader as usize - 1];
+    wait_partition(leader3, "all3", 0, "the stopped one out", |m| {
+        m.isr.len() == 2
+    });
+    let before = partition_end(leader3, "all3");
+    let p = Producer::new(
+        ClientConfig::new(leader3.bootstrap()),
+        ProducerConfig {
+            acks: Acks::All,
+            retries: 0,
+            ..ProducerConfig::default()
+        },
+    )
+    .expect("producer");
+    let r = p
+        .send(ProducerRecord::new("all3", b"refused").partition(0))
+        .expect("send");
+    p.flush().unwrap();
+    let e = r
+        .wait()
+        .expect_err("min.insync.replicas 3 with an ISR of 2");
+    assert_eq!(e.code(), Some(ErrorCode::NotEnoughReplicas), "{e}");
+    assert_eq!(partition_end(leader3, "all3"), before, "nothing appended");
     c.nodes[stopped as usize - 1].signal(libc::SIGCONT);
     wait_partition(
         &c.nodes[live as usize - 1],
