@@ -607,6 +607,18 @@ impl Partition {
             return Ok(false);
         }
         let hw = self.high_watermark.get();
+        if self.is_replicated_leader() && log.next_offset() < self.log_end_offset() {
+            // The leader's state counted the lost (never written) batches as appended, and a
+            // log end never goes back within an epoch: this replica waits for a restart.
+            let why = format!(
+                "reopened after a storage failure, the log ends at {} below the {} its \
+                 leader state counted",
+                log.next_offset(),
+                self.log_end_offset()
+            );
+            self.log.borrow_mut().fail_for_good(why);
+            return Ok(false);
+        }
         if log.next_offset() < hw {
             let why = format!(
                 "reopened after a storage failure, the log ends at {} below the high \

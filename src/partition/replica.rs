@@ -493,8 +493,10 @@ impl Partition {
         if offset < self.log_end_offset() {
             let (dir, cfg) = {
                 let log = self.log.borrow();
-                if log.has_pending() {
-                    return Err(LogError::Failed("writes pending: truncate later".into()));
+                // A group-commit round still holding this log's batches would advance the
+                // new log with the old one's offsets: only a log durable to its end is cut.
+                if log.has_pending() || self.durable_end() != log.next_offset() {
+                    return Err(LogError::Failed("writes in flight: truncate later".into()));
                 }
                 (log.dir().to_path_buf(), log.config().clone())
             };
