@@ -666,3 +666,100 @@ fn a_stopped_follower_leaves_the_isr_after_the_lag_time_and_rejoins() {
     }
     assert_replicas_equal(&c, "s", 0, hw);
 }
+
+#[test]
+fn a_deposed_leader_cuts_the_records_only_it_had_and_follows_the_new_leader() {
+    // acks=1 records that only the leader had are lost with it (acks=1 promises no more);
+    // the new leader writes other records at their offsets, and the old leader, restarted,
+    // must cut its tail there (OffsetForLeaderEpoch) before it follows.
+    let mut c = TestCluster::start(
+        3,
+        1,
+        &[
+            "--broker-session-timeout-ms",
+            "10000",
+            "--broker-heartbeat-interval-ms",
+            "500",
+        ],
+    );
+    c.wait_leader(&[1, 2, 3]);
+    create_replicated(&c, "d", 1);
+    let first = wait_partition(&c.nodes[0], "d", 0, "a full ISR", |m| m.isr.len() == 3);
+    let victim = first.leader;
+    let followers: Vec<u32> = (1..=3).filter(|&b| b != victim).collect();
+    let produce = |bootstrap: String, acks: Acks, from: usize, to: usize| {
+        let p = Producer::new(
+            ClientConfig::new(bootstrap),
+            ProducerConfig {
+                acks,
+                linger: Duration::from_millis(2),
+                retry_backoff: Duration::from_millis(200),
+                ..ProducerConfig::default()
+            },
+        )
+        .expect("producer");
+        let reports: Vec<_> = (from..to)
+            .map(|i| {
+                let v = value(i);
+                let r = p.send(ProducerRecord::new("d", v.as_bytes()).partition(0));
+                (v, r.expect("send"))
+            })
+            .collect();
+        p.flush().unwrap();
+        reports
+            .into_iter()
+            .map(|(v, r)| (r.wait().expect("acknowledged").offset.unwrap(), v))
+            .collect::<BTreeMap<u64, String>>()
+    };
+    let leader_addr = c.nodes[victim as usize - 1].bootstrap();
+    let mut all = produce(leader_addr.clone(), Acks::All, 0, 100);
+    // The followers cannot fetch for a moment: acks=1 records reach the leader alone...
+    for &f in &followers {
+        c.nodes[f as usize - 1].signal(libc::SIGSTOP);
+    }
+    // A fetch the followers had in flight may still carry the first of them to their
+    // sockets; nothing can carry the second: no fetch of theirs is outstanding any more.
+    produce(leader_addr.clone(), Acks::Leader, 100, 105);
+    let only_leader = produce(leader_addr, Acks::Leader, 105, 110);
+    // ...and it dies with them.
+    c.node(u64::from(victim)).kill();
+    for &f in &followers {
+        c.nodes[f as usize - 1].signal(libc::SIGCONT);
+    }
+    let via_i = followers[0] as usize - 1;
+    let after = wait_partition(&c.nodes[via_i], "d", 0, "a new leader", |m| {
+        m.leader != victim && m.leader != 0 && m.leader_epoch > first.leader_epoch
+    });
+    // The new leader writes its own records where the lost ones were.
+    all.extend(produce(c.nodes[via_i].bootstrap(), Acks::All, 200, 300));
+    assert!(
+        only_leader.keys().all(|o| all.contains_key(o)),
+        "the new leader reused the offsets only the old one had: {:?}",
+        all.keys().skip(95).take(20).collect::<Vec<_>>()
+    );
+    c.node(u64::from(victim)).start_again();
+    c.node(u64::from(victim)).wait_ready();
+    wait_partition(
+        &c.nodes[via_i],
+        "d",
+        0,
+        "the old leader back in the ISR",
+        |m| m.isr.contains(&victim) && m.leader_epoch == after.leader_epoch,
+    );
+    let log = c.nodes[victim as usize - 1].log_text();
+    assert!(
+        log.contains("cut the divergent tail"),
+        "the old leader never cut its tail:\n{log}"
+    );
+    let hw = all.keys().last().unwrap() + 1;
+    let leader = &c.nodes[after.leader as usize - 1];
+    let read = read_all(leader.bootstrap(), "d", 0, hw);
+    for (o, v) in &all {
+        assert_eq!(
+            read.get(o).map(|b| b.as_slice()),
+            Some(v.as_bytes()),
+            "offset {o}"
+        );
+    }
+    assert_replicas_equal(&c, "d", 0, hw);
+}
