@@ -43,6 +43,7 @@ pub const KNOWN: &[&str] = &[
     MIN_CLEANABLE_DIRTY_RATIO,
     MIN_COMPACTION_LAG_MS,
     MAX_COMPACTION_LAG_MS,
+    crate::replication::REPLICA_LAG_TIME_MAX_MS,
 ];
 
 /// Kafka's defaults for the compaction settings.
@@ -156,7 +157,7 @@ pub fn validate(configs: &BTreeMap<String, String>) -> Result<(), TopicConfigErr
                     return Err(invalid(key, value, "must be at least 0"));
                 }
             }
-            MAX_COMPACTION_LAG_MS => {
+            MAX_COMPACTION_LAG_MS | crate::replication::REPLICA_LAG_TIME_MAX_MS => {
                 if parse_i64(key, value)? < 1 {
                     return Err(invalid(key, value, "must be a positive number"));
                 }
@@ -188,6 +189,8 @@ pub struct TopicDefaults {
     pub segment_bytes: u64,
     pub segment_age: Option<Duration>,
     pub max_message_bytes: usize,
+    /// `--replica-lag-time-max-ms`.
+    pub replica_lag_time_max_ms: u64,
 }
 
 impl Default for TopicDefaults {
@@ -198,6 +201,7 @@ impl Default for TopicDefaults {
             segment_bytes: 128 << 20,
             segment_age: Some(Duration::from_secs(7 * 24 * 3600)),
             max_message_bytes: 16 << 20,
+            replica_lag_time_max_ms: crate::replication::DEFAULT_REPLICA_LAG_TIME_MAX_MS,
         }
     }
 }
@@ -217,6 +221,9 @@ pub struct TopicSettings {
     pub min_compaction_lag: Duration,
     /// `None`: no maximum (Kafka's default, Long.MAX_VALUE).
     pub max_compaction_lag: Option<Duration>,
+    /// `replica.lag.time.max.ms`: a follower behind the leader's log end this long leaves
+    /// the ISR.
+    pub replica_lag_time_max_ms: u64,
 }
 
 impl TopicSettings {
@@ -252,6 +259,9 @@ impl TopicSettings {
             max_compaction_lag: num(MAX_COMPACTION_LAG_MS)
                 .filter(|&v| v > 0 && v < i64::MAX)
                 .and_then(limit_ms),
+            replica_lag_time_max_ms: num(crate::replication::REPLICA_LAG_TIME_MAX_MS)
+                .filter(|&v| v > 0)
+                .map_or(d.replica_lag_time_max_ms, |v| v as u64),
         }
     }
 }

@@ -23,6 +23,7 @@ pub mod metrics;
 pub mod offsets;
 pub mod offsets_log;
 pub mod produce;
+pub mod replica_fetch;
 pub mod shard;
 pub mod topics;
 
@@ -112,6 +113,12 @@ pub fn locate_leader(shard: &Shard, topic: &str, partition: u32) -> Result<Rc<Pa
 /// partition, owned by another shard or broker, or not openable on this one.
 pub fn locate(shard: &Shard, topic: &str, partition: u32) -> Result<Rc<Partition>, OpError> {
     if let Some(p) = shard.partition(topic, partition) {
+        if let Some((leader, epoch)) = p.following() {
+            return Err(OpError::new(
+                ErrorCode::NotLeaderOrFollower,
+                format!("{topic}-{partition}: broker {leader} leads it (leader epoch {epoch})"),
+            ));
+        }
         return Ok(p);
     }
     let md = shard.metadata.borrow();

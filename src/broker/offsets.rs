@@ -74,6 +74,7 @@ pub async fn commit(
         partition: p.clone(),
         base_offset: base,
         next_offset: next,
+        acks: crate::broker::produce::Acks::Leader,
     }
     .durable(shard)
     .await;
@@ -168,6 +169,7 @@ async fn remove(
         partition: p,
         base_offset: base,
         next_offset: next,
+        acks: crate::broker::produce::Acks::Leader,
     }
     .durable(shard)
     .await

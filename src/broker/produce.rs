@@ -21,7 +21,7 @@ pub enum Acks {
     None,
     /// The leader has it (as durable as `--fsync` promises).
     Leader,
-    /// Every in-sync replica has it (today: the leader, a one-replica ISR).
+    /// Every in-sync replica has it (with one replica: as `Leader`).
     All,
 }
 
@@ -58,12 +58,20 @@ pub struct Appended {
     pub partition: Rc<Partition>,
     pub base_offset: u64,
     pub next_offset: u64,
+    /// What its acknowledgement waits for.
+    pub acks: Acks,
 }
 
 /// A produce request's partitions, validated and waiting to be appended.
-#[derive(Default)]
 pub struct Produce {
     staged: Vec<Staged>,
+    acks: Acks,
+}
+
+impl Default for Produce {
+    fn default() -> Produce {
+        Produce::new()
+    }
 }
 
 /// Splits a partition's payload into validated batches.
@@ -81,8 +89,18 @@ fn validate_all(mut bytes: &[u8]) -> Result<Vec<BatchView<'_>>, BatchError> {
 }
 
 impl Produce {
+    /// A produce acknowledged when the leader has the writes (acks=1, or 0).
     pub fn new() -> Produce {
-        Produce::default()
+        Produce::with_acks(Acks::Leader)
+    }
+
+    /// A produce acknowledged as `acks` says: with `Acks::All` each partition's ISR must be
+    /// at least `min.insync.replicas` before anything is appended.
+    pub fn with_acks(acks: Acks) -> Produce {
+        Produce {
+            staged: Vec::new(),
+            acks,
+        }
     }
 
     /// Validates `payload` (the bytes at `at` of the payloads in the buffer later given to
@@ -103,6 +121,9 @@ impl Produce {
                 ErrorCode::InvalidRequest,
                 "partition listed twice in one request",
             ));
+        }
+        if self.acks == Acks::All {
+            p.admit_all()?;
         }
         let batches = validate_all(payload)
             .map_err(|e| OpError::new(ErrorCode::CorruptMessage, e.to_string()))?;
@@ -138,6 +159,7 @@ impl Produce {
     where
         B: AsMut<[u8]> + AsRef<[u8]> + Send + 'static,
     {
+        let acks = self.acks;
         for s in &self.staged {
             let mut next = s.partition.log_end_offset();
             let epoch = s.partition.stamp_epoch();
@@ -167,6 +189,7 @@ impl Produce {
                     partition: s.partition,
                     base_offset,
                     next_offset,
+                    acks,
                 })
             })
             .collect()
@@ -182,10 +205,11 @@ pub struct AckWait {
 impl Appended {
     /// What to wait on for this append's acknowledgement, answered for `slot`.
     pub fn ack(&self, slot: usize) -> AckWait {
-        AckWait {
-            slot,
-            rx: self.partition.wait_for_ack(self.next_offset - 1),
-        }
+        let rx = match self.acks {
+            Acks::All => self.partition.wait_for_all(self.next_offset),
+            Acks::Leader | Acks::None => self.partition.wait_for_ack(self.next_offset - 1),
+        };
+        AckWait { slot, rx }
     }
 
     /// Waits, as long as a produce may (`--max-produce-timeout-ms`), until an append the
@@ -226,7 +250,7 @@ pub async fn await_acks(
     for w in waits {
         let (code, msg) = match recv_until(shard, &w.rx, deadline).await {
             Some(Ok(Ok(()))) => continue,
-            Some(Ok(Err(code))) => (code, "the write failed"),
+            Some(Ok(Err(code))) => (code, ack_failure(code)),
             Some(Err(_)) => (ErrorCode::UnknownServerError, "the partition went away"),
             None => (
                 ErrorCode::RequestTimedOut,
@@ -236,4 +260,15 @@ pub async fn await_acks(
         failed.push((w.slot, OpError::new(code, msg)));
     }
     failed
+}
+
+/// Why an acknowledgement failed, in words for the client.
+fn ack_failure(code: ErrorCode) -> &'static str {
+    match code {
+        ErrorCode::NotEnoughReplicasAfterAppend => {
+            "written, but the ISR shrank below min.insync.replicas meanwhile"
+        }
+        ErrorCode::NotLeaderOrFollower => "this broker stopped leading the partition",
+        _ => "the write failed",
+    }
 }

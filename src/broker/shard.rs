@@ -11,12 +11,14 @@ use std::sync::{Arc, Mutex};
 use rill_shards::Deadlines;
 
 use super::config::BrokerConfig;
-use crate::controller::metadata::ClusterMetadata;
+use crate::controller::cluster::MIN_INSYNC_REPLICAS;
+use crate::controller::metadata::{ClusterMetadata, Command, PartitionInfo, TopicInfo};
 use crate::controller::ControllerHandle;
 use crate::log::{PartitionLog, SegmentConfig};
 use crate::partition::group_commit::GroupCommit;
 use crate::partition::tail_cache::TailCache;
 use crate::partition::Partition;
+use crate::replication::{IsrProposal, LeaderConfig, PartitionView};
 use crate::topic_config::TopicSettings;
 
 /// How far each shard has applied the controller's metadata, and which partitions it could
@@ -103,6 +105,8 @@ pub struct Shard {
     /// Requests and errors per listener and API, produce and fetch latency (metrics; the
     /// rest of a scrape is read from the state it describes, `super::metrics`).
     pub metrics: crate::metrics::RequestMetrics,
+    /// Fired when a partition's replication role changes (the replica fetcher looks again).
+    pub replication_changed: event_listener::Event,
 }
 
 /// Where a topic's partition lives on disk. The topic id keeps a re-created topic from
@@ -171,6 +175,7 @@ impl Shard {
             sendfile,
             delays: Default::default(),
             metrics: Default::default(),
+            replication_changed: event_listener::Event::new(),
         })
     }
 
@@ -287,7 +292,14 @@ impl Shard {
         }
         for topic in md.topics.values() {
             for pi in &topic.partitions {
-                if pi.leader != node || pi.shard as usize != self.id {
+                // The leader's shard is in the plan; a follower replica lives on the shard it
+                // would lead from.
+                let follows_here = pi.leader != node
+                    && pi.replicas.len() > 1
+                    && pi.replicas.contains(&node)
+                    && md.replica_shard(topic.id, pi, node) as usize == self.id;
+                let leads_here = pi.leader == node && pi.shard as usize == self.id;
+                if !leads_here && !follows_here {
                     continue;
                 }
                 if self.partition(&topic.name, pi.partition).is_some() {
@@ -322,7 +334,15 @@ impl Shard {
                             self.cfg.fsync,
                             TopicSettings::resolve(&topic.configs, &self.cfg.topic_defaults),
                         ));
-                        if let Err(e) = p.lead(pi.leader_epoch).await {
+                        if pi.replicas.len() > 1 {
+                            p.start_replicated();
+                        }
+                        let started = if leads_here {
+                            p.lead(pi.leader_epoch).await
+                        } else {
+                            p.load_epochs().await.map(|_| ())
+                        };
+                        if let Err(e) = started {
                             log::error!("shard {}: cannot open {}: {e}", self.id, dir.display());
                             let failure = Some(e.to_string());
                             self.applied
@@ -349,7 +369,15 @@ impl Shard {
             if let Some(t) = md.topic(&p.topic) {
                 if let Some(info) = t.partitions.get(p.index as usize) {
                     p.set_decommissioned(info.decommissioned);
-                    if info.leader_epoch != p.leader_epoch() {
+                    let placed_here =
+                        md.replica_shard(t.id, info, self.cfg.node_id) as usize == self.id;
+                    let replicated =
+                        info.replicas.len() > 1 || p.is_follower() || p.is_replicated_leader();
+                    if replicated && placed_here {
+                        self.sync_role(&p, t, info).await;
+                    } else if replicated {
+                        // Another shard holds it now; this one serves nothing of it.
+                    } else if info.leader_epoch != p.leader_epoch() {
                         if let Err(e) = p.lead(info.leader_epoch).await {
                             log::error!("shard {}: {}-{}: {e}", self.id, p.topic, p.index);
                         }
@@ -363,5 +391,132 @@ impl Shard {
         }
         self.applied.set(self.id, md.applied_index);
         *self.metadata.borrow_mut() = md;
+        self.replication_changed.notify(usize::MAX);
+    }
+
+    /// Brings a replicated partition's role in line with the metadata: leader (at the
+    /// metadata's epoch, with its ISR), follower of the metadata's leader, or back to one
+    /// replica.
+    async fn sync_role(&self, p: &Rc<Partition>, t: &TopicInfo, info: &PartitionInfo) {
+        let node = self.cfg.node_id;
+        let now = crate::clock::now_ms().max(0) as u64;
+        let view = PartitionView {
+            leader: info.leader,
+            leader_epoch: info.leader_epoch,
+            partition_epoch: info.partition_epoch,
+            replicas: info.replicas.clone(),
+            isr: info.isr.clone(),
+        };
+        let fail = |e: String| log::error!("shard {}: {}-{}: {e}", self.id, p.topic, p.index);
+        if info.leader == node {
+            let replicated = info.replicas.len() > 1;
+            let current = p.leader_epoch() == info.leader_epoch
+                && !p.is_follower()
+                && replicated == p.is_replicated_leader();
+            if current {
+                p.on_partition_view(&view, now);
+                return;
+            }
+            if p.is_follower() {
+                p.wait_durable(&self.deadlines).await;
+            }
+            if let Err(e) = p.lead(info.leader_epoch).await {
+                return fail(e.to_string());
+            }
+            if replicated {
+                match p.become_leader(node, self.leader_config(t), &view, now) {
+                    Ok(()) => log::info!(
+                        "shard {}: {}-{}: leader at epoch {}, ISR {:?}",
+                        self.id,
+                        p.topic,
+                        p.index,
+                        info.leader_epoch,
+                        info.isr
+                    ),
+                    Err(e) => fail(e.to_string()),
+                }
+            } else {
+                p.become_single();
+            }
+        } else if info.replicas.contains(&node) && info.replicas.len() > 1 {
+            if p.following() == Some((info.leader, info.leader_epoch)) {
+                return;
+            }
+            p.wait_durable(&self.deadlines).await;
+            if let Err(e) = p.load_epochs().await {
+                return fail(e.to_string());
+            }
+            p.become_follower(info.leader, info.leader_epoch);
+            log::info!(
+                "shard {}: {}-{}: following broker {} at epoch {}",
+                self.id,
+                p.topic,
+                p.index,
+                info.leader,
+                info.leader_epoch
+            );
+        }
+    }
+
+    /// The leader's settings for a topic: `min.insync.replicas` and
+    /// `replica.lag.time.max.ms` over `--replica-lag-time-max-ms`.
+    pub fn leader_config(&self, t: &TopicInfo) -> LeaderConfig {
+        let num = |k: &str| t.configs.get(k).and_then(|v| v.trim().parse::<u64>().ok());
+        LeaderConfig {
+            min_insync_replicas: num(MIN_INSYNC_REPLICAS).map_or(1, |n| n as usize),
+            replica_lag_time_max_ms: TopicSettings::resolve(&t.configs, &self.cfg.topic_defaults)
+                .replica_lag_time_max_ms,
+            isr_proposal_retry_ms: ISR_PROPOSAL_RETRY_MS,
+        }
+    }
+
+    /// Every [`REPLICATION_TICK`]: leaders check their followers' lag, and the ISR changes
+    /// they propose go to the controller (acted on once the metadata shows them).
+    pub async fn replication_loop(self: Rc<Self>) {
+        loop {
+            let deadline = std::time::Instant::now() + REPLICATION_TICK;
+            self.deadlines.sleep_until(deadline).await;
+            let now = crate::clock::now_ms().max(0) as u64;
+            for p in self.all_partitions() {
+                if !p.is_replicated_leader() {
+                    continue;
+                }
+                p.replication_tick(now);
+                for proposal in p.take_isr_proposals() {
+                    self.propose_isr(&p, proposal);
+                }
+            }
+        }
+    }
+
+    fn propose_isr(&self, p: &Rc<Partition>, proposal: IsrProposal) {
+        log::info!(
+            "shard {}: {}-{}: proposing ISR {:?}",
+            self.id,
+            p.topic,
+            p.index,
+            proposal.isr
+        );
+        let rx = self.controller.propose(Command::AlterPartition {
+            topic: p.topic.to_string(),
+            partition: p.index,
+            leader: self.cfg.node_id,
+            leader_epoch: proposal.leader_epoch,
+            partition_epoch: proposal.partition_epoch,
+            isr: proposal.isr,
+        });
+        let p = p.clone();
+        rill_shards::rt::spawn_local(async move {
+            if let Ok(Err(e)) = rx.recv_async().await {
+                log::info!("{}-{}: ISR change refused: {e}", p.topic, p.index);
+                p.on_isr_proposal_refused(e.code());
+            }
+        })
+        .detach();
     }
 }
+
+/// How often leaders check their followers' lag.
+pub const REPLICATION_TICK: std::time::Duration = std::time::Duration::from_millis(100);
+/// An ISR proposal neither answered nor visible in the metadata this long is sent again.
+pub const ISR_PROPOSAL_RETRY_MS: u64 = 5_000;

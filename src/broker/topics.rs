@@ -12,30 +12,8 @@ use crate::protocol::error_code::ErrorCode;
 /// How often a change re-checks whether all shards applied it.
 const APPLY_POLL: Duration = Duration::from_millis(2);
 
-/// Partition replication is not built: with several brokers the controller would accept a
-/// replication factor up to their number and place replicas that never receive data. Until
-/// followers fetch, anything above 1 is refused here, so nobody believes a topic is
-/// replicated when it is not.
-fn refuse_unreplicated(cmd: &Command) -> Result<(), OpError> {
-    match cmd {
-        Command::CreateTopic {
-            name,
-            replication_factor,
-            ..
-        } if *replication_factor > 1 => Err(OpError::new(
-            ErrorCode::InvalidReplicationFactor,
-            format!(
-                "topic {name:?}: replication factor {replication_factor}: partition \
-                 replication is not built yet, so topics have replication factor 1"
-            ),
-        )),
-        _ => Ok(()),
-    }
-}
-
 /// Checks `cmd` against the current metadata without proposing it (a validate-only create).
 pub fn validate(shard: &Shard, cmd: &Command) -> Result<(), OpError> {
-    refuse_unreplicated(cmd)?;
     let limits = MetadataLimits {
         max_partitions_per_topic: shard.cfg.max_partitions_per_topic,
         max_partitions_per_shard: shard.cfg.max_partitions_per_shard,
@@ -51,7 +29,6 @@ pub fn validate(shard: &Shard, cmd: &Command) -> Result<(), OpError> {
 /// broker applied it. A create whose partitions cannot all be created on disk is refused
 /// with KAFKA_STORAGE_ERROR (and the topic deleted again).
 pub async fn propose(shard: &Rc<Shard>, cmd: Command, timeout: Duration) -> Result<(), OpError> {
-    refuse_unreplicated(&cmd)?;
     let deadline = Instant::now() + timeout;
     let creating = match &cmd {
         Command::CreateTopic { name, .. } => Some((name.clone(), true)),

@@ -103,6 +103,10 @@ pub struct BrokerArgs {
     /// (Kafka's broker.heartbeat.interval.ms); below the session timeout.
     #[arg(long, env = "RILL_BROKER_HEARTBEAT_INTERVAL_MS", default_value_t = crate::controller::cluster::DEFAULT_HEARTBEAT_INTERVAL_MS)]
     pub broker_heartbeat_interval_ms: u64,
+    /// A follower that has not caught up with its leader's log end for this long leaves the
+    /// ISR (Kafka's replica.lag.time.max.ms; the topic setting of that name overrides it).
+    #[arg(long, env = "RILL_REPLICA_LAG_TIME_MAX_MS", default_value_t = crate::replication::DEFAULT_REPLICA_LAG_TIME_MAX_MS)]
+    pub replica_lag_time_max_ms: u64,
     /// With --controller-voters: on SIGTERM the broker asks the controller to move its
     /// partition leadership away and waits at most this long for it before stopping.
     #[arg(

@@ -102,6 +102,7 @@ pub fn config_from_args(a: &BrokerArgs) -> Result<BrokerConfig, String> {
         segment_bytes: a.segment_bytes,
         segment_age: Some(Duration::from_millis(a.segment_ms.max(1))),
         max_message_bytes: a.max_message_bytes.max(1),
+        replica_lag_time_max_ms: crate::replication::DEFAULT_REPLICA_LAG_TIME_MAX_MS,
     };
     if a.retention_ms < -1 || a.retention_bytes < -1 {
         return Err(
@@ -241,6 +242,10 @@ pub fn config_from_args(a: &BrokerArgs) -> Result<BrokerConfig, String> {
         ));
     }
     c.broker_session_timeout = Duration::from_millis(a.broker_session_timeout_ms);
+    if a.replica_lag_time_max_ms == 0 {
+        return Err("--replica-lag-time-max-ms must be at least 1".into());
+    }
+    c.topic_defaults.replica_lag_time_max_ms = a.replica_lag_time_max_ms;
     c.broker_heartbeat_interval = Duration::from_millis(a.broker_heartbeat_interval_ms);
     c.controlled_shutdown_timeout = Duration::from_millis(a.controlled_shutdown_timeout_ms);
     if let Some(r) = &a.rack {

@@ -565,7 +565,13 @@ impl ClusterMetadata {
                 let leader = replicas.first().copied().unwrap_or(NO_LEADER);
                 let k = led.entry(leader).or_insert(0);
                 let shards = self.brokers.get(&leader).map_or(1, |b| b.shards.max(1));
-                let shard = ((topic_id + *k) % u64::from(shards)) as u32;
+                // A replicated partition lives on the same shard of a broker whether it leads
+                // or follows (`replica_shard`), so a leader change never moves its files.
+                let shard = if rf > 1 {
+                    shard_for(topic_id, p, shards)
+                } else {
+                    ((topic_id + *k) % u64::from(shards)) as u32
+                };
                 *k += 1;
                 PartitionInfo {
                     partition: p,

@@ -221,6 +221,7 @@ async fn fire(shard: &Rc<Shard>, e: &PendingEntry) -> Result<(), OpError> {
         partition: p.clone(),
         base_offset: base,
         next_offset: next,
+        acks: crate::broker::produce::Acks::Leader,
     };
     if let Err(err) = appended.durable(shard).await {
         // Not durable yet: fired again later, and found by the firing mark if it was.

@@ -288,7 +288,9 @@ fn produce(shard: &Rc<Shard>, req: ProduceRequest) -> Handled {
             pr.log_start_offset = -1;
             let outcome = match (&acks, &topic, u32::try_from(pd.index)) {
                 (Err(e), _, _) => Err(e.clone()),
-                (Ok(_), Some(t), Ok(index)) => append(shard, t, index, pd.records.as_ref(), now),
+                (Ok(acks), Some(t), Ok(index)) => {
+                    append(shard, t, index, pd.records.as_ref(), now, *acks)
+                }
                 _ => Err(OpError::new(
                     ErrorCode::UnknownTopicOrPartition,
                     "unknown topic or partition",
@@ -334,12 +336,13 @@ fn append(
     index: u32,
     records: Option<&bytes::Bytes>,
     now: i64,
+    acks: Acks,
 ) -> Result<Appended, OpError> {
     let p = locate(shard, topic, index)?;
     let records = records.ok_or(OpError::new(ErrorCode::CorruptMessage, "no records"))?;
     p.check_produce(records.len())?;
     let batch = to_stored_batch(records, p.max_message_bytes())?;
-    let mut produce = Produce::new();
+    let mut produce = Produce::with_acks(acks);
     produce.stage(shard, topic, index, &batch, 0)?;
     produce
         .append(shard, batch, 0, now)

@@ -801,3 +801,102 @@ async fn write_batches(cell: &RefCell<PartitionLog>, batches: &[Bytes]) -> Resul
     }
     Ok(next)
 }
+
+/// The last checkpointed high watermark, if any (a replicated partition starts from it).
+pub fn read_high_watermark(dir: &Path) -> Option<u64> {
+    read_offset_file(dir, HIGH_WATERMARK_FILE)
+}
+
+/// Cuts a follower's log to end at `offset` (a batch boundary: where the leader's and its
+/// common prefix ends) and opens it again. The files are cut on the blocking pool: later
+/// segments removed, the one holding `offset` cut at that batch (its indexes go: as the
+/// active segment it is scanned on open). The caller holds no pending writes.
+pub async fn truncate_tail(
+    dir: PathBuf,
+    cfg: SegmentConfig,
+    offset: u64,
+) -> Result<PartitionLog, LogError> {
+    let d = dir.clone();
+    rill_shards::rt::spawn_blocking(move || cut_tail_files(&d, offset)).await?;
+    let (log, _) = PartitionLog::open(dir.clone(), cfg).await?;
+    if log.next_offset() != offset || log.failure().is_some() {
+        return Err(LogError::Failed(format!(
+            "{}: cut to {offset}, the log reopened ending at {}{}",
+            dir.display(),
+            log.next_offset(),
+            log.failure().map(|f| format!(" ({f})")).unwrap_or_default()
+        )));
+    }
+    Ok(log)
+}
+
+fn cut_tail_files(dir: &Path, offset: u64) -> Result<(), LogError> {
+    use std::os::unix::fs::FileExt;
+    let mut bases = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(|e| LogError::io(dir, e))? {
+        let entry = entry.map_err(|e| LogError::io(dir, e))?;
+        if let Some(base) = entry.file_name().to_str().and_then(parse_segment_file_name) {
+            bases.push(base);
+        }
+    }
+    bases.sort_unstable();
+    let Some(&keep) = bases.iter().rev().find(|b| **b <= offset) else {
+        return Err(LogError::Failed(format!(
+            "{}: no segment holds offset {offset}",
+            dir.display()
+        )));
+    };
+    let path = dir.join(super::segment::segment_file_name(keep));
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .map_err(|e| LogError::io(&path, e))?;
+    let len = file.metadata().map_err(|e| LogError::io(&path, e))?.len();
+    // Walk the batch headers from the segment's start to the batch at `offset`.
+    let (mut pos, mut next) = (0u64, keep);
+    let mut head = [0u8; HEADER_LEN];
+    while next < offset {
+        let corrupt = |what: String| LogError::Corrupt {
+            path: path.clone(),
+            position: pos,
+            what,
+        };
+        if pos + HEADER_LEN as u64 > len {
+            return Err(corrupt(format!("the segment ends before offset {offset}")));
+        }
+        file.read_exact_at(&mut head, pos)
+            .map_err(|e| LogError::io(&path, e))?;
+        let h = crate::batch::BatchHeader::decode(&head)
+            .ok_or_else(|| corrupt("not a batch header".into()))?;
+        if h.base_offset != next || h.length < HEADER_LEN as u32 {
+            return Err(corrupt(format!(
+                "a batch at {} where {next} was due",
+                h.base_offset
+            )));
+        }
+        if h.next_offset() > offset {
+            return Err(corrupt(format!("offset {offset} is inside a batch")));
+        }
+        pos += u64::from(h.length);
+        next = h.next_offset();
+    }
+    for &base in bases.iter().filter(|b| **b > keep) {
+        let p = dir.join(super::segment::segment_file_name(base));
+        let (idx, tidx) = super::segment::index_paths(&p);
+        for f in [p, idx, tidx] {
+            match std::fs::remove_file(&f) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(LogError::io(&f, e)),
+            }
+        }
+    }
+    file.set_len(pos).map_err(|e| LogError::io(&path, e))?;
+    file.sync_all().map_err(|e| LogError::io(&path, e))?;
+    let (idx, tidx) = super::segment::index_paths(&path);
+    for f in [idx, tidx] {
+        let _ = std::fs::remove_file(f);
+    }
+    super::segment::sync_dir(dir)
+}

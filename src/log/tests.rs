@@ -656,3 +656,46 @@ fn a_segment_of_another_batch_format_version_is_refused_not_cut() {
     assert!(err.contains("batch format version 1"), "{err}");
     assert_eq!(len_before, len_after, "the file is untouched");
 }
+
+#[test]
+fn a_followers_tail_is_cut_at_a_batch_boundary_across_segments_and_writes_resume_there() {
+    let (cut, mid_batch_refused, after, segments) = on_shard(|dir| async move {
+        let cfg = config(64 << 10);
+        let (log, _) = PartitionLog::open(dir.clone(), cfg.clone()).await.unwrap();
+        let log = RefCell::new(log);
+        // 60 batches of 10 records of 1 KiB: about ten 64 KiB segments.
+        let end = append_all(&log, &[(10, 1000); 60]).await;
+        assert_eq!(end, 600);
+        let before = segment_files(&dir).len();
+        assert!(before > 5, "{before} segments");
+        drop(log);
+        // Inside a batch: refused, nothing cut.
+        let mid = super::partition_log::truncate_tail(dir.clone(), cfg.clone(), 205).await;
+        let mid_batch_refused = mid.is_err() && segment_files(&dir).len() == before;
+        // At a boundary in an early segment: later segments go, that one is cut.
+        let log = super::partition_log::truncate_tail(dir.clone(), cfg.clone(), 200)
+            .await
+            .expect("cut");
+        let cut = log.next_offset();
+        let segments = segment_files(&dir).len();
+        let log = RefCell::new(log);
+        let after = append_all(&log, &[(3, 10)]).await;
+        let log = log.into_inner();
+        read_back(&log, 0, after).await.unwrap();
+        // And it opens the same again.
+        drop(log);
+        let (log, _) = PartitionLog::open(dir.clone(), cfg).await.unwrap();
+        assert_eq!(log.next_offset(), after);
+        (cut, mid_batch_refused, after, (before, segments))
+    });
+    assert_eq!(cut, 200);
+    assert!(
+        mid_batch_refused,
+        "a cut inside a batch is refused and changes nothing"
+    );
+    assert_eq!(after, 203);
+    assert!(
+        segments.1 < segments.0,
+        "later segments removed: {segments:?}"
+    );
+}

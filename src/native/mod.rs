@@ -12,6 +12,8 @@ mod log_admin;
 mod metadata;
 mod offsets;
 mod produce;
+mod replica_fetch;
+pub mod replica_fetcher;
 mod topics;
 
 use std::rc::Rc;
@@ -123,6 +125,7 @@ pub async fn dispatch(shard: &Rc<Shard>, frame: RequestFrame) -> Reply {
         ApiKey::OffsetFetch => offsets::fetch(shard, &frame),
         ApiKey::ListGroups => groups::list(shard),
         ApiKey::DescribeGroups => groups::describe(shard, &frame),
+        ApiKey::ReplicaFetch => replica_fetch::replica_fetch(shard, &frame).await,
         ApiKey::OffsetForLeaderEpoch => leader_epochs::offset_for_leader_epoch_api(shard, &frame),
     }
 }

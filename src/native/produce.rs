@@ -44,7 +44,7 @@ pub fn produce(shard: &Rc<Shard>, frame: RequestFrame) -> Reply {
         r.message = e.message;
     };
     // Validated against the frame as it arrived; (slot in `produce`, result index).
-    let mut produce = Produce::new();
+    let mut produce = Produce::with_acks(acks);
     let mut staged = Vec::new();
     for (i, pp) in req.partitions.iter().enumerate() {
         let outcome = frame

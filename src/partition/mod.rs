@@ -7,6 +7,7 @@
 
 pub mod cleaner;
 pub mod group_commit;
+pub mod replica;
 pub mod tail_cache;
 #[cfg(test)]
 mod tests;
@@ -61,6 +62,11 @@ pub struct Partition {
     /// Stored bytes appended, and handed to fetches, since this process opened it (metrics).
     bytes_in: Cell<u64>,
     bytes_out: Cell<u64>,
+    /// Where the local log is written, as durable as `--fsync` promises: what acks=1 waits
+    /// for and what followers may fetch. With one replica it is the high watermark.
+    durable: Cell<Flushed>,
+    /// One replica, leader of several, or follower ([`replica`]).
+    role: RefCell<replica::Role>,
 }
 
 /// What `DescribePartitions` reports about one partition.
@@ -95,6 +101,8 @@ impl Partition {
         let hw = end.offset;
         Partition {
             hw_position: Cell::new(end),
+            durable: Cell::new(end),
+            role: RefCell::new(replica::Role::Single),
             topic,
             topic_id,
             index,
@@ -337,6 +345,24 @@ impl Partition {
         batches: Vec<(bytes::Bytes, u32)>,
         cache: &TailCache,
     ) -> Result<(u64, u64), LogError> {
+        if self.is_follower() {
+            // Only the fetcher writes a follower's log, at the leader's offsets.
+            return Err(LogError::Failed(format!(
+                "{}-{} is a follower replica here",
+                self.topic, self.index
+            )));
+        }
+        let (first, end) = self.append_unchecked(batches, cache)?;
+        self.leader_appended(end);
+        Ok((first, end))
+    }
+
+    /// Appends stamped batches at the log end, whatever the role.
+    fn append_unchecked(
+        &self,
+        batches: Vec<(bytes::Bytes, u32)>,
+        cache: &TailCache,
+    ) -> Result<(u64, u64), LogError> {
         if self.deleted.get() {
             return Err(LogError::Failed("partition is being deleted".into()));
         }
@@ -367,10 +393,11 @@ impl Partition {
         self.log.borrow().pending_bytes()
     }
 
-    /// A receiver that completes when `offset` is below the high watermark.
+    /// A receiver that completes when `offset` is written locally as durably as `--fsync`
+    /// promises (acks=1; with one replica that is the high watermark, so acks=all too).
     pub fn wait_for_ack(&self, offset: u64) -> flume::Receiver<Result<(), ErrorCode>> {
         let (tx, rx) = flume::bounded(1);
-        if offset < self.high_watermark.get() {
+        if offset < self.durable.get().offset {
             let _ = tx.send(Ok(()));
         } else if let Some(f) = self.log.borrow().failure() {
             log::debug!("ack refused: {f}");
@@ -383,10 +410,38 @@ impl Partition {
         rx
     }
 
-    /// Moves the high watermark to where a flush left the log and wakes acks and fetches
-    /// below it.
+    /// A flush left the log durable (as `--fsync` promises) up to `to`: wakes the acks=1
+    /// waits below it and moves the high watermark (with one replica to `to` itself; a
+    /// leader's moves with its ISR, a follower's with its leader's).
     pub fn advance(&self, to: Flushed) {
-        let hw = to.offset;
+        let end = to.offset;
+        let old = self.durable.get().offset;
+        assert!(end >= old, "durable end never goes back ({old} -> {end})");
+        assert!(
+            end <= self.log.borrow().next_offset(),
+            "durable end <= log end"
+        );
+        if end == old {
+            return;
+        }
+        self.durable.set(to);
+        let mut acks = self.acks.borrow_mut();
+        while acks.front().is_some_and(|w| w.offset < end) {
+            if let Some(w) = acks.pop_front() {
+                let _ = w.done.send(Ok(()));
+            }
+        }
+        drop(acks);
+        if !self.replica_durable(end) {
+            self.raise_high_watermark(end);
+        }
+        // Followers long-poll on the durable end, consumers on the high watermark.
+        self.data.notify(usize::MAX);
+    }
+
+    /// Moves the high watermark up to `hw` (never back, never past the log end); its byte
+    /// position is known when it is the durable end.
+    fn raise_high_watermark(&self, hw: u64) {
         let old = self.high_watermark.get();
         assert!(hw >= old, "high watermark never goes back ({old} -> {hw})");
         assert!(
@@ -397,15 +452,16 @@ impl Partition {
             return;
         }
         self.high_watermark.set(hw);
-        self.hw_position.set(to);
-        let mut acks = self.acks.borrow_mut();
-        while acks.front().is_some_and(|w| w.offset < hw) {
-            if let Some(w) = acks.pop_front() {
-                let _ = w.done.send(Ok(()));
-            }
+        let d = self.durable.get();
+        if d.offset == hw {
+            self.hw_position.set(d);
         }
-        drop(acks);
         self.data.notify(usize::MAX);
+    }
+
+    /// The local log's durable end (what acks=1 waited for, what followers may fetch).
+    pub fn durable_end(&self) -> u64 {
+        self.durable.get().offset
     }
 
     /// Fails every waiting producer (storage fault or deletion).
@@ -439,6 +495,35 @@ impl Partition {
         cache: &TailCache,
     ) -> Result<Vec<ReadChunk>, LogError> {
         let hw = self.high_watermark.get();
+        let at = self.hw_position.get();
+        // A replicated high watermark may sit between flushes: its byte position is not known,
+        // so file data is copied, bounded by offset.
+        let position = (at.offset == hw).then_some(at);
+        self.read_below(offset, hw, position, limits, cache).await
+    }
+
+    /// For a follower's fetch: whole batches from `offset` below the local durable end.
+    pub async fn read_replica(
+        &self,
+        offset: u64,
+        limits: ReadLimits,
+        cache: &TailCache,
+    ) -> Result<Vec<ReadChunk>, LogError> {
+        let d = self.durable.get();
+        self.read_below(offset, d.offset, Some(d), limits, cache)
+            .await
+    }
+
+    /// Reads whole batches from `offset` below `hw` (whose byte position, when known, bounds
+    /// sendfile ranges).
+    async fn read_below(
+        &self,
+        offset: u64,
+        hw: u64,
+        hw_position: Option<Flushed>,
+        limits: ReadLimits,
+        cache: &TailCache,
+    ) -> Result<Vec<ReadChunk>, LogError> {
         let start = self.log_start_offset();
         if offset < start || offset > hw {
             return Err(LogError::OffsetOutOfRange {
@@ -459,8 +544,8 @@ impl Partition {
         loop {
             let reader = self.log.borrow().reader_for_offset(at)?;
             let base = reader.base_offset;
-            let chunk = if limits.file_reads == FileReads::Sendfile {
-                let hw_at = self.hw_position.get();
+            let chunk = if let (FileReads::Sendfile, Some(hw_at)) = (limits.file_reads, hw_position)
+            {
                 // Segments before the high watermark's segment are wholly below it.
                 let limit = if reader.base_offset < hw_at.segment_base {
                     u64::MAX
@@ -544,6 +629,18 @@ impl Partition {
             return Ok(false);
         }
         let hw = self.high_watermark.get();
+        if self.is_replicated_leader() && log.next_offset() < self.log_end_offset() {
+            // The leader's state counted the lost (never written) batches as appended, and a
+            // log end never goes back within an epoch: this replica waits for a restart.
+            let why = format!(
+                "reopened after a storage failure, the log ends at {} below the {} its \
+                 leader state counted",
+                log.next_offset(),
+                self.log_end_offset()
+            );
+            self.log.borrow_mut().fail_for_good(why);
+            return Ok(false);
+        }
         if log.next_offset() < hw {
             let why = format!(
                 "reopened after a storage failure, the log ends at {} below the high \
@@ -558,11 +655,14 @@ impl Partition {
         let end = log.end_position();
         cache.forget(self.cache_key);
         *self.log.borrow_mut() = log;
-        if end.offset > hw {
+        if end.offset > self.durable.get().offset {
             // Written before the failure and synced by the reopen: durable now.
             self.advance(end);
         } else {
-            self.hw_position.set(end);
+            self.durable.set(end);
+            if end.offset == hw {
+                self.hw_position.set(end);
+            }
         }
         log::info!(
             "{}-{}: storage recovered, writes resume at offset {}",

@@ -25,7 +25,9 @@ pub enum ApiKey {
     OffsetFetch = 18,
     ListGroups = 19,
     DescribeGroups = 20,
-    // 21 (ReplicaFetch), 23 and 24 are reserved for replication.
+    /// A follower broker's fetch of the partitions it replicates from their leader's shard.
+    ReplicaFetch = 21,
+    // 23 and 24 are reserved for replication.
     /// Where a leader epoch ends in a partition's log (Kafka's OffsetForLeaderEpoch).
     OffsetForLeaderEpoch = 22,
     /// A fetch of only the records with given tags (native only; keys 30-34 are the tags and
@@ -58,6 +60,7 @@ impl ApiKey {
         ApiKey::OffsetFetch,
         ApiKey::ListGroups,
         ApiKey::DescribeGroups,
+        ApiKey::ReplicaFetch,
         ApiKey::OffsetForLeaderEpoch,
         ApiKey::FilteredFetch,
         ApiKey::DelayedProduce,
@@ -87,6 +90,7 @@ impl ApiKey {
             ApiKey::OffsetFetch => "OffsetFetch",
             ApiKey::ListGroups => "ListGroups",
             ApiKey::DescribeGroups => "DescribeGroups",
+            ApiKey::ReplicaFetch => "ReplicaFetch",
             ApiKey::OffsetForLeaderEpoch => "OffsetForLeaderEpoch",
             ApiKey::FilteredFetch => "FilteredFetch",
             ApiKey::DelayedProduce => "DelayedProduce",

@@ -334,6 +334,12 @@ impl ResponseFrame {
     pub fn into_buf(self) -> FrameBuf {
         self.buf
     }
+
+    /// The payload as shared bytes over the frame's own (16-byte aligned) memory, no copy.
+    pub fn into_payload(self) -> bytes::Bytes {
+        let range = self.payload.clone();
+        bytes::Bytes::from_owner(self.buf).slice(range)
+    }
 }
 
 /// Reads one length-prefixed frame into aligned memory from a blocking reader.

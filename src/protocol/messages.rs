@@ -293,6 +293,51 @@ pub struct OffsetForLeaderEpochResponse {
     pub partitions: Vec<OffsetForLeaderEpochResult>,
 }
 
+/// One partition of a replica fetch: where the follower stands.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct ReplicaFetchPartition {
+    pub topic: String,
+    pub partition: u32,
+    /// The leader epoch the follower follows.
+    pub leader_epoch: u32,
+    /// Where it reads from: the end of what it has written.
+    pub fetch_offset: u64,
+    /// Its log end as durable as its `--fsync` promises (at most `fetch_offset`).
+    pub log_end: u64,
+    pub max_bytes: u32,
+}
+
+/// A follower broker's fetch (native key 21), sent to the leader's shard that owns the
+/// partitions; many partitions at once, long-polled when caught up.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct ReplicaFetchRequest {
+    /// The follower's node id.
+    pub replica_id: u32,
+    /// Its registration's broker epoch (0: not a cluster member).
+    pub broker_epoch: u64,
+    pub max_wait_ms: u32,
+    pub max_bytes: u32,
+    pub partitions: Vec<ReplicaFetchPartition>,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct ReplicaFetchPartitionResult {
+    pub topic: String,
+    pub partition: u32,
+    pub error_code: i16,
+    pub message: String,
+    pub high_watermark: u64,
+    pub log_start_offset: u64,
+    /// The stored batches from `fetch_offset`, as they are, in the payload.
+    pub payload_offset: u32,
+    pub payload_len: u32,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct ReplicaFetchResponse {
+    pub partitions: Vec<ReplicaFetchPartitionResult>,
+}
+
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct AlterTopicConfigsRequest {
     pub topic: String,

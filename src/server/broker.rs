@@ -575,6 +575,8 @@ async fn run_shard(
     if let Some(rx) = scrapes {
         spawn_local(super::metrics::answer_scrapes(shard.clone(), rx)).detach();
     }
+    spawn_local(shard.clone().replication_loop()).detach();
+    spawn_local(crate::native::replica_fetcher::run(shard.clone())).detach();
     let s = shard.clone();
     spawn_local(async move {
         while let Ok(md) = updates.recv_async().await {

@@ -297,6 +297,14 @@ impl TestBroker {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// Sends `signal` (SIGSTOP, SIGCONT, ...) to the running broker process.
+    pub fn signal(&self, signal: i32) {
+        let pid = self.child.as_ref().expect("broker running").id();
+        // SAFETY: kill(2) on our own child's pid with a plain signal number.
+        let rc = unsafe { libc::kill(pid as libc::pid_t, signal) };
+        assert_eq!(rc, 0, "kill({pid}, {signal})");
+    }
+
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();

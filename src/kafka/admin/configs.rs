@@ -113,6 +113,14 @@ const TOPIC_KEYS: &[TopicKey] = &[
         doc: "The largest record batch a produce may carry.",
     },
     TopicKey {
+        name: crate::replication::REPLICA_LAG_TIME_MAX_MS,
+        broker: "replica.lag.time.max.ms",
+        config_type: TYPE_LONG,
+        read_only: false,
+        doc: "A follower that has not caught up with the leader's log end this long leaves \
+              the ISR.",
+    },
+    TopicKey {
         name: topic_config::RETENTION_BYTES,
         broker: "log.retention.bytes",
         config_type: TYPE_LONG,
@@ -167,6 +175,7 @@ fn topic_value(key: &str, t: &TopicSettings) -> String {
         }
         topic_config::MIN_COMPACTION_LAG_MS => millis(Some(t.min_compaction_lag), -1),
         topic_config::MAX_COMPACTION_LAG_MS => millis(t.max_compaction_lag, i64::MAX),
+        crate::replication::REPLICA_LAG_TIME_MAX_MS => t.replica_lag_time_max_ms.to_string(),
         // Every name of TOPIC_KEYS is matched above.
         _ => String::new(),
     }
