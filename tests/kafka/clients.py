@@ -118,6 +118,27 @@ def consume(bootstrap, topic, partitions, count):
     c.close()
 
 
+def consume_to_end(bootstrap, topic, partition):
+    """Every message of one partition from the beginning up to the high watermark it had
+    when this started (offsets may have gaps: a compacted topic)."""
+    c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "unused",
+                     "enable.auto.commit": False})
+    tp = ck.TopicPartition(topic, partition)
+    _, high = c.get_watermark_offsets(tp, timeout=30)
+    c.assign([ck.TopicPartition(topic, partition, ck.OFFSET_BEGINNING)])
+    deadline = time.time() + 120
+    while c.position([tp])[0].offset < high:
+        if time.time() > deadline:
+            sys.exit(f"never reached the high watermark {high}")
+        m = c.poll(0.5)
+        if m is None:
+            continue
+        if m.error():
+            sys.exit(f"consume error: {m.error()}")
+        print(message_json(m))
+    c.close()
+
+
 def group(bootstrap, topic, group_id, strategy, max_messages, idle_s):
     def event(kind):
         def cb(consumer, partitions):
@@ -166,6 +187,8 @@ if __name__ == "__main__":
     elif cmd == "group":
         group(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], int(sys.argv[6]),
               float(sys.argv[7]))
+    elif cmd == "consume-to-end":
+        consume_to_end(sys.argv[2], sys.argv[3], int(sys.argv[4]))
     elif cmd == "consume":
         consume(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
     else:
