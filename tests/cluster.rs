@@ -304,15 +304,7 @@ fn bad_voter_flags_are_one_line_errors() {
 #[test]
 fn a_voter_started_with_another_voters_list_is_refused_and_exits() {
     // Nodes 1 and 2 agree; node 3 is given another address for itself.
-    let ports: Vec<u16> = (0..4)
-        .map(|_| {
-            std::net::TcpListener::bind("127.0.0.1:0")
-                .unwrap()
-                .local_addr()
-                .unwrap()
-                .port()
-        })
-        .collect();
+    let ports: Vec<u16> = (0..4).map(|_| rill_testkit::free_ports(1)).collect();
     let good = format!(
         "1@127.0.0.1:{},2@127.0.0.1:{},3@127.0.0.1:{}",
         ports[0], ports[1], ports[2]
