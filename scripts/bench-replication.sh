@@ -45,26 +45,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-free_port_block() { # N: the first of N consecutive ports free on 127.0.0.1
-  python3 - "$1" <<'EOF'
-import socket, sys
-n = int(sys.argv[1])
-while True:
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close()
-    if p + n >= 65000:
-        continue
-    ok = True
-    for q in range(p, p + n):
-        t = socket.socket()
-        try:
-            t.bind(("127.0.0.1", q))
-        except OSError:
-            ok = False
-        t.close()
-    if ok:
-        print(p); break
-EOF
-}
 
 now_ms() { date +%s%3N; }
 
@@ -84,7 +64,7 @@ start_brokers() { # N TAG
   local n=$1 tag=$2 i voters="" base
   addrs=(); node_pids=(); ctl=()
   for i in $(seq 1 "$n"); do
-    base=$(free_port_block $((SHARDS + 1)))
+    base=$(free_ports $((SHARDS + 1)))
     addrs+=("127.0.0.1:$base"); ctl+=("127.0.0.1:$((base + SHARDS))")
   done
   if [ "$n" -gt 1 ]; then
