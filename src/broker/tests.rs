@@ -82,6 +82,7 @@ where
         let h = h.clone();
         async move {
             shard.apply_metadata(h.metadata()).await;
+            super::coordination::wait_single_replica_loads(&shard).await;
             spawn_local(shard.group_commit.clone().run()).detach();
             let s = shard.clone();
             spawn_local(async move {
