@@ -36,10 +36,19 @@ const FLAGS: &[&str] = &[
     "0",
 ];
 
-fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+fn wait_until(what: &str, cond: impl FnMut() -> bool) {
+    wait_showing(what, cond, String::new);
+}
+
+/// As [`wait_until`]; a timeout also says what `show` tells of the state then.
+fn wait_showing(what: &str, mut cond: impl FnMut() -> bool, show: impl Fn() -> String) {
     let start = Instant::now();
     while !cond() {
-        assert!(start.elapsed() < DEADLINE, "timed out waiting for {what}");
+        assert!(
+            start.elapsed() < DEADLINE,
+            "timed out waiting for {what} {}",
+            show()
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -318,106 +327,146 @@ fn assert_resumes_exactly(
         member.processed() >= left
     });
     let p = member.stop();
+    assert_read_once(&p.processed, committed, ends);
+}
+
+/// `read` (partition, offset) holds every record of each partition from `from` (0 when not
+/// named) to its end, once and in order, and nothing else.
+fn assert_read_once(read: &[(u32, u64)], from: &BTreeMap<u32, u64>, ends: &BTreeMap<u32, u64>) {
     let mut per_partition: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
-    for (part, o) in &p.processed {
+    for (part, o) in read {
         per_partition.entry(*part).or_default().push(*o);
     }
     for (part, end) in ends {
-        let from = committed.get(part).copied().unwrap_or(0);
-        let read = per_partition.remove(part).unwrap_or_default();
-        let want: Vec<u64> = (from..*end).collect();
+        let start = from.get(part).copied().unwrap_or(0);
         assert_eq!(
-            read, want,
-            "partition {part}: the restarted member read from the committed offset {from} to \
-             the end {end}, each record once"
+            per_partition.remove(part).unwrap_or_default(),
+            (start..*end).collect::<Vec<_>>(),
+            "partition {part}: every record from {start} to the end {end}, each once"
         );
+    }
+    assert!(
+        per_partition.is_empty(),
+        "other partitions read: {per_partition:?}"
+    );
+}
+
+/// 3 brokers (2 shards each) with `orders` written, the offsets topic in sync, and the
+/// broker coordinating `group` (the victim), a survivor and the third broker.
+struct Failover {
+    c: TestCluster,
+    ends: BTreeMap<u32, u64>,
+    victim: u32,
+    survivor: u32,
+    third: u32,
+}
+
+impl Failover {
+    fn start(kafka: bool, group: &str) -> Failover {
+        let c = if kafka {
+            TestCluster::start_kafka(3, 2, FLAGS)
+        } else {
+            TestCluster::start(3, 2, FLAGS)
+        };
+        c.wait_leader(&[1, 2, 3]);
+        let ends = topic_with_records(&c);
+        let victim = coordinator(&c, 1, group, |_| true);
+        wait_offsets_topic_in_sync(&c, 1, &[1, 2, 3]);
+        let survivor = (1..=3u32).find(|&b| b != victim).unwrap();
+        let third = (1..=3u32).find(|&b| b != victim && b != survivor).unwrap();
+        Failover {
+            c,
+            ends,
+            victim,
+            survivor,
+            third,
+        }
+    }
+
+    fn bootstrap(&self, id: u32) -> String {
+        self.c.nodes[id as usize - 1].bootstrap()
     }
 }
 
 #[test]
 fn sigkill_of_the_coordinator_keeps_every_acknowledged_commit_of_a_rill_group() {
-    let mut c = TestCluster::start(3, 2, FLAGS);
-    c.wait_leader(&[1, 2, 3]);
-    let ends = topic_with_records(&c);
     let group = "payments";
-    let victim = coordinator(&c, 1, group, |_| true);
+    let mut f = Failover::start(false, group);
+    let (victim, survivor, third) = (f.victim, f.survivor, f.third);
     // The offsets topic: 3 replicas per partition, leaders spread over the brokers.
-    let parts = wait_offsets_topic_in_sync(&c, 1, &[1, 2, 3]);
+    let parts = wait_offsets_topic_in_sync(&f.c, 1, &[1, 2, 3]);
     assert_eq!(parts.len(), 8, "--offsets-topic-partitions default");
     let leaders: BTreeSet<u32> = parts.iter().map(|p| p.leader).collect();
     assert!(
         leaders.len() >= 2,
         "offsets partition leaders spread: {leaders:?}"
     );
-    let survivor = (1..=3u32).find(|&b| b != victim).unwrap();
-    let member = Member::start(
-        c.nodes[survivor as usize - 1].bootstrap(),
-        group,
-        RECORDS / 2,
-    );
+    let member = Member::start(f.bootstrap(survivor), group, RECORDS / 2);
     wait_until("commits acknowledged before the kill", || {
         member.commits() >= 5
     });
-    c.node(u64::from(victim)).kill();
-    let moved = coordinator(&c, survivor, group, |b| b != victim);
+    f.c.node(u64::from(victim)).kill();
+    let moved = coordinator(&f.c, survivor, group, |b| b != victim);
     assert_ne!(moved, victim);
     // The member rejoins at the new coordinator and its commits go on being acknowledged.
     let before = member.commits();
-    wait_until("commits acknowledged by the new coordinator", || {
-        member.commits() >= before + 5 && member.processed() >= RECORDS / 2
-    });
+    wait_showing(
+        "commits acknowledged by the new coordinator",
+        || member.commits() >= before + 5 && member.processed() >= RECORDS / 2,
+        || {
+            let p = member.progress.lock().unwrap();
+            format!(
+                "(commits {} from {before}, processed {}, acknowledged {:?})",
+                p.commits,
+                p.processed.len(),
+                p.acked
+            )
+        },
+    );
     let progress = member.stop();
-    let third = (1..=3u32).find(|&b| b != victim && b != survivor).unwrap();
-    let seen = committed(&c, third, group);
+    let seen = committed(&f.c, third, group);
     assert_commits_kept(&seen, &progress);
     assert_eq!(
         seen,
-        committed(&c, survivor, group),
+        committed(&f.c, survivor, group),
         "one answer whoever is asked"
     );
-    assert_resumes_exactly(c.nodes[third as usize - 1].bootstrap(), group, &seen, &ends);
+    assert_resumes_exactly(f.bootstrap(third), group, &seen, &f.ends);
     // The killed broker comes back and rejoins the ISR of every offsets partition.
-    c.node(u64::from(victim)).start_again();
-    wait_offsets_topic_in_sync(&c, survivor, &[1, 2, 3]);
+    f.c.node(u64::from(victim)).start_again();
+    wait_offsets_topic_in_sync(&f.c, survivor, &[1, 2, 3]);
     // It serves the same committed offsets, whoever coordinates now.
-    let after = committed(&c, victim, group);
-    let mut all = seen.clone();
-    all.extend(ends.iter().map(|(p, e)| (*p, *e)));
-    assert_eq!(after, all, "the resumed member committed to the ends");
+    assert_eq!(
+        committed(&f.c, victim, group),
+        f.ends,
+        "the resumed member committed to the ends"
+    );
 }
 
 #[test]
 fn sigterm_of_the_coordinator_moves_the_group_with_its_commits() {
-    let mut c = TestCluster::start(3, 2, FLAGS);
-    c.wait_leader(&[1, 2, 3]);
-    let ends = topic_with_records(&c);
     let group = "settlements";
-    let victim = coordinator(&c, 1, group, |_| true);
-    wait_offsets_topic_in_sync(&c, 1, &[1, 2, 3]);
-    let survivor = (1..=3u32).find(|&b| b != victim).unwrap();
-    let member = Member::start(
-        c.nodes[survivor as usize - 1].bootstrap(),
-        group,
-        usize::MAX,
-    );
+    let mut f = Failover::start(false, group);
+    let (victim, survivor) = (f.victim, f.survivor);
+    let member = Member::start(f.bootstrap(survivor), group, usize::MAX);
     wait_until("commits acknowledged before the stop", || {
         member.commits() >= 5
     });
-    let status = c.node(u64::from(victim)).terminate();
+    let status = f.c.node(u64::from(victim)).terminate();
     assert!(status.success(), "controlled shutdown exits 0");
-    let moved = coordinator(&c, survivor, group, |b| b != victim);
+    let moved = coordinator(&f.c, survivor, group, |b| b != victim);
     assert_ne!(moved, victim);
-    let total: usize = ends.values().map(|e| *e as usize).sum();
+    let total: usize = f.ends.values().map(|e| *e as usize).sum();
     // The group carries on to the end of every partition, committing as it goes.
     wait_until("the member processing every record", || {
         let p = member.progress.lock().unwrap();
         let distinct: BTreeSet<_> = p.processed.iter().collect();
-        distinct.len() >= total && p.acked == ends
+        distinct.len() >= total && p.acked == f.ends
     });
     let progress = member.stop();
-    let seen = committed(&c, survivor, group);
+    let seen = committed(&f.c, survivor, group);
     assert_commits_kept(&seen, &progress);
-    assert_eq!(seen, ends, "the last acknowledged commits, at the ends");
+    assert_eq!(seen, f.ends, "the last acknowledged commits, at the ends");
 }
 
 /// Runs `clients.py group` (confluent-kafka) until it read `max` records or `idle_s` passed
@@ -459,16 +508,15 @@ fn kafka_group_run(bootstrap: &str, group: &str, max: usize, idle_s: u32) -> Vec
 
 #[test]
 fn sigkill_of_the_coordinator_keeps_the_commits_of_a_kafka_client_group() {
-    let mut c = TestCluster::start_kafka(3, 2, FLAGS);
-    c.wait_leader(&[1, 2, 3]);
-    let ends = topic_with_records(&c);
     let group = "ledger";
-    let victim = coordinator(&c, 1, group, |_| true);
-    wait_offsets_topic_in_sync(&c, 1, &[1, 2, 3]);
-    let survivor = (1..=3u32).find(|&b| b != victim).unwrap();
-    let third = (1..=3u32).find(|&b| b != victim && b != survivor).unwrap();
+    let mut f = Failover::start(true, group);
+    let (victim, survivor, third) = (f.victim, f.survivor, f.third);
+    let (at_survivor, at_third) = (
+        f.c.kafka_bootstrap(u64::from(survivor)),
+        f.c.kafka_bootstrap(u64::from(third)),
+    );
     // A Kafka consumer reads part of the records and commits what it read.
-    let first = kafka_group_run(&c.kafka_bootstrap(u64::from(survivor)), group, 1100, 30);
+    let first = kafka_group_run(&at_survivor, group, 1100, 30);
     assert_eq!(first.len(), 1100);
     let mut positions: BTreeMap<u32, u64> = BTreeMap::new();
     for (p, o) in &first {
@@ -476,38 +524,75 @@ fn sigkill_of_the_coordinator_keeps_the_commits_of_a_kafka_client_group() {
         *at = (*at).max(o + 1);
     }
     assert_eq!(
-        committed(&c, third, group),
+        committed(&f.c, third, group),
         positions,
         "the Kafka client's commits"
     );
-    c.node(u64::from(victim)).kill();
-    coordinator(&c, survivor, group, |b| b != victim);
+    f.c.node(u64::from(victim)).kill();
+    coordinator(&f.c, survivor, group, |b| b != victim);
     // Read from another broker, after the failover: every commit is there.
     assert_eq!(
-        committed(&c, third, group),
+        committed(&f.c, third, group),
         positions,
         "kept through the failover"
     );
     // A new Kafka consumer resumes exactly there and reads the rest, each record once.
-    let left: usize = ends.values().map(|e| *e as usize).sum::<usize>() - first.len();
-    let second = kafka_group_run(&c.kafka_bootstrap(u64::from(third)), group, left, 30);
-    let mut read: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
-    for (p, o) in &second {
-        read.entry(*p).or_default().push(*o);
-    }
-    for (p, end) in &ends {
-        let from = positions.get(p).copied().unwrap_or(0);
-        assert_eq!(
-            read.remove(p).unwrap_or_default(),
-            (from..*end).collect::<Vec<_>>(),
-            "partition {p}: resumed at the committed {from}"
-        );
-    }
+    let left: usize = f.ends.values().map(|e| *e as usize).sum::<usize>() - first.len();
+    let second = kafka_group_run(&at_third, group, left, 30);
+    assert_read_once(&second, &positions, &f.ends);
     assert_eq!(
-        committed(&c, survivor, group),
-        ends,
+        committed(&f.c, survivor, group),
+        f.ends,
         "committed to the ends"
     );
-    c.node(u64::from(victim)).start_again();
-    wait_offsets_topic_in_sync(&c, survivor, &[1, 2, 3]);
+    f.c.node(u64::from(victim)).start_again();
+    wait_offsets_topic_in_sync(&f.c, survivor, &[1, 2, 3]);
+}
+
+/// The assign-mode consumer under the group consumer: a broker leading some of its
+/// partitions dies while it reads; it goes on reading the other shards at once and follows
+/// the moved leaders (a connect refused by the dead broker used to stop every fetch, for
+/// good: the route was never refreshed).
+#[test]
+fn a_consumer_reads_on_when_a_leaders_broker_dies() {
+    use rill::client::consumer::{Consumer, ConsumerConfig};
+    use rill::client::StartFrom;
+    let mut c = TestCluster::start(3, 2, FLAGS);
+    c.wait_leader(&[1, 2, 3]);
+    let ends = topic_with_records(&c);
+    let leader_of_0 = client_via(&c, 1)
+        .refresh_metadata()
+        .expect("metadata")
+        .topics[TOPIC]
+        .partitions[0]
+        .leader;
+    let via = (1..=3u32).find(|&b| b != leader_of_0).unwrap();
+    let cfg = ConsumerConfig {
+        partition_max_bytes: 4 << 10,
+        ..ConsumerConfig::default()
+    };
+    let mut consumer = Consumer::new(
+        ClientConfig::new(c.nodes[via as usize - 1].bootstrap()),
+        cfg,
+    )
+    .expect("consumer");
+    consumer
+        .assign(TOPIC, None, StartFrom::Beginning)
+        .expect("assign");
+    let mut read: Vec<(u32, u64)> = Vec::new();
+    let mut poll = |read: &mut Vec<(u32, u64)>| {
+        if let Ok(records) = consumer.poll(Duration::from_millis(100)) {
+            read.extend(records.iter().map(|r| (r.partition, r.offset())));
+        }
+    };
+    wait_until("a first part read", || {
+        poll(&mut read);
+        read.len() >= 100
+    });
+    c.node(u64::from(leader_of_0)).kill();
+    wait_until("every record read after the leader's broker died", || {
+        poll(&mut read);
+        read.len() >= RECORDS
+    });
+    assert_read_once(&read, &BTreeMap::new(), &ends);
 }
