@@ -596,3 +596,67 @@ fn a_consumer_reads_on_when_a_leaders_broker_dies() {
     });
     assert_read_once(&read, &BTreeMap::new(), &ends);
 }
+
+/// A replica's log start offset, from its `log-start-offset` file (0 while there is none).
+fn log_start_on(b: &rill_testkit::TestBroker, topic: &str, p: u32) -> u64 {
+    let file = rill_testkit::partition_dir(&b.data_dir(), topic, p).join("log-start-offset");
+    std::fs::read(file)
+        .ok()
+        .and_then(|bytes| Some(u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?)))
+        .unwrap_or(0)
+}
+
+/// The offsets log's compaction on a replicated partition: the leader snapshots and moves its
+/// log start, the followers move theirs with it (so their disks do not keep every commit),
+/// and a follower taking over as coordinator loads the same committed offsets from the
+/// compacted log.
+#[test]
+fn a_compacted_offsets_partition_compacts_its_followers_and_fails_over_intact() {
+    let group = "compacted";
+    let mut flags = FLAGS.to_vec();
+    flags.extend(["--offsets-compact-every", "20"]);
+    let mut c = TestCluster::start(3, 2, &flags);
+    c.wait_leader(&[1, 2, 3]);
+    client_via(&c, 1)
+        .create_topic(TOPIC, PARTITIONS, 3, Vec::new())
+        .expect("created");
+    let victim = coordinator(&c, 1, group, |_| true);
+    wait_offsets_topic_in_sync(&c, 1, &[1, 2, 3]);
+    let survivor = (1..=3u32).find(|&b| b != victim).unwrap();
+    // Commits from outside the group (as reset-offsets does): 100 rounds over 6 partitions.
+    let mut client = client_via(&c, survivor);
+    let mut last: BTreeMap<u32, u64> = BTreeMap::new();
+    for round in 0..100u64 {
+        let at = client.find_coordinator(group).expect("coordinator");
+        let offsets: Vec<(String, u32, u64, String)> = (0..PARTITIONS)
+            .map(|p| {
+                (
+                    TOPIC.to_string(),
+                    p,
+                    round * 10 + u64::from(p),
+                    String::new(),
+                )
+            })
+            .collect();
+        client
+            .commit_offsets(at, group, "", -1, offsets.clone())
+            .expect("commit acknowledged");
+        last.extend(offsets.into_iter().map(|(_, p, o, _)| (p, o)));
+    }
+    let partition = rill::partitioner::partition_for_key(group.as_bytes(), 8);
+    for b in &c.nodes {
+        wait_showing(
+            "every replica of the group's offsets partition past its first commits",
+            || log_start_on(b, OFFSETS_TOPIC, partition) > 0,
+            || format!("(log start {})", log_start_on(b, OFFSETS_TOPIC, partition)),
+        );
+    }
+    assert_eq!(committed(&c, survivor, group), last);
+    c.node(u64::from(victim)).kill();
+    coordinator(&c, survivor, group, |b| b != victim);
+    assert_eq!(
+        committed(&c, survivor, group),
+        last,
+        "the new coordinator loads the compacted log"
+    );
+}
