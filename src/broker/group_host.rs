@@ -21,13 +21,33 @@ pub fn offsets_partition(group: &str, partitions: u32) -> u32 {
     crate::partitioner::partition_for_key(group.as_bytes(), partitions)
 }
 
-/// (broker, shard) coordinating `group`, from the metadata.
-pub fn coordinator_of(md: &ClusterMetadata, group: &str) -> Option<(u32, u32)> {
+/// Where a group's coordinator is, from the metadata: the leader of the group's
+/// `__consumer_offsets` partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CoordinatorPlace {
+    /// The leading broker; 0 while the partition has no leader.
+    pub broker: u32,
+    pub shard: u32,
+    /// The group's offsets partition and the topic's partition count.
+    pub partition: u32,
+    pub partitions: u32,
+    pub leader_epoch: u32,
+}
+
+/// The coordinator of `group`, from the metadata (`None`: no offsets topic yet).
+pub fn coordinator_of(md: &ClusterMetadata, group: &str) -> Option<CoordinatorPlace> {
     let t = md.topic(OFFSETS_TOPIC)?;
+    let partitions = t.partitions.len() as u32;
     let p = t
         .partitions
-        .get(offsets_partition(group, t.partitions.len() as u32) as usize)?;
-    Some((p.leader, p.shard))
+        .get(offsets_partition(group, partitions) as usize)?;
+    Some(CoordinatorPlace {
+        broker: p.leader,
+        shard: p.shard,
+        partition: p.partition,
+        partitions,
+        leader_epoch: p.leader_epoch,
+    })
 }
 
 /// One group as DescribeGroups shows it.
@@ -46,9 +66,35 @@ pub struct GroupSummary {
     pub members: Vec<MemberDescription>,
 }
 
+/// A parked join or sync, with the group it waits on.
 enum Waiter {
-    Join(flume::Sender<Result<JoinResult, GroupError>>),
-    Sync(flume::Sender<Result<Vec<u8>, GroupError>>),
+    Join(String, flume::Sender<Result<JoinResult, GroupError>>),
+    Sync(String, flume::Sender<Result<Vec<u8>, GroupError>>),
+}
+
+impl Waiter {
+    fn group(&self) -> &str {
+        match self {
+            Waiter::Join(g, _) | Waiter::Sync(g, _) => g,
+        }
+    }
+
+    fn fail(self, e: GroupError) {
+        match self {
+            Waiter::Join(_, tx) => drop(tx.send(Err(e))),
+            Waiter::Sync(_, tx) => drop(tx.send(Err(e))),
+        }
+    }
+}
+
+/// Whether this shard coordinates the groups of one `__consumer_offsets` partition it leads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Coordination {
+    /// Leader at this epoch, reading the committed offsets from the partition: its groups
+    /// get COORDINATOR_LOAD_IN_PROGRESS.
+    Loading { epoch: u32 },
+    /// Leader at this epoch with every committed offset loaded: it answers for its groups.
+    Active { epoch: u32 },
 }
 
 /// Groups coordinated by one shard.
@@ -62,6 +108,10 @@ pub struct GroupHost {
     /// compaction never truncates above the lowest of them.
     in_flight: RefCell<HashMap<u32, std::collections::BTreeSet<u64>>>,
     compacting: RefCell<std::collections::HashSet<u32>>,
+    /// The offsets partitions this shard leads, and whether their groups are loaded.
+    coordination: RefCell<HashMap<u32, Coordination>>,
+    /// Fired when a load ends.
+    loaded: event_listener::Event,
     groups: RefCell<HashMap<String, Group>>,
     waiters: RefCell<HashMap<Token, Waiter>>,
     next_token: Cell<Token>,
@@ -92,6 +142,8 @@ impl GroupHost {
             since_compaction: RefCell::new(HashMap::new()),
             in_flight: RefCell::new(HashMap::new()),
             compacting: RefCell::new(std::collections::HashSet::new()),
+            coordination: RefCell::new(HashMap::new()),
+            loaded: event_listener::Event::new(),
             groups: RefCell::new(HashMap::new()),
             waiters: RefCell::new(HashMap::new()),
             next_token: Cell::new(1),
@@ -109,12 +161,12 @@ impl GroupHost {
         for a in actions {
             match a {
                 Action::JoinReply(t, r) => {
-                    if let Some(Waiter::Join(tx)) = waiters.remove(&t) {
+                    if let Some(Waiter::Join(_, tx)) = waiters.remove(&t) {
                         let _ = tx.send(r);
                     }
                 }
                 Action::SyncReply(t, r) => {
-                    if let Some(Waiter::Sync(tx)) = waiters.remove(&t) {
+                    if let Some(Waiter::Sync(_, tx)) = waiters.remove(&t) {
                         let _ = tx.send(r);
                     }
                 }
@@ -131,7 +183,8 @@ impl GroupHost {
     ) -> flume::Receiver<Result<JoinResult, GroupError>> {
         let (tx, rx) = flume::bounded(1);
         let token = self.token();
-        self.waiters.borrow_mut().insert(token, Waiter::Join(tx));
+        let waiter = Waiter::Join(group.to_string(), tx);
+        self.waiters.borrow_mut().insert(token, waiter);
         if let Err(e) = self.check_room(group) {
             // GROUP_MAX_SIZE_REACHED: the refusal JoinGroup clients report as such, not retry.
             let e = GroupError {
@@ -169,7 +222,8 @@ impl GroupHost {
         let actions = {
             let mut groups = self.groups.borrow_mut();
             let g = groups.get_mut(group).ok_or_else(|| unknown_group(group))?;
-            self.waiters.borrow_mut().insert(token, Waiter::Sync(tx));
+            let waiter = Waiter::Sync(group.to_string(), tx);
+            self.waiters.borrow_mut().insert(token, waiter);
             g.sync(now_ms, req, token)
         };
         self.deliver(actions);
@@ -262,8 +316,8 @@ impl GroupHost {
     /// Forgets a waiter whose request gave up (timed out), so it does not pile up.
     pub fn abandon_waiters(&self) {
         self.waiters.borrow_mut().retain(|_, w| match w {
-            Waiter::Join(tx) => !tx.is_disconnected(),
-            Waiter::Sync(tx) => !tx.is_disconnected(),
+            Waiter::Join(_, tx) => !tx.is_disconnected(),
+            Waiter::Sync(_, tx) => !tx.is_disconnected(),
         });
     }
 }
@@ -468,6 +522,88 @@ impl GroupHost {
     }
 }
 
+impl GroupHost {
+    /// Where offsets partition `p` stands here (`None`: not led here).
+    pub fn coordination(&self, p: u32) -> Option<Coordination> {
+        self.coordination.borrow().get(&p).copied()
+    }
+
+    /// Every offsets partition led here, with its state.
+    pub fn coordinated(&self) -> Vec<(u32, Coordination)> {
+        let mut v: Vec<_> = self
+            .coordination
+            .borrow()
+            .iter()
+            .map(|(p, c)| (*p, *c))
+            .collect();
+        v.sort_by_key(|(p, _)| *p);
+        v
+    }
+
+    /// This shard leads offsets partition `p` at `epoch` and starts loading its groups.
+    /// Whatever it held of them from an earlier leadership is dropped first.
+    pub fn begin_load(&self, p: u32, partitions: u32, epoch: u32) {
+        self.unload(p, partitions);
+        self.coordination
+            .borrow_mut()
+            .insert(p, Coordination::Loading { epoch });
+    }
+
+    /// The load of `p` at `epoch` is done: its groups are answered for from now on. False
+    /// when the leadership changed meanwhile (the caller drops what it loaded).
+    pub fn finish_load(&self, p: u32, epoch: u32) -> bool {
+        let mut c = self.coordination.borrow_mut();
+        let current = c.get(&p) == Some(&Coordination::Loading { epoch });
+        if current {
+            c.insert(p, Coordination::Active { epoch });
+        }
+        drop(c);
+        self.loaded.notify(usize::MAX);
+        current
+    }
+
+    /// Waits until no offsets partition in `which` is loading.
+    pub async fn wait_loaded(&self, which: &[u32]) {
+        loop {
+            let l = self.loaded.listen();
+            let loading = which
+                .iter()
+                .any(|p| matches!(self.coordination(*p), Some(Coordination::Loading { .. })));
+            if !loading {
+                return;
+            }
+            l.await;
+        }
+    }
+
+    /// This shard no longer leads offsets partition `p` (of `partitions`): its groups, their
+    /// members and offsets are dropped (the new leader loads them from its replica), parked
+    /// joins and syncs get NOT_COORDINATOR, and its compaction bookkeeping is reset.
+    pub fn unload(&self, p: u32, partitions: u32) {
+        self.coordination.borrow_mut().remove(&p);
+        let of_p = |g: &str| offsets_partition(g, partitions) == p;
+        self.groups.borrow_mut().retain(|id, _| !of_p(id));
+        let gone: Vec<Waiter> = {
+            let mut waiters = self.waiters.borrow_mut();
+            let tokens: Vec<Token> = waiters
+                .iter()
+                .filter(|(_, w)| of_p(w.group()))
+                .map(|(t, _)| *t)
+                .collect();
+            tokens.iter().filter_map(|t| waiters.remove(t)).collect()
+        };
+        for w in gone {
+            w.fail(GroupError {
+                code: crate::protocol::ErrorCode::NotCoordinator,
+                message: "the group's coordinator moved: find it again".into(),
+            });
+        }
+        self.in_flight.borrow_mut().remove(&p);
+        self.since_compaction.borrow_mut().remove(&p);
+        self.compacting.borrow_mut().remove(&p);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -614,5 +750,54 @@ mod tests {
         host.check_commit("a", "", None, -1, &o).unwrap();
         assert_eq!(host.describe("b").members.len(), 1);
         assert_eq!(host.list().len(), 2);
+    }
+
+    /// Two groups on different offsets partitions (of 8): the shard leading both loses one.
+    fn groups_on_two_partitions() -> (&'static str, &'static str) {
+        let a = "alpha";
+        let b = (0..100)
+            .map(|i| format!("g{i}"))
+            .find(|g| offsets_partition(g, 8) != offsets_partition(a, 8))
+            .expect("another partition");
+        (a, Box::leak(b.into_boxed_str()))
+    }
+
+    #[test]
+    fn unloading_a_partition_drops_only_its_groups_and_fails_their_parked_joins() {
+        let (a, b) = groups_on_two_partitions();
+        let (pa, pb) = (offsets_partition(a, 8), offsets_partition(b, 8));
+        let host = GroupHost::new(GroupConfig::default(), 10);
+        for (p, epoch) in [(pa, 3), (pb, 5)] {
+            host.begin_load(p, 8, epoch);
+            assert_eq!(host.coordination(p), Some(Coordination::Loading { epoch }));
+            assert!(host.finish_load(p, epoch));
+            assert_eq!(host.coordination(p), Some(Coordination::Active { epoch }));
+        }
+        for g in [a, b] {
+            host.store_commit(g, 0, "", vec![PartitionOffset::new("t", 0, 7)]);
+        }
+        // With the initial rebalance delay the join stays parked.
+        let mut req = join_req("");
+        req.group_instance_id = None;
+        let parked = host.join(0, a, req);
+        assert!(parked.try_recv().is_err(), "parked");
+        host.unload(pa, 8);
+        assert_eq!(host.coordination(pa), None);
+        let refused = parked.try_recv().expect("answered").unwrap_err();
+        assert_eq!(refused.code, crate::protocol::ErrorCode::NotCoordinator);
+        assert!(
+            host.all_committed(a).is_empty(),
+            "dropped with its partition"
+        );
+        assert_eq!(
+            host.all_committed(b).len(),
+            1,
+            "the other partition's group stays"
+        );
+        // A load finishing after its partition was unloaded (or re-led) does not activate.
+        host.begin_load(pa, 8, 4);
+        host.unload(pa, 8);
+        assert!(!host.finish_load(pa, 4));
+        assert_eq!(host.coordination(pa), None);
     }
 }

@@ -4,7 +4,8 @@
 
 use std::time::{Duration, Instant};
 
-use super::group_host::{coordinator_of, GroupSummary};
+use super::group_host::{coordinator_of, Coordination, GroupSummary};
+use super::offsets_topic;
 use super::{recv_until, OpError, Shard};
 use crate::clock::now_ms;
 use crate::controller::metadata::BrokerInfo;
@@ -18,22 +19,55 @@ fn now() -> u64 {
     now_ms().max(0) as u64
 }
 
-/// `Ok` when this shard coordinates `group`, else why not (NOT_COORDINATOR names where).
+/// `Ok` when this shard coordinates `group`, else why not: NOT_COORDINATOR names where (or
+/// says this broker is fenced), COORDINATOR_NOT_AVAILABLE while there is no offsets topic or
+/// the group's partition has no leader, COORDINATOR_LOAD_IN_PROGRESS while this shard, its
+/// new leader, loads the committed offsets.
 pub fn coordinated_here(shard: &Shard, group: &str) -> Result<(), OpError> {
     if group.is_empty() {
         return Err(OpError::new(ErrorCode::InvalidGroupId, "empty group id"));
     }
-    match coordinator_of(&shard.metadata.borrow(), group) {
-        None => Err(OpError::new(
+    let place = coordinator_of(&shard.metadata.borrow(), group);
+    let Some(place) = place else {
+        offsets_topic::ensure_created(shard);
+        return Err(not_ready());
+    };
+    if place.broker == 0 {
+        return Err(OpError::new(
             ErrorCode::CoordinatorNotAvailable,
-            "the offsets topic is not ready",
-        )),
-        Some((broker, s)) if broker == shard.cfg.node_id && s as usize == shard.id => Ok(()),
-        Some((broker, s)) => Err(OpError::new(
+            format!("group {group:?}: its offsets partition has no leader"),
+        ));
+    }
+    if place.broker != shard.cfg.node_id || place.shard as usize != shard.id {
+        return Err(OpError::new(
             ErrorCode::NotCoordinator,
-            format!("group {group:?} is coordinated by broker {broker} shard {s}"),
+            format!(
+                "group {group:?} is coordinated by broker {} shard {}",
+                place.broker, place.shard
+            ),
+        ));
+    }
+    // Cut off from the controller: another broker may lead the partition by now.
+    if shard.controller.broker_fenced() {
+        return Err(OpError::new(
+            ErrorCode::NotCoordinator,
+            "this broker is fenced: find the coordinator again",
+        ));
+    }
+    match shard.groups.coordination(place.partition) {
+        Some(Coordination::Active { epoch }) if epoch == place.leader_epoch => Ok(()),
+        _ => Err(OpError::new(
+            ErrorCode::CoordinatorLoadInProgress,
+            format!("group {group:?}: loading its committed offsets"),
         )),
     }
+}
+
+fn not_ready() -> OpError {
+    OpError::new(
+        ErrorCode::CoordinatorNotAvailable,
+        "the offsets topic is not ready",
+    )
 }
 
 /// The broker and shard coordinating `group` (FindCoordinator).
@@ -41,20 +75,18 @@ pub fn coordinator(shard: &Shard, group: &str) -> Result<(BrokerInfo, u32), OpEr
     if group.is_empty() {
         return Err(OpError::new(ErrorCode::InvalidGroupId, "empty group id"));
     }
-    let md = shard.metadata.borrow();
-    let (broker, s) = coordinator_of(&md, group).ok_or_else(|| {
+    let md = shard.metadata.borrow().clone();
+    let Some(place) = coordinator_of(&md, group) else {
+        offsets_topic::ensure_created(shard);
+        return Err(not_ready());
+    };
+    let info = md.brokers.get(&place.broker).ok_or_else(|| {
         OpError::new(
             ErrorCode::CoordinatorNotAvailable,
-            "the offsets topic is not ready",
+            format!("group {group:?}: its offsets partition has no leader"),
         )
     })?;
-    let info = md.brokers.get(&broker).ok_or_else(|| {
-        OpError::new(
-            ErrorCode::CoordinatorNotAvailable,
-            format!("broker {broker} is not registered"),
-        )
-    })?;
-    Ok((info.clone(), s))
+    Ok((info.clone(), place.shard))
 }
 
 /// Waits for a parked join or sync, at most `limit`; one that gives up leaves no waiter.

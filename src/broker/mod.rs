@@ -9,9 +9,12 @@
 //! - [`topics`]: topic changes as controller proposals, answered once every shard applied them.
 //! - [`metrics`]: what a shard reports to a metrics scrape.
 //! - [`groups`], [`offsets`]: group membership and committed offsets, over [`group_host`]
-//!   (the shell around the sans-IO coordinator) and [`offsets_log`] (`__consumer_offsets`).
+//!   (the shell around the sans-IO coordinator) and [`offsets_log`] (`__consumer_offsets`);
+//!   [`coordination`]: which groups a shard coordinates follows the leadership of their
+//!   offsets partitions; [`offsets_topic`]: creating `__consumer_offsets`.
 
 pub mod config;
+pub mod coordination;
 pub mod fetch;
 pub mod filtered_read;
 pub mod group_host;
@@ -22,6 +25,7 @@ pub mod log_admin;
 pub mod metrics;
 pub mod offsets;
 pub mod offsets_log;
+pub mod offsets_topic;
 pub mod produce;
 pub mod replica_fetch;
 pub mod shard;

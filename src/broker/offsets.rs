@@ -56,6 +56,9 @@ pub async fn commit(
         return Ok(());
     }
     let (p, n) = offsets_partition_of(shard, group)?;
+    p.admit_all()
+        .map_err(|e| as_coordinator_error(e.into(), "commit"))?;
+    let led_at = shard.groups.coordination(p.index);
     let now = now_ms();
     let records: Vec<OffsetsRecord> = offsets
         .iter()
@@ -66,7 +69,9 @@ pub async fn commit(
             })
         })
         .collect();
-    let Some((base, next)) = offsets_log::append(shard, &p, &records, now)? else {
+    let appended = offsets_log::append(shard, &p, &records, now)
+        .map_err(|e| as_coordinator_error(e.into(), "commit"))?;
+    let Some((base, next)) = appended else {
         return Ok(());
     };
     shard.groups.commit_appended(p.index, base, offsets.len());
@@ -75,15 +80,18 @@ pub async fn commit(
         partition: p.clone(),
         base_offset: base,
         next_offset: next,
-        acks: crate::broker::produce::Acks::Leader,
+        acks: crate::broker::produce::Acks::All,
     }
     .durable(shard)
     .await;
     shard.groups.commit_settled(p.index, base);
-    if let Err(e) = stored {
+    stored.map_err(|e| as_coordinator_error(e, "commit"))?;
+    if shard.groups.coordination(p.index) != led_at {
+        // Deposed while waiting: the new leader loads this commit from its replica (it was
+        // in every ISR member), and the member retries there.
         return Err(OpError::new(
-            e.code,
-            format!("the commit was not stored: {}", e.message),
+            ErrorCode::NotCoordinator,
+            "the group's coordinator moved while the commit was stored: find it again",
         ));
     }
     shard
@@ -154,6 +162,8 @@ async fn remove(
         return Ok(());
     }
     let (p, _) = offsets_partition_of(shard, group)?;
+    p.admit_all()
+        .map_err(|e| as_coordinator_error(e.into(), "deletion"))?;
     let records: Vec<OffsetsRecord> = partitions
         .into_iter()
         .map(|(topic, partition)| OffsetsRecord::Removed {
@@ -162,7 +172,9 @@ async fn remove(
             partition,
         })
         .collect();
-    let Some((base, next)) = offsets_log::append(shard, &p, &records, now_ms())? else {
+    let appended = offsets_log::append(shard, &p, &records, now_ms())
+        .map_err(|e| as_coordinator_error(e.into(), "deletion"))?;
+    let Some((base, next)) = appended else {
         return Ok(());
     };
     shard.group_commit.mark_dirty(&p);
@@ -170,16 +182,27 @@ async fn remove(
         partition: p,
         base_offset: base,
         next_offset: next,
-        acks: crate::broker::produce::Acks::Leader,
+        acks: crate::broker::produce::Acks::All,
     }
     .durable(shard)
     .await
-    .map_err(|e| {
-        OpError::new(
-            e.code,
-            format!("the deletion was not stored: {}", e.message),
-        )
-    })
+    .map_err(|e| as_coordinator_error(e, "deletion"))
+}
+
+/// Why a commit (or deletion) was not stored, as Kafka's coordinator answers it: the
+/// replication errors a Java consumer does not retry on a commit become the coordinator
+/// errors it does (Kafka's `GroupMetadataManager`): too few replicas in sync or a timeout
+/// -> COORDINATOR_NOT_AVAILABLE, no longer the leader or a failed disk -> NOT_COORDINATOR.
+fn as_coordinator_error(e: OpError, what: &str) -> OpError {
+    let code = match e.code {
+        ErrorCode::NotEnoughReplicas
+        | ErrorCode::NotEnoughReplicasAfterAppend
+        | ErrorCode::RequestTimedOut
+        | ErrorCode::UnknownTopicOrPartition => ErrorCode::CoordinatorNotAvailable,
+        ErrorCode::NotLeaderOrFollower | ErrorCode::KafkaStorageError => ErrorCode::NotCoordinator,
+        other => other,
+    };
+    OpError::new(code, format!("the {what} was not stored: {}", e.message))
 }
 
 /// One committed offset as OffsetFetch answers it: `None` when nothing is committed.

@@ -43,83 +43,81 @@ pub fn append(
     Ok(range)
 }
 
-/// Loads the committed offsets of every `__consumer_offsets` partition this shard owns, by
-/// reading them from the log start to the high watermark (run once, before serving).
-pub async fn replay(shard: &Rc<Shard>) {
-    let mine: Vec<_> = shard
-        .all_partitions()
-        .into_iter()
-        .filter(|p| &*p.topic == OFFSETS_TOPIC)
-        .collect();
-    for p in mine {
-        let mut at = p.log_start_offset();
-        let end = p.high_watermark();
-        let mut loaded = 0usize;
-        while at < end {
-            let limits = ReadLimits {
-                max_bytes: 1 << 20,
-                file_reads: FileReads::Copy,
-            };
-            let chunks = match p.read(at, limits, &shard.cache).await {
-                Ok(c) if !c.is_empty() => c,
-                Ok(_) => break,
-                // Commits after a hole are newer than any lost in it: keep them.
-                Err(LogError::Missing { from, to, why }) if to > at => {
-                    log::error!(
-                        "replaying {OFFSETS_TOPIC}-{}: commits at offsets {from}..{to} are \
-                         lost ({why}); replaying the rest",
-                        p.index
-                    );
-                    at = to;
-                    continue;
-                }
-                Err(e) => {
-                    log::error!("replaying {OFFSETS_TOPIC}-{}: {e}", p.index);
-                    break;
-                }
-            };
-            let before = at;
-            for chunk in &chunks {
-                let buf = crate::batch::aligned16(chunk.as_slice().unwrap_or_default());
-                for batch in BatchIter::new(&buf).map_while(Result::ok) {
-                    let Ok(records) = batch.records() else { break };
-                    for r in records {
-                        if r.offset < at {
-                            continue;
+/// Loads the committed offsets of one `__consumer_offsets` partition into the shard's
+/// groups, reading it from the log start to the high watermark. `current` is asked after
+/// every read (each an await): once it says no (the leadership moved meanwhile), the replay
+/// stops, so two loads of one partition never interleave. True when it read to the end.
+pub async fn replay(shard: &Rc<Shard>, p: &Partition, current: impl Fn() -> bool) -> bool {
+    let mut at = p.log_start_offset();
+    let end = p.high_watermark();
+    let mut loaded = 0usize;
+    while at < end {
+        let limits = ReadLimits {
+            max_bytes: 1 << 20,
+            file_reads: FileReads::Copy,
+        };
+        let read = p.read(at, limits, &shard.cache).await;
+        if !current() {
+            return false;
+        }
+        let chunks = match read {
+            Ok(c) if !c.is_empty() => c,
+            Ok(_) => break,
+            // Commits after a hole are newer than any lost in it: keep them.
+            Err(LogError::Missing { from, to, why }) if to > at => {
+                log::error!(
+                    "replaying {OFFSETS_TOPIC}-{}: commits at offsets {from}..{to} are \
+                     lost ({why}); replaying the rest",
+                    p.index
+                );
+                at = to;
+                continue;
+            }
+            Err(e) => {
+                log::error!("replaying {OFFSETS_TOPIC}-{}: {e}", p.index);
+                break;
+            }
+        };
+        let before = at;
+        for chunk in &chunks {
+            let buf = crate::batch::aligned16(chunk.as_slice().unwrap_or_default());
+            for batch in BatchIter::new(&buf).map_while(Result::ok) {
+                let Ok(records) = batch.records() else { break };
+                for r in records {
+                    if r.offset < at {
+                        continue;
+                    }
+                    at = r.offset + 1;
+                    // A tombstone's value is empty (or null, as a Kafka-style one would be).
+                    let value = r.value().unwrap_or_default();
+                    match OffsetsRecord::decode(r.key().unwrap_or_default(), value) {
+                        Some(OffsetsRecord::Commit(c)) => {
+                            let time = r.timestamp_ms.max(0) as u64;
+                            shard
+                                .groups
+                                .store_commit(&c.group, time, "", vec![c.committed]);
+                            loaded += 1;
                         }
-                        at = r.offset + 1;
-                        // A tombstone's value is empty (or null, as a Kafka-style one would be).
-                        let value = r.value().unwrap_or_default();
-                        match OffsetsRecord::decode(r.key().unwrap_or_default(), value) {
-                            Some(OffsetsRecord::Commit(c)) => {
-                                let time = r.timestamp_ms.max(0) as u64;
-                                shard
-                                    .groups
-                                    .store_commit(&c.group, time, "", vec![c.committed]);
-                                loaded += 1;
-                            }
-                            Some(OffsetsRecord::Removed {
-                                group,
-                                topic,
-                                partition,
-                            }) => shard.groups.remove_offsets(&group, &[(topic, partition)]),
-                            None => {}
-                        }
+                        Some(OffsetsRecord::Removed {
+                            group,
+                            topic,
+                            partition,
+                        }) => shard.groups.remove_offsets(&group, &[(topic, partition)]),
+                        None => {}
                     }
                 }
             }
-            if at == before {
-                break; // no progress: never spin
-            }
         }
-        if loaded > 0 {
-            log::info!(
-                "shard {}: loaded {loaded} committed offsets from {OFFSETS_TOPIC}-{}",
-                shard.id,
-                p.index
-            );
+        if at == before {
+            break; // no progress: never spin
         }
     }
+    log::info!(
+        "shard {}: loaded {loaded} committed offsets from {OFFSETS_TOPIC}-{} (offsets below {end})",
+        shard.id,
+        p.index
+    );
+    true
 }
 
 /// Compacts an offsets partition: appends a snapshot of the latest commit of every group it
@@ -138,10 +136,15 @@ pub async fn compact(shard: &Rc<Shard>, p: &Rc<Partition>, records: Vec<CommitRe
     };
     if next > base {
         shard.group_commit.mark_dirty(p);
-        let rx = p.wait_for_ack(next - 1);
+        // In every ISR member, as commits are.
+        let rx = p.wait_for_all(next);
         if !matches!(rx.recv_async().await, Ok(Ok(()))) {
             return;
         }
+    }
+    // Deposed meanwhile: the new leader compacts its own log (see `coordination`).
+    if p.is_follower() {
+        return;
     }
     let point = shard
         .groups

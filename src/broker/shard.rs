@@ -107,6 +107,9 @@ pub struct Shard {
     pub metrics: crate::metrics::RequestMetrics,
     /// Fired when a partition's replication role changes (the replica fetcher looks again).
     pub replication_changed: event_listener::Event,
+    /// When this shard last proposed creating `__consumer_offsets` (a cluster creates it
+    /// lazily).
+    pub offsets_topic_create: super::offsets_topic::CreateThrottle,
 }
 
 /// Where a topic's partition lives on disk. The topic id keeps a re-created topic from
@@ -176,6 +179,7 @@ impl Shard {
             delays: Default::default(),
             metrics: Default::default(),
             replication_changed: event_listener::Event::new(),
+            offsets_topic_create: Default::default(),
         })
     }
 
@@ -391,6 +395,7 @@ impl Shard {
         }
         self.applied.set(self.id, md.applied_index);
         *self.metadata.borrow_mut() = md;
+        super::coordination::sync(self);
         self.replication_changed.notify(usize::MAX);
     }
 

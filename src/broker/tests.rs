@@ -82,6 +82,7 @@ where
         let h = h.clone();
         async move {
             shard.apply_metadata(h.metadata()).await;
+            super::coordination::wait_single_replica_loads(&shard).await;
             spawn_local(shard.group_commit.clone().run()).detach();
             let s = shard.clone();
             spawn_local(async move {
@@ -415,5 +416,44 @@ fn offset_for_leader_epoch_answers_from_the_epoch_cache_and_checks_the_askers_ep
             }
         }
         assert_eq!(epochs, vec![(0, 0), (2, 2)]);
+    });
+}
+
+#[test]
+fn a_group_is_answered_for_only_once_its_offsets_partition_is_loaded_here() {
+    on_broker(|shard| async move {
+        let committed = vec![PartitionOffset::new("t", 0, 9)];
+        offsets::commit(&shard, "g", "", -1, committed)
+            .await
+            .expect("committed");
+        let epoch = shard
+            .metadata
+            .borrow()
+            .topic(super::group_host::OFFSETS_TOPIC)
+            .expect("offsets topic")
+            .partitions[0]
+            .leader_epoch;
+        // Loading again (as a new leader would): the group waits, its offsets are gone from
+        // memory until the replay.
+        shard.groups.begin_load(0, 1, epoch);
+        assert_eq!(
+            groups::coordinated_here(&shard, "g").unwrap_err().code,
+            ErrorCode::CoordinatorLoadInProgress
+        );
+        let p = shard
+            .partition(super::group_host::OFFSETS_TOPIC, 0)
+            .expect("open");
+        assert!(super::offsets_log::replay(&shard, &p, || true).await);
+        assert!(shard.groups.finish_load(0, epoch));
+        let got = offsets::committed(&shard, "g", None).expect("loaded");
+        assert_eq!(got[0].offset.as_ref().map(|o| o.offset), Some(9));
+        // Led no longer: NOT a coordinator's state any more.
+        shard.groups.unload(0, 1);
+        assert_eq!(
+            groups::coordinated_here(&shard, "g").unwrap_err().code,
+            ErrorCode::CoordinatorLoadInProgress,
+            "the metadata still names this shard: it waits for the next load"
+        );
+        assert!(shard.groups.all_committed("g").is_empty());
     });
 }

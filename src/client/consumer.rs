@@ -719,8 +719,24 @@ impl Fetcher {
                     1,
                     super::connection::DEFAULT_MAX_RESPONSE_BYTES,
                     &cfg.client_id,
-                )?;
-                self.shards.insert(addr, conn);
+                );
+                match conn {
+                    Ok(conn) => {
+                        self.shards.insert(addr, conn);
+                    }
+                    // The shard's broker is down (its partitions are being re-led): the other
+                    // shards are fetched from now, and these partitions are routed again with
+                    // fresh metadata at the next round (paced by the wait for responses).
+                    // Returning here instead left every partition unfetched, and the stale
+                    // route was never refreshed: a consumer stopped for good when a leader's
+                    // broker stopped.
+                    Err(e) if e.is_retriable() => {
+                        log::debug!("fetch from {addr} not sent ({e}); refreshing metadata");
+                        let _ = self.client.refresh_metadata();
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                }
             }
             let req = FetchRequest {
                 max_wait_ms: self

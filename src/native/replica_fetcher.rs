@@ -242,6 +242,7 @@ async fn round(
             }
         }
         p.on_leader_high_watermark(r.high_watermark);
+        follow_log_start(p, r.log_start_offset).await;
     }
     // The next fetch reports these as durable (what the leader's high watermark counts).
     for p in &appended {
@@ -254,6 +255,24 @@ async fn round(
         ));
     }
     Ok(())
+}
+
+/// The leader's log start moved (DeleteRecords, the offsets log's compaction): the follower
+/// moves its own with it, as Kafka's followers do, up to its own high watermark (the rest
+/// with a later fetch), so what the leader made unreadable or removed goes here too and a
+/// follower taking over serves the same log.
+async fn follow_log_start(p: &Partition, leader_log_start: u64) {
+    let start = leader_log_start.min(p.high_watermark());
+    if start <= p.log_start_offset() {
+        return;
+    }
+    if let Err(e) = p.truncate_before(start).await {
+        log::warn!(
+            "{}-{}: moving the log start to the leader's {start}: {e}",
+            p.topic,
+            p.index
+        );
+    }
 }
 
 async fn ask_epoch_ends(

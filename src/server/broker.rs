@@ -11,6 +11,7 @@ use rill_shards::{start_shards, ShardConfig, ShardContext};
 
 use super::stray;
 use crate::broker::group_host::OFFSETS_TOPIC;
+use crate::broker::offsets_topic;
 use crate::broker::shard::{AppliedIndexes, Shard};
 use crate::broker::BrokerConfig;
 use crate::controller::broker_session::{self, BrokerSession, SessionConfig};
@@ -221,27 +222,12 @@ pub fn run_broker(cfg: BrokerConfig) -> Result<(), BrokerError> {
         }
         None
     };
-    if handle.metadata().topic(OFFSETS_TOPIC).is_none() {
-        // The internal topic whose partitions place group coordinators.
-        let create = Command::CreateTopic {
-            name: OFFSETS_TOPIC.to_string(),
-            partitions: cfg.offsets_topic_partitions,
-            replication_factor: 1,
-            // Kept forever: until it is compacted, retention would drop committed offsets.
-            configs: [
-                ("segment.bytes".to_string(), (16u64 << 20).to_string()),
-                ("retention.ms".to_string(), "-1".to_string()),
-            ]
-            .into_iter()
-            .collect(),
-        };
-        match propose_at_start(&handle, create, quorum) {
-            // Another broker of the cluster created it first.
-            Err(ControllerError::Metadata(e)) if e.code == ErrorCode::TopicAlreadyExists => {}
-            other => {
-                other?;
-            }
-        }
+    // A single node creates the internal topic whose partitions place group coordinators
+    // now, with its one replica; a cluster creates it at the first coordinator request, once
+    // enough brokers are live (`broker::offsets_topic`).
+    if !quorum && handle.metadata().topic(OFFSETS_TOPIC).is_none() {
+        let create = offsets_topic::create_command(cfg.offsets_topic_partitions, 1);
+        propose_at_start(&handle, create, quorum)?;
     }
     let md = handle.metadata();
     // Metadata read from the files without raft's new term may lack entries logged but not
@@ -563,7 +549,7 @@ async fn run_shard(
         sendfile,
     );
     shard.apply_metadata(handle.metadata()).await;
-    crate::broker::offsets_log::replay(&shard).await;
+    crate::broker::coordination::wait_single_replica_loads(&shard).await;
     if let Err(e) = crate::delay::queue::start(&shard).await {
         let _ = bound.send(Err(BrokerError::Config(format!(
             "shard {}: delayed messages: {e}",

@@ -668,16 +668,33 @@ impl TestCluster {
     /// `n` brokers of `shards` shards each, `extra` flags on every one; returns when each
     /// serves.
     pub fn start(n: usize, shards: usize, extra: &[&str]) -> TestCluster {
-        Self::start_inner(n, shards, extra, false)
+        Self::start_inner(n, shards, extra, false, false)
+    }
+
+    /// As [`start`](Self::start), each broker with the Kafka listener on too (its own free
+    /// port range, one port per shard): [`kafka_bootstrap`](Self::kafka_bootstrap).
+    pub fn start_kafka(n: usize, shards: usize, extra: &[&str]) -> TestCluster {
+        Self::start_inner(n, shards, extra, false, true)
+    }
+
+    /// Node `id`'s Kafka bootstrap address (needs [`start_kafka`](Self::start_kafka)).
+    pub fn kafka_bootstrap(&self, id: u64) -> String {
+        self.nodes[id as usize - 1].kafka_bootstrap()
     }
 
     /// As [`start`](Self::start), the voters reaching each other through [`LinkProxy`]s, so
     /// that [`isolate`](Self::isolate) can cut one off.
     pub fn start_with_proxies(n: usize, shards: usize, extra: &[&str]) -> TestCluster {
-        Self::start_inner(n, shards, extra, true)
+        Self::start_inner(n, shards, extra, true, false)
     }
 
-    fn start_inner(n: usize, shards: usize, extra: &[&str], proxied: bool) -> TestCluster {
+    fn start_inner(
+        n: usize,
+        shards: usize,
+        extra: &[&str],
+        proxied: bool,
+        kafka: bool,
+    ) -> TestCluster {
         let links = std::sync::Arc::new(Links::default());
         let listen: Vec<u16> = (0..n).map(|_| free_ports(1)).collect();
         let proxies: Vec<LinkProxy> = if proxied {
@@ -709,8 +726,14 @@ impl TestCluster {
                     "--controller-listen".into(),
                     format!("127.0.0.1:{}", listen[i]),
                 ];
+                let kafka_port = kafka.then(|| free_ports(shards));
+                if let Some(k) = kafka_port {
+                    args.extend(["--kafka-listen".into(), format!("127.0.0.1:{k}")]);
+                }
                 args.extend(extra.iter().map(|s| s.to_string()));
-                TestBroker::unstarted(shards, &args)
+                let mut b = TestBroker::unstarted(shards, &args);
+                b.kafka_port = kafka_port;
+                b
             })
             .collect();
         for b in &mut nodes {
