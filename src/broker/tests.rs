@@ -423,7 +423,7 @@ fn offset_for_leader_epoch_answers_from_the_epoch_cache_and_checks_the_askers_ep
 fn a_group_is_answered_for_only_once_its_offsets_partition_is_loaded_here() {
     on_broker(|shard| async move {
         let committed = vec![PartitionOffset::new("t", 0, 9)];
-        offsets::commit(&shard, "g", "", -1, committed)
+        offsets::commit(&shard, "g", "", None, -1, committed)
             .await
             .expect("committed");
         let epoch = shard
