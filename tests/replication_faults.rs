@@ -459,7 +459,7 @@ fn twenty_rounds_of_sigkilling_leaders_lose_no_acknowledged_record_and_keep_key_
     for p in 0..partitions {
         wait_partition(&c.nodes[0], "kill", p, "a full ISR", |m| m.isr.len() == 3);
     }
-    let traffic = Traffic::start(c.nodes[0].bootstrap(), "kill", 16, None, Some(1000));
+    let traffic = Traffic::start(c.nodes[0].bootstrap(), "kill", 16, None, Some(300));
     traffic.wait_more(200, "before the first round");
     for round in 0..20 {
         // Some partition's leader, at a random moment.
@@ -681,5 +681,155 @@ fn a_client_whose_bootstrap_broker_died_asks_another_for_metadata() {
             "partitions never moved off broker 1"
         );
         std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Partition 0's (log start, log end) at broker `b`, from DescribePartitions at its shard.
+fn log_range(b: &rill_testkit::TestBroker, topic: &str) -> Option<(u64, u64)> {
+    let mut c = rill::client::Client::connect(ClientConfig::new(b.bootstrap())).ok()?;
+    c.refresh_metadata().ok()?;
+    let s = c.partition_state(topic, 0).ok()?;
+    Some((s.log_start_offset, s.log_end_offset))
+}
+
+#[test]
+fn a_follower_whose_next_records_were_deleted_by_retention_starts_over_at_the_leaders_log_start() {
+    // Sessions far longer than the test: the stopped follower stays registered, only its
+    // lag takes it out of the ISR. Retention runs twice a second.
+    let c = TestCluster::start(
+        3,
+        1,
+        &[
+            "--broker-session-timeout-ms",
+            "600000",
+            "--broker-heartbeat-interval-ms",
+            "2000",
+            "--retention-check-interval-ms",
+            "500",
+        ],
+    );
+    let controller = c.wait_leader(&[1, 2, 3]);
+    create_topic_rf3(
+        &c,
+        "ret",
+        1,
+        &[
+            ("min.insync.replicas", "2"),
+            ("replica.lag.time.max.ms", "1500"),
+            ("segment.bytes", "65536"),
+            ("retention.bytes", "262144"),
+        ],
+    );
+    let m = wait_partition(&c.nodes[0], "ret", 0, "a full ISR", |m| m.isr.len() == 3);
+    let behind = (1..=3u32)
+        .find(|&b| b != m.leader && u64::from(b) != controller)
+        .unwrap();
+    let leader = &c.nodes[m.leader as usize - 1];
+    let values = |from: usize, to: usize| -> Vec<String> {
+        (from..to).map(|i| value_of("ret", i)).collect()
+    };
+    let long = Duration::from_secs(30);
+    let mut acked: BTreeMap<u64, String> = BTreeMap::new();
+    let mut send = |from: usize, to: usize| {
+        let sent = values(from, to);
+        for (v, r) in sent.iter().zip(send_all(
+            leader.bootstrap(),
+            Acks::All,
+            5,
+            long,
+            "ret",
+            &sent,
+        )) {
+            acked.insert(r.expect("acks=all with two in the ISR"), v.clone());
+        }
+    };
+    send(0, 100);
+    let stopped = &c.nodes[behind as usize - 1];
+    let (_, its_end) = log_range(stopped, "ret").expect("the follower's log");
+    stopped.signal(libc::SIGSTOP);
+    wait_partition(
+        leader,
+        "ret",
+        0,
+        "the stopped follower out of the ISR",
+        |m| !m.isr.contains(&behind),
+    );
+    // Megabytes more: retention deletes the leader's oldest segments, those the stopped
+    // follower would fetch next among them.
+    let mut next = 100;
+    let start = Instant::now();
+    while log_range(leader, "ret").is_none_or(|(s, _)| s <= its_end) {
+        send(next, next + 200);
+        next += 200;
+        assert!(
+            start.elapsed() < DEADLINE,
+            "retention never passed {its_end}"
+        );
+    }
+    stopped.signal(libc::SIGCONT);
+    wait_partition(leader, "ret", 0, "the follower back in the ISR", |m| {
+        m.isr.contains(&behind)
+    });
+    send(next, next + 100);
+    assert!(
+        stopped.log_text().contains("started the log over"),
+        "{}",
+        stopped.log_text()
+    );
+    // What the leader still has is read back where it was acknowledged...
+    let (leader_start, _) = log_range(leader, "ret").expect("leader's log");
+    let hw = acked.keys().last().unwrap() + 1;
+    let read = read_partition(leader.bootstrap(), "ret", 0, hw);
+    for (o, v) in acked.range(leader_start..) {
+        assert_eq!(
+            read.get(o).map(|b| String::from_utf8_lossy(b).into_owned()),
+            Some(v.clone()),
+            "offset {o}"
+        );
+    }
+    // ...and every replica holds the same batches from where all of them start.
+    let start = Instant::now();
+    loop {
+        let all: Vec<Vec<(u64, Vec<u8>)>> = c
+            .nodes
+            .iter()
+            .map(|b| {
+                let dir = rill_testkit::partition_dir(&b.data_dir(), "ret", 0);
+                rill_testkit::stored_batches(&dir).into_iter().collect()
+            })
+            .collect();
+        let from = all
+            .iter()
+            .map(|r| r.first().map_or(0, |(o, _)| *o))
+            .max()
+            .unwrap();
+        let common: Vec<Vec<&(u64, Vec<u8>)>> = all
+            .iter()
+            .map(|r| {
+                r.iter()
+                    .filter(|(o, b)| {
+                        *o >= from
+                            && rill::batch::BatchHeader::decode(b)
+                                .is_some_and(|h| h.next_offset() <= hw)
+                    })
+                    .collect()
+            })
+            .collect();
+        if !common[0].is_empty() && common.iter().all(|r| *r == common[0]) {
+            break;
+        }
+        assert!(
+            start.elapsed() < DEADLINE,
+            "replicas differ in {from}..{hw}: {:?}",
+            common
+                .iter()
+                .map(|r| (
+                    r.len(),
+                    r.first().map(|(o, _)| *o),
+                    r.last().map(|(o, _)| *o)
+                ))
+                .collect::<Vec<_>>()
+        );
+        std::thread::sleep(Duration::from_millis(200));
     }
 }

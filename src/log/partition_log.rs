@@ -830,6 +830,55 @@ pub async fn truncate_tail(
     Ok(log)
 }
 
+/// Drops every segment of a follower's log and opens it again, empty, starting at `offset`
+/// (the leader's log start, past this log's end: what lay between is deleted there). The new
+/// start is made durable before any file goes: a crash in between reopens the old files ending
+/// below it, and the follower starts over again. The caller holds no pending writes.
+pub async fn start_empty_at(
+    dir: PathBuf,
+    cfg: SegmentConfig,
+    offset: u64,
+) -> Result<PartitionLog, LogError> {
+    let d = dir.clone();
+    rill_shards::rt::spawn_blocking(move || remove_every_segment(&d, offset)).await?;
+    let (log, _) = PartitionLog::open(dir.clone(), cfg).await?;
+    if log.next_offset() != offset || log.log_start_offset() != offset || log.failure().is_some() {
+        return Err(LogError::Failed(format!(
+            "{}: started over at {offset}, the log reopened at {}..{}{}",
+            dir.display(),
+            log.log_start_offset(),
+            log.next_offset(),
+            log.failure().map(|f| format!(" ({f})")).unwrap_or_default()
+        )));
+    }
+    Ok(log)
+}
+
+fn remove_every_segment(dir: &Path, start: u64) -> Result<(), LogError> {
+    write_offset_file(dir, LOG_START_FILE, start)?;
+    for entry in std::fs::read_dir(dir).map_err(|e| LogError::io(dir, e))? {
+        let entry = entry.map_err(|e| LogError::io(dir, e))?;
+        if entry
+            .file_name()
+            .to_str()
+            .and_then(parse_segment_file_name)
+            .is_none()
+        {
+            continue;
+        }
+        let p = entry.path();
+        let (idx, tidx) = super::segment::index_paths(&p);
+        for f in [p, idx, tidx] {
+            match std::fs::remove_file(&f) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(LogError::io(&f, e)),
+            }
+        }
+    }
+    super::segment::sync_dir(dir)
+}
+
 fn cut_tail_files(dir: &Path, offset: u64) -> Result<(), LogError> {
     use std::os::unix::fs::FileExt;
     let mut bases = Vec::new();
