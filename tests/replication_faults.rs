@@ -76,7 +76,9 @@ impl Traffic {
         let acked: Arc<Mutex<Vec<Acked>>> = Arc::default();
         let failed: Arc<Mutex<Vec<String>>> = Arc::default();
         let stop = Arc::new(AtomicBool::new(false));
-        let p = producer(bootstrap, Acks::All, u32::MAX, Duration::from_secs(30));
+        // A request stuck on a broker cut off mid-request is given up (and retried at the new
+        // leader) after 10 s.
+        let p = producer(bootstrap, Acks::All, u32::MAX, Duration::from_secs(10));
         let thread =
             {
                 let (acked, failed, stop) = (acked.clone(), failed.clone(), stop.clone());
@@ -366,6 +368,67 @@ fn a_leader_cut_off_from_the_other_brokers_is_deposed_and_cuts_its_divergent_tai
         outcomes.len()
     );
     assert_replicas_equal(&c, "cut", 0, hw);
+}
+
+#[test]
+fn a_leader_cut_off_entirely_loses_its_partitions_and_rejoins_after_the_link_heals() {
+    let lab = NetLab::new(3);
+    let c = TestCluster::start_in(&lab, 3, 1, FAST_FENCING, false);
+    c.wait_leader(&[1, 2, 3]);
+    let partitions = 3;
+    create_topic_rf3(&c, "gone", partitions, &[("min.insync.replicas", "2")]);
+    let before: Vec<_> = (0..partitions)
+        .map(|p| wait_partition(&c.nodes[0], "gone", p, "a full ISR", |m| m.isr.len() == 3))
+        .collect();
+    let victim = u64::from(before[0].leader);
+    let via = (1..=3u64).find(|&b| b != victim).unwrap();
+    let traffic = Traffic::start(
+        c.nodes[via as usize - 1].bootstrap(),
+        "gone",
+        12,
+        None,
+        None,
+    );
+    traffic.wait_more(300, "before the cut");
+    // Every link: the other brokers, the controller and the clients lose it at once.
+    lab.cut(victim);
+    let t = Instant::now();
+    for (p, m) in before.iter().enumerate() {
+        if u64::from(m.leader) == victim {
+            wait_partition(
+                &c.nodes[via as usize - 1],
+                "gone",
+                p as u32,
+                "a new leader",
+                |n| {
+                    u64::from(n.leader) != victim
+                        && n.leader != 0
+                        && n.leader_epoch > m.leader_epoch
+                },
+            );
+        }
+    }
+    eprintln!("{:?}: partitions moved off broker {victim}", t.elapsed());
+    traffic.wait_more(300, "while it is cut off");
+    eprintln!("{:?}: 300 more acknowledged", t.elapsed());
+    lab.heal(victim);
+    for p in 0..partitions {
+        wait_partition(
+            &c.nodes[via as usize - 1],
+            "gone",
+            p,
+            "it back in the ISR",
+            |m| m.isr.len() == 3,
+        );
+    }
+    traffic.wait_more(300, "after it rejoined");
+    let (acked, failed) = traffic.finish();
+    assert!(
+        failed.is_empty(),
+        "failed: {:?}",
+        &failed[..failed.len().min(5)]
+    );
+    check_acknowledged(&c, "gone", partitions, &acked);
 }
 
 #[test]
