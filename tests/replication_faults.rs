@@ -157,13 +157,20 @@ impl Traffic {
         }
     }
 
-    /// Stops sending, waits for the last answers; what was acknowledged and what failed.
-    fn finish(mut self) -> (Vec<Acked>, Vec<String>) {
+    /// Stops sending, waits for the last answers, and checks that none failed (retries
+    /// outlast every fault the tests make); what was acknowledged.
+    fn finish(mut self) -> Vec<Acked> {
         self.stop.store(true, Ordering::SeqCst);
         self.thread.take().unwrap().join().expect("producer thread");
         let acked = self.acked.lock().unwrap().clone();
         let failed = self.failed.lock().unwrap().clone();
-        (acked, failed)
+        eprintln!("{} acknowledged, {} failed", acked.len(), failed.len());
+        assert!(
+            failed.is_empty(),
+            "failed: {:?}",
+            &failed[..failed.len().min(5)]
+        );
+        acked
     }
 }
 
@@ -244,6 +251,15 @@ fn check_acknowledged(c: &TestCluster, topic: &str, partitions: u32, acked: &[Ac
                 w[1].offset
             );
         }
+    }
+}
+
+/// Waits until broker `via` shows every partition of `topic` with all 3 replicas in its ISR.
+fn wait_full_isrs(c: &TestCluster, via: u64, topic: &str, partitions: u32) {
+    for p in 0..partitions {
+        wait_partition(&c.nodes[via as usize - 1], topic, p, "a full ISR", |m| {
+            m.isr.len() == 3
+        });
     }
 }
 
@@ -412,57 +428,49 @@ fn a_leader_cut_off_entirely_loses_its_partitions_and_rejoins_after_the_link_hea
     traffic.wait_more(300, "while it is cut off");
     eprintln!("{:?}: 300 more acknowledged", t.elapsed());
     lab.heal(victim);
-    for p in 0..partitions {
-        wait_partition(
-            &c.nodes[via as usize - 1],
-            "gone",
-            p,
-            "it back in the ISR",
-            |m| m.isr.len() == 3,
-        );
-    }
+    wait_full_isrs(&c, via, "gone", partitions);
     traffic.wait_more(300, "after it rejoined");
-    let (acked, failed) = traffic.finish();
-    assert!(
-        failed.is_empty(),
-        "failed: {:?}",
-        &failed[..failed.len().min(5)]
-    );
+    let acked = traffic.finish();
     check_acknowledged(&c, "gone", partitions, &acked);
+}
+
+/// Sessions far longer than a test: a stopped or slowed broker stays registered (however
+/// late its heartbeats), so only its lag can take it out of an ISR.
+const LONG_SESSIONS: &[&str] = &[
+    "--broker-session-timeout-ms",
+    "600000",
+    "--broker-heartbeat-interval-ms",
+    "2000",
+];
+
+/// Creates `topic` (1 partition, RF 3, min.insync.replicas 2, `replica.lag.time.max.ms` 1500
+/// and `configs`), waits for a full ISR; its metadata and a follower that is not the
+/// controller (whose raft traffic is not what the caller tests).
+fn lagging_topic(
+    c: &TestCluster,
+    controller: u64,
+    topic: &str,
+    configs: &[(&str, &str)],
+) -> (rill::protocol::messages::PartitionMeta, u32) {
+    let mut all = vec![
+        ("min.insync.replicas", "2"),
+        ("replica.lag.time.max.ms", "1500"),
+    ];
+    all.extend_from_slice(configs);
+    create_topic_rf3(c, topic, 1, &all);
+    let m = wait_partition(&c.nodes[0], topic, 0, "a full ISR", |m| m.isr.len() == 3);
+    let follower = (1..=3u32)
+        .find(|&b| b != m.leader && u64::from(b) != controller)
+        .unwrap();
+    (m, follower)
 }
 
 #[test]
 fn a_slow_follower_leaves_the_isr_and_rejoins_once_its_link_is_fast_again() {
     let lab = NetLab::new(3);
-    // Sessions far longer than the test: only the lag can take the follower out of the ISR,
-    // however late its heartbeats arrive over the slow link.
-    let c = TestCluster::start_in(
-        &lab,
-        3,
-        1,
-        &[
-            "--broker-session-timeout-ms",
-            "600000",
-            "--broker-heartbeat-interval-ms",
-            "2000",
-        ],
-        false,
-    );
+    let c = TestCluster::start_in(&lab, 3, 1, LONG_SESSIONS, false);
     let controller = c.wait_leader(&[1, 2, 3]);
-    create_topic_rf3(
-        &c,
-        "slow",
-        1,
-        &[
-            ("min.insync.replicas", "2"),
-            ("replica.lag.time.max.ms", "1500"),
-        ],
-    );
-    let m = wait_partition(&c.nodes[0], "slow", 0, "a full ISR", |m| m.isr.len() == 3);
-    // A follower that is not the controller (its raft traffic is not what is tested here).
-    let slow = (1..=3u32)
-        .find(|&b| b != m.leader && u64::from(b) != controller)
-        .unwrap();
+    let (m, slow) = lagging_topic(&c, controller, "slow", &[]);
     let leader = &c.nodes[m.leader as usize - 1];
     let traffic = Traffic::start(leader.bootstrap(), "slow", 10, Some(0), None);
     traffic.wait_more(300, "before");
@@ -480,12 +488,7 @@ fn a_slow_follower_leaves_the_isr_and_rejoins_once_its_link_is_fast_again() {
         m.isr.contains(&slow)
     });
     traffic.wait_more(300, "after it rejoined");
-    let (acked, failed) = traffic.finish();
-    assert!(
-        failed.is_empty(),
-        "failed: {:?}",
-        &failed[..failed.len().min(5)]
-    );
+    let acked = traffic.finish();
     check_acknowledged(&c, "slow", 1, &acked);
 }
 
@@ -499,6 +502,27 @@ impl Rng {
         self.0 ^= self.0 << 17;
         self.0 % below
     }
+}
+
+/// SIGKILLs broker `victim`, which leads `topic`-`p` as `m` says, and waits until another
+/// broker names a new leader at a newer epoch; returns that broker's id.
+fn kill_leader(
+    c: &mut TestCluster,
+    victim: u64,
+    topic: &str,
+    p: u32,
+    m: &rill::protocol::messages::PartitionMeta,
+) -> u64 {
+    c.node(victim).kill();
+    let witness = (1..=3u64).find(|&b| b != victim).unwrap();
+    wait_partition(
+        &c.nodes[witness as usize - 1],
+        topic,
+        p,
+        "a new leader",
+        |n| u64::from(n.leader) != victim && n.leader != 0 && n.leader_epoch > m.leader_epoch,
+    );
+    witness
 }
 
 #[test]
@@ -534,34 +558,12 @@ fn twenty_rounds_of_sigkilling_leaders_lose_no_acknowledged_record_and_keep_key_
             "round {round}: SIGKILL broker {victim}, leader of kill-{p} at epoch {}",
             m.leader_epoch
         );
-        c.node(victim).kill();
-        let witness = (1..=3u64).find(|&b| b != victim).unwrap();
-        wait_partition(
-            &c.nodes[witness as usize - 1],
-            "kill",
-            p,
-            "a new leader",
-            |n| u64::from(n.leader) != victim && n.leader != 0 && n.leader_epoch > m.leader_epoch,
-        );
+        let witness = kill_leader(&mut c, victim, "kill", p, &m);
         c.node(victim).start_again();
-        for q in 0..partitions {
-            wait_partition(
-                &c.nodes[witness as usize - 1],
-                "kill",
-                q,
-                "the killed broker back in the ISR",
-                |n| n.isr.len() == 3,
-            );
-        }
+        wait_full_isrs(&c, witness, "kill", partitions);
         traffic.wait_more(100, &format!("after round {round}"));
     }
-    let (acked, failed) = traffic.finish();
-    eprintln!("{} acknowledged, {} failed", acked.len(), failed.len());
-    assert!(
-        failed.is_empty(),
-        "failed: {:?}",
-        &failed[..failed.len().min(5)]
-    );
+    let acked = traffic.finish();
     check_acknowledged(&c, "kill", partitions, &acked);
 }
 
@@ -653,16 +655,8 @@ fn a_kafka_producer_loses_no_acknowledged_record_when_the_leader_is_sigkilled() 
         std::thread::sleep(Duration::from_millis(20));
     }
     let victim = u64::from(first.leader);
-    c.node(victim).kill();
     let killed_at = producer.count();
-    let witness = (1..=3u64).find(|&b| b != victim).unwrap();
-    wait_partition(
-        &c.nodes[witness as usize - 1],
-        "ck",
-        0,
-        "a new leader",
-        |m| u64::from(m.leader) != victim && m.leader != 0 && m.leader_epoch > first.leader_epoch,
-    );
+    let witness = kill_leader(&mut c, victim, "ck", 0, &first);
     c.node(victim).start_again();
     let lines = producer.finish();
     let (last, delivered) = lines.split_last().expect("output");
@@ -757,36 +751,13 @@ fn log_range(b: &rill_testkit::TestBroker, topic: &str) -> Option<(u64, u64)> {
 
 #[test]
 fn a_follower_whose_next_records_were_deleted_by_retention_starts_over_at_the_leaders_log_start() {
-    // Sessions far longer than the test: the stopped follower stays registered, only its
-    // lag takes it out of the ISR. Retention runs twice a second.
-    let c = TestCluster::start(
-        3,
-        1,
-        &[
-            "--broker-session-timeout-ms",
-            "600000",
-            "--broker-heartbeat-interval-ms",
-            "2000",
-            "--retention-check-interval-ms",
-            "500",
-        ],
-    );
+    // Retention runs twice a second.
+    let mut flags = LONG_SESSIONS.to_vec();
+    flags.extend(["--retention-check-interval-ms", "500"]);
+    let c = TestCluster::start(3, 1, &flags);
     let controller = c.wait_leader(&[1, 2, 3]);
-    create_topic_rf3(
-        &c,
-        "ret",
-        1,
-        &[
-            ("min.insync.replicas", "2"),
-            ("replica.lag.time.max.ms", "1500"),
-            ("segment.bytes", "65536"),
-            ("retention.bytes", "262144"),
-        ],
-    );
-    let m = wait_partition(&c.nodes[0], "ret", 0, "a full ISR", |m| m.isr.len() == 3);
-    let behind = (1..=3u32)
-        .find(|&b| b != m.leader && u64::from(b) != controller)
-        .unwrap();
+    let small_segments = [("segment.bytes", "65536"), ("retention.bytes", "262144")];
+    let (m, behind) = lagging_topic(&c, controller, "ret", &small_segments);
     let leader = &c.nodes[m.leader as usize - 1];
     let values = |from: usize, to: usize| -> Vec<String> {
         (from..to).map(|i| value_of("ret", i)).collect()

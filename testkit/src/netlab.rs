@@ -200,37 +200,20 @@ impl NetLab {
     /// Cuts the links between brokers `a` and `b` only (both directions: a blackhole route
     /// to the other on each side); their clients still reach both.
     pub fn partition(&self, a: u64, b: u64) {
-        for (from, to) in [(a, b), (b, a)] {
-            let ns = self.ns_of(Self::host_of(from));
-            run(
-                "ip",
-                &[
-                    "-n",
-                    &ns,
-                    "route",
-                    "add",
-                    "blackhole",
-                    &format!("{}/32", self.host(to)),
-                ],
-            );
-        }
+        self.blackholes("add", a, b);
     }
 
     /// Undoes [`partition`](Self::partition).
     pub fn unpartition(&self, a: u64, b: u64) {
+        self.blackholes("del", a, b);
+    }
+
+    /// Adds or deletes (`op`) the blackhole routes between `a` and `b`.
+    fn blackholes(&self, op: &str, a: u64, b: u64) {
         for (from, to) in [(a, b), (b, a)] {
             let ns = self.ns_of(Self::host_of(from));
-            run(
-                "ip",
-                &[
-                    "-n",
-                    &ns,
-                    "route",
-                    "del",
-                    "blackhole",
-                    &format!("{}/32", self.host(to)),
-                ],
-            );
+            let to = format!("{}/32", self.host(to));
+            run("ip", &["-n", &ns, "route", op, "blackhole", &to]);
         }
     }
 
@@ -252,14 +235,10 @@ impl NetLab {
     /// `queue_ms` behind each other (a congested link: the more it is asked to carry, the
     /// later everything arrives, heartbeats too) and beyond that are dropped.
     pub fn slow(&self, id: u64, kbit: u32, queue_ms: u32) {
-        let host = Self::host_of(id);
         let rate = format!("{kbit}kbit");
         let latency = format!("{queue_ms}ms");
         // A burst of a few full-size frames: enough for the rate to be met at all.
-        for (ns, dev) in [
-            (self.switch(), format!("p{host}")),
-            (self.ns_of(host), "eth0".to_string()),
-        ] {
+        for (ns, dev) in self.veth_ends(id) {
             run(
                 "tc",
                 &[
@@ -272,13 +251,18 @@ impl NetLab {
 
     /// Undoes [`slow`](Self::slow).
     pub fn unslow(&self, id: u64) {
-        let host = Self::host_of(id);
-        for (ns, dev) in [
-            (self.switch(), format!("p{host}")),
-            (self.ns_of(host), "eth0".to_string()),
-        ] {
+        for (ns, dev) in self.veth_ends(id) {
             run("tc", &["-n", &ns, "qdisc", "del", "dev", &dev, "root"]);
         }
+    }
+
+    /// Both ends of broker `id`'s veth: (namespace, device) of its switch port and its own.
+    fn veth_ends(&self, id: u64) -> [(String, String); 2] {
+        let host = Self::host_of(id);
+        [
+            (self.switch(), format!("p{host}")),
+            (self.ns_of(host), "eth0".to_string()),
+        ]
     }
 }
 
