@@ -202,6 +202,8 @@ impl Follower {
                 self.phase = Phase::Fetching;
                 self.log_end = leader_log_start;
                 self.durable_end = leader_log_start;
+                // As the shell raises the partition's: no later cut may go below it.
+                self.high_watermark = leader_log_start;
                 vec![
                     FollowerAction::StartAt {
                         offset: leader_log_start,
@@ -388,7 +390,7 @@ mod tests {
                 }
             ]
         );
-        assert_eq!(f.log_end(), 100);
+        assert_eq!((f.log_end(), f.high_watermark()), (100, 100));
         assert!(f.is_fetching());
         // A log start within its log: the leader's log is shorter, reconcile as before.
         let (mut g, _) = Follower::new(2, 3, &mine, 40, 30);
