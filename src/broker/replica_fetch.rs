@@ -67,6 +67,12 @@ fn check_broker_epoch(shard: &Shard, replica_id: u32, broker_epoch: u64) -> Resu
     }
 }
 
+/// Where a partition's log starts on this shard (0: not here). A refused follower learns it
+/// too: one whose fetch offset is below it starts its log over there.
+pub fn log_start(shard: &Shard, topic: &str, partition: u32) -> u64 {
+    locate(shard, topic, partition).map_or(0, |p| p.log_start_offset())
+}
+
 /// Answers a replica fetch: one result per partition, in request order.
 pub async fn replica_fetch(
     shard: &Shard,

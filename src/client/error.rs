@@ -76,6 +76,14 @@ impl ClientError {
         }
     }
 
+    /// The broker could not be reached or did not answer in time (another may).
+    pub fn is_unreachable(&self) -> bool {
+        matches!(
+            self,
+            ClientError::Io { .. } | ClientError::Connect { .. } | ClientError::Timeout(_)
+        )
+    }
+
     /// Worth retrying after a metadata refresh and a backoff.
     pub fn is_retriable(&self) -> bool {
         match self {

@@ -301,12 +301,33 @@ impl Client {
         &mut self,
         topics: Vec<String>,
     ) -> Result<&MetadataCache, ClientError> {
-        let addr = self.bootstrap_addr()?;
         let req = MetadataRequest {
             topics: None,
             create: topics,
         };
-        let (resp, _): (MetadataResponse, _) = self.call(addr, ApiKey::Metadata, &req, &[])?;
+        // The bootstrap broker first; when it cannot be reached (it crashed, say), every
+        // broker the last metadata named, as Kafka clients do: one dead broker must not blind
+        // a client to a cluster whose partitions moved to the others.
+        let bootstrap = self.bootstrap_addr()?;
+        let mut asked = vec![bootstrap];
+        asked.extend(self.metadata.brokers.values().filter_map(|b| {
+            (b.host.as_str(), b.port)
+                .to_socket_addrs()
+                .ok()?
+                .next()
+                .filter(|a| *a != bootstrap)
+        }));
+        let mut result = Err(ClientError::Invalid("no broker to ask".into()));
+        for addr in asked {
+            result = self
+                .call(addr, ApiKey::Metadata, &req, &[])
+                .map(|(resp, _)| resp);
+            match &result {
+                Err(e) if e.is_unreachable() => continue,
+                _ => break,
+            }
+        }
+        let resp: MetadataResponse = result?;
         self.metadata = MetadataCache {
             cluster_id: resp.cluster_id,
             controller_id: resp.controller_id,

@@ -818,16 +818,80 @@ pub async fn truncate_tail(
 ) -> Result<PartitionLog, LogError> {
     let d = dir.clone();
     rill_shards::rt::spawn_blocking(move || cut_tail_files(&d, offset)).await?;
+    reopen_ending_at(dir, cfg, offset, "cut to").await
+}
+
+/// Opens a log whose files were just changed to end at `offset`; anything else (or a failed
+/// log) is an error naming `what` was done.
+async fn reopen_ending_at(
+    dir: PathBuf,
+    cfg: SegmentConfig,
+    offset: u64,
+    what: &str,
+) -> Result<PartitionLog, LogError> {
     let (log, _) = PartitionLog::open(dir.clone(), cfg).await?;
     if log.next_offset() != offset || log.failure().is_some() {
         return Err(LogError::Failed(format!(
-            "{}: cut to {offset}, the log reopened ending at {}{}",
+            "{}: {what} {offset}, the log reopened at {}..{}{}",
             dir.display(),
+            log.log_start_offset(),
             log.next_offset(),
             log.failure().map(|f| format!(" ({f})")).unwrap_or_default()
         )));
     }
     Ok(log)
+}
+
+/// Drops every segment of a follower's log and opens it again, empty, starting at `offset`
+/// (the leader's log start, past this log's end: what lay between is deleted there). The new
+/// start is made durable before any file goes: a crash in between reopens the old files ending
+/// below it, and the follower starts over again. The caller holds no pending writes.
+pub async fn start_empty_at(
+    dir: PathBuf,
+    cfg: SegmentConfig,
+    offset: u64,
+) -> Result<PartitionLog, LogError> {
+    let d = dir.clone();
+    rill_shards::rt::spawn_blocking(move || remove_every_segment(&d, offset)).await?;
+    let log = reopen_ending_at(dir, cfg, offset, "started over at").await?;
+    if log.log_start_offset() != offset {
+        return Err(LogError::Failed(format!(
+            "{}: started over at {offset}, the log reopened starting at {}",
+            log.dir().display(),
+            log.log_start_offset()
+        )));
+    }
+    Ok(log)
+}
+
+fn remove_every_segment(dir: &Path, start: u64) -> Result<(), LogError> {
+    write_offset_file(dir, LOG_START_FILE, start)?;
+    for entry in std::fs::read_dir(dir).map_err(|e| LogError::io(dir, e))? {
+        let entry = entry.map_err(|e| LogError::io(dir, e))?;
+        if entry
+            .file_name()
+            .to_str()
+            .and_then(parse_segment_file_name)
+            .is_none()
+        {
+            continue;
+        }
+        remove_segment_files(&entry.path())?;
+    }
+    super::segment::sync_dir(dir)
+}
+
+/// Removes a segment file and its index files (those may be missing).
+fn remove_segment_files(segment: &Path) -> Result<(), LogError> {
+    let (idx, tidx) = super::segment::index_paths(segment);
+    for f in [segment.to_path_buf(), idx, tidx] {
+        match std::fs::remove_file(&f) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(LogError::io(&f, e)),
+        }
+    }
+    Ok(())
 }
 
 fn cut_tail_files(dir: &Path, offset: u64) -> Result<(), LogError> {
@@ -882,15 +946,7 @@ fn cut_tail_files(dir: &Path, offset: u64) -> Result<(), LogError> {
         next = h.next_offset();
     }
     for &base in bases.iter().filter(|b| **b > keep) {
-        let p = dir.join(super::segment::segment_file_name(base));
-        let (idx, tidx) = super::segment::index_paths(&p);
-        for f in [p, idx, tidx] {
-            match std::fs::remove_file(&f) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(LogError::io(&f, e)),
-            }
-        }
+        remove_segment_files(&dir.join(super::segment::segment_file_name(base)))?;
     }
     file.set_len(pos).map_err(|e| LogError::io(&path, e))?;
     file.sync_all().map_err(|e| LogError::io(&path, e))?;

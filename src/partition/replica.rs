@@ -39,6 +39,9 @@ pub struct FollowerRole {
     pub ask: Option<u32>,
     /// Where to cut the local log before fetching again, if anywhere.
     pub truncate: Option<u64>,
+    /// Where to start the local log over, empty, before fetching again (the leader's log
+    /// start, past this log's end), if anywhere.
+    pub start_at: Option<u64>,
     /// Reconciliation failed (a cut below the high watermark): fetching stopped; only a new
     /// leader or epoch starts it again.
     pub stuck: bool,
@@ -50,6 +53,10 @@ impl FollowerRole {
             match a {
                 FollowerAction::AskEpochEnd { epoch, .. } => self.ask = Some(epoch),
                 FollowerAction::Truncate { offset } => self.truncate = Some(offset),
+                FollowerAction::StartAt { offset } => {
+                    self.start_at = Some(offset);
+                    self.truncate = None;
+                }
                 FollowerAction::Fetch { .. } => self.ask = None,
             }
         }
@@ -59,6 +66,7 @@ impl FollowerRole {
 /// What a follower partition needs from its fetcher now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FollowerNeed {
+    StartAt(u64),
     Truncate(u64),
     AskEpochEnd(u32),
     Fetch(ReplicaFetch),
@@ -191,6 +199,7 @@ impl Partition {
             follower,
             ask: None,
             truncate: None,
+            start_at: None,
             stuck: false,
         };
         role.take(vec![first]);
@@ -355,6 +364,9 @@ impl Partition {
     pub fn follower_need(&self) -> FollowerNeed {
         match &*self.role.borrow() {
             Role::Follower(f) if f.stuck => FollowerNeed::Nothing,
+            Role::Follower(f) if f.start_at.is_some() => {
+                FollowerNeed::StartAt(f.start_at.unwrap_or_default())
+            }
             Role::Follower(f) => match (f.truncate, f.ask) {
                 (Some(t), _) => FollowerNeed::Truncate(t),
                 (None, Some(e)) => FollowerNeed::AskEpochEnd(e),
@@ -387,11 +399,12 @@ impl Partition {
         }
     }
 
-    /// The leader refused this follower's fetch (or its question) with `code`.
-    pub fn on_replica_fetch_error(&self, code: ErrorCode) {
+    /// The leader refused this follower's fetch (or its question) with `code`, its log
+    /// starting at `leader_log_start` (0: not said).
+    pub fn on_replica_fetch_error(&self, code: ErrorCode, leader_log_start: u64) {
         let epochs = self.epochs.borrow().clone().unwrap_or_default();
         if let Role::Follower(f) = &mut *self.role.borrow_mut() {
-            let actions = f.follower.on_fetch_error(code, &epochs);
+            let actions = f.follower.on_fetch_error(code, leader_log_start, &epochs);
             f.take(actions);
         }
     }
@@ -526,6 +539,49 @@ impl Partition {
         if let Role::Follower(f) = &mut *self.role.borrow_mut() {
             if f.truncate == Some(offset) {
                 f.truncate = None;
+            }
+        }
+        Ok(())
+    }
+
+    /// Drops a follower's whole log and starts it again, empty, at `offset`: the leader's
+    /// log start, past this log's end (Kafka's truncateFullyAndStartAt).
+    pub async fn restart_replica_at(&self, offset: u64, cache: &TailCache) -> Result<(), LogError> {
+        let (dir, cfg) = {
+            let log = self.log.borrow();
+            assert!(
+                offset > log.next_offset(),
+                "a follower starts over only past its log end"
+            );
+            if log.has_pending() || self.durable_end() != log.next_offset() {
+                return Err(LogError::Failed(
+                    "writes in flight: start over later".into(),
+                ));
+            }
+            (log.dir().to_path_buf(), log.config().clone())
+        };
+        // No record an epoch names stays.
+        let epochs = LeaderEpochs::default();
+        self.write_epochs(&epochs).await?;
+        *self.epochs.borrow_mut() = Some(epochs);
+        let mut log = crate::log::partition_log::start_empty_at(dir, cfg, offset).await?;
+        let s = self.settings();
+        log.set_segment_limits(s.segment_bytes, s.segment_age);
+        let end = log.end_position();
+        cache.forget(self.cache_key);
+        *self.log.borrow_mut() = log;
+        self.durable.set(end);
+        // The leader deletes only below its high watermark: all of it is committed.
+        self.raise_high_watermark(offset);
+        log::warn!(
+            "{}-{}: the leader's log starts at {offset}, past this replica's end: started the \
+             log over there",
+            self.topic,
+            self.index
+        );
+        if let Role::Follower(f) = &mut *self.role.borrow_mut() {
+            if f.start_at == Some(offset) {
+                f.start_at = None;
             }
         }
         Ok(())

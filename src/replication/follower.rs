@@ -17,6 +17,10 @@ pub enum FollowerAction {
     AskEpochEnd { leader: u32, epoch: u32 },
     /// Cut the local log (and its leader-epoch cache) to end at `offset`.
     Truncate { offset: u64 },
+    /// Drop the whole local log and start it again, empty, at `offset`: the leader's log
+    /// start, past this follower's log end (retention or DeleteRecords removed what it
+    /// needed; Kafka's truncateFullyAndStartAt).
+    StartAt { offset: u64 },
     /// Fetch from the leader.
     Fetch { leader: u32, fetch: ReplicaFetch },
 }
@@ -177,14 +181,36 @@ impl Follower {
         self.high_watermark = self.high_watermark.max(hw);
     }
 
-    /// The leader refused a fetch. Returns what to do now (nothing: wait for metadata or
-    /// retry the fetch later).
+    /// The leader refused a fetch, saying where its log starts (0 if unknown). Returns what
+    /// to do now (nothing: wait for metadata or retry the fetch later).
     pub fn on_fetch_error(
         &mut self,
         code: ErrorCode,
+        leader_log_start: u64,
         epochs: &LeaderEpochs,
     ) -> Vec<FollowerAction> {
         match code {
+            // What this follower needs next is gone from the leader: no prefix it holds can
+            // be completed, so it starts over where the leader's log starts. Nothing below
+            // that is lost: the leader only deletes below its high watermark, which every
+            // ISR member already holds.
+            ErrorCode::OffsetOutOfRange if leader_log_start > self.log_end => {
+                assert!(
+                    self.high_watermark <= self.log_end,
+                    "a follower's high watermark is within its log"
+                );
+                self.phase = Phase::Fetching;
+                self.log_end = leader_log_start;
+                self.durable_end = leader_log_start;
+                // As the shell raises the partition's: no later cut may go below it.
+                self.high_watermark = leader_log_start;
+                vec![
+                    FollowerAction::StartAt {
+                        offset: leader_log_start,
+                    },
+                    self.fetch_action(),
+                ]
+            }
             // The leader's log is shorter than this follower thought: reconcile again.
             ErrorCode::OffsetOutOfRange => match epochs.latest() {
                 Some((epoch, _)) => {
@@ -333,5 +359,48 @@ mod tests {
         let (f, first) = Follower::new(2, 3, &LeaderEpochs::default(), 10, 4);
         assert_eq!(first, FollowerAction::Truncate { offset: 4 });
         assert_eq!(f.log_end(), 4);
+    }
+
+    #[test]
+    fn a_follower_behind_the_leaders_log_start_starts_over_there() {
+        let mine = epochs(&[(1, 0)]);
+        let (mut f, _) = Follower::new(2, 3, &mine, 40, 30);
+        f.on_epoch_end(
+            1,
+            EpochEnd {
+                epoch: 1,
+                end_offset: 500,
+            },
+            &mine,
+        )
+        .expect("nothing to cut");
+        // Retention on the leader deleted 0..100: its log starts past this follower's end.
+        let actions = f.on_fetch_error(ErrorCode::OffsetOutOfRange, 100, &mine);
+        assert_eq!(
+            actions,
+            vec![
+                FollowerAction::StartAt { offset: 100 },
+                FollowerAction::Fetch {
+                    leader: 2,
+                    fetch: ReplicaFetch {
+                        leader_epoch: 3,
+                        fetch_offset: 100,
+                        log_end: 100
+                    }
+                }
+            ]
+        );
+        assert_eq!((f.log_end(), f.high_watermark()), (100, 100));
+        assert!(f.is_fetching());
+        // A log start within its log: the leader's log is shorter, reconcile as before.
+        let (mut g, _) = Follower::new(2, 3, &mine, 40, 30);
+        assert_eq!(
+            g.on_fetch_error(ErrorCode::OffsetOutOfRange, 10, &mine),
+            vec![FollowerAction::AskEpochEnd {
+                leader: 2,
+                epoch: 1
+            }]
+        );
+        assert_eq!(g.log_end(), 40);
     }
 }

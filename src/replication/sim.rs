@@ -543,6 +543,10 @@ impl Sim {
         for a in actions {
             match a {
                 FollowerAction::Truncate { offset } => self.truncate(b, offset),
+                // The simulated leaders delete nothing, so their logs all start at 0.
+                FollowerAction::StartAt { offset } => {
+                    self.fail(format!("broker {b} started its log over at {offset}"))
+                }
                 FollowerAction::AskEpochEnd { leader, epoch } => {
                     let step = self.step;
                     let br = self.brokers.get_mut(&b).expect("broker");
@@ -650,7 +654,7 @@ impl Sim {
                 *sent = None;
                 let actions = match result {
                     Ok(answer) => f.on_epoch_end(asked, answer, &br.epochs),
-                    Err(code) => Ok(f.on_fetch_error(code, &br.epochs)),
+                    Err(code) => Ok(f.on_fetch_error(code, 0, &br.epochs)),
                 };
                 match actions {
                     Ok(a) => self.follower_actions(b, a),
@@ -698,7 +702,7 @@ impl Sim {
         let (records, hw) = match result {
             Ok(r) => r,
             Err(code) => {
-                let actions = f.on_fetch_error(code, &br.epochs);
+                let actions = f.on_fetch_error(code, 0, &br.epochs);
                 self.follower_actions(b, actions);
                 return;
             }

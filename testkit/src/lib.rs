@@ -8,6 +8,15 @@ use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+mod netlab;
+mod replicas;
+
+pub use netlab::NetLab;
+pub use replicas::{
+    assert_replicas_equal, create_topic_rf3, partition_meta, read_partition, stored_batches,
+    wait_partition, FAST_FENCING,
+};
+
 use rill::client::{
     Acks, Client, ClientConfig, ConsumedRecord, Consumer, ConsumerConfig, Producer, ProducerConfig,
     ProducerRecord, StartFrom,
@@ -56,6 +65,10 @@ pub struct TestBroker {
     pub env: Vec<(String, String)>,
     /// Kafka protocol port of shard 0, when the Kafka listener is on.
     pub kafka_port: Option<u16>,
+    /// The address it listens on (127.0.0.1, or its own in a [`NetLab`]).
+    pub host: String,
+    /// The network namespace it runs in (a [`NetLab`]'s), if not the test's own.
+    pub netns: Option<PathBuf>,
     /// Broker processes started so far (each prints one "ready" line to the shared log).
     spawns: usize,
     child: Option<Child>,
@@ -147,6 +160,8 @@ impl TestBroker {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             kafka_port: None,
+            host: "127.0.0.1".into(),
+            netns: None,
             spawns: 0,
             child: None,
             log,
@@ -186,7 +201,8 @@ impl TestBroker {
     /// The Kafka bootstrap address (`host:port` of shard 0's Kafka listener).
     pub fn kafka_bootstrap(&self) -> String {
         format!(
-            "127.0.0.1:{}",
+            "{}:{}",
+            self.host,
             self.kafka_port.expect("the Kafka listener is on")
         )
     }
@@ -198,7 +214,7 @@ impl TestBroker {
     }
 
     pub fn bootstrap(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
+        format!("{}:{}", self.host, self.port)
     }
 
     /// A broker that is not started yet: [`launch`](Self::launch) starts it without waiting
@@ -214,6 +230,8 @@ impl TestBroker {
             extra: extra.to_vec(),
             env: Vec::new(),
             kafka_port: None,
+            host: "127.0.0.1".into(),
+            netns: None,
             spawns: 0,
             child: None,
             log,
@@ -228,7 +246,23 @@ impl TestBroker {
             .append(true)
             .open(&self.log)
             .expect("log file");
-        let child = Command::new(rill_bin())
+        let mut cmd = Command::new(rill_bin());
+        if let Some(ns) = &self.netns {
+            use std::os::fd::AsRawFd;
+            use std::os::unix::process::CommandExt;
+            let ns = std::fs::File::open(ns).expect("the broker's network namespace");
+            // SAFETY: between fork and exec only setns(2) runs (async-signal-safe), on an fd
+            // the closure owns (opened before the fork).
+            unsafe {
+                cmd.pre_exec(move || {
+                    if libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
+        let child = cmd
             .arg("broker")
             .arg("--data-dir")
             .arg(self.data_dir())
@@ -297,7 +331,7 @@ impl TestBroker {
                 panic!("broker exited with {status}: {}", self.log_text());
             }
             let all_up = (0..self.shards).all(|i| {
-                let addr: SocketAddr = format!("127.0.0.1:{}", self.port + i as u16)
+                let addr: SocketAddr = format!("{}:{}", self.host, self.port + i as u16)
                     .parse()
                     .unwrap();
                 TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
@@ -654,6 +688,17 @@ fn proxy_one(
     Ok(())
 }
 
+/// How a [`TestCluster`]'s brokers are started.
+#[derive(Default)]
+struct Placement<'a> {
+    /// Voters reach each other through [`LinkProxy`]s.
+    proxied: bool,
+    /// The Kafka listener on.
+    kafka: bool,
+    /// Each broker in its own namespace of this lab.
+    lab: Option<&'a NetLab>,
+}
+
 /// N brokers, each a voter of one controller quorum (`--controller-voters`), with their own
 /// free ports and data dirs; optionally every voter behind a [`LinkProxy`].
 pub struct TestCluster {
@@ -668,36 +713,60 @@ impl TestCluster {
     /// `n` brokers of `shards` shards each, `extra` flags on every one; returns when each
     /// serves.
     pub fn start(n: usize, shards: usize, extra: &[&str]) -> TestCluster {
-        Self::start_inner(n, shards, extra, false, false)
-    }
-
-    /// As [`start`](Self::start), each broker with the Kafka listener on too (its own free
-    /// port range, one port per shard): [`kafka_bootstrap`](Self::kafka_bootstrap).
-    pub fn start_kafka(n: usize, shards: usize, extra: &[&str]) -> TestCluster {
-        Self::start_inner(n, shards, extra, false, true)
-    }
-
-    /// Node `id`'s Kafka bootstrap address (needs [`start_kafka`](Self::start_kafka)).
-    pub fn kafka_bootstrap(&self, id: u64) -> String {
-        self.nodes[id as usize - 1].kafka_bootstrap()
+        Self::start_inner(n, shards, extra, Placement::default())
     }
 
     /// As [`start`](Self::start), the voters reaching each other through [`LinkProxy`]s, so
     /// that [`isolate`](Self::isolate) can cut one off.
     pub fn start_with_proxies(n: usize, shards: usize, extra: &[&str]) -> TestCluster {
-        Self::start_inner(n, shards, extra, true, false)
+        let how = Placement {
+            proxied: true,
+            ..Placement::default()
+        };
+        Self::start_inner(n, shards, extra, how)
     }
 
-    fn start_inner(
+    /// As [`start`](Self::start), every broker with the Kafka listener on too (one port per
+    /// shard; [`kafka_bootstrap`](Self::kafka_bootstrap)).
+    pub fn start_kafka(n: usize, shards: usize, extra: &[&str]) -> TestCluster {
+        let how = Placement {
+            kafka: true,
+            ..Placement::default()
+        };
+        Self::start_inner(n, shards, extra, how)
+    }
+
+    /// As [`start`](Self::start) (with the Kafka listener if `kafka`), broker `id` running in
+    /// `lab`'s namespace for it and listening on its address there, so that the lab can cut
+    /// or slow all its links. Call it from a thread in the lab's client namespace.
+    pub fn start_in(
+        lab: &NetLab,
         n: usize,
         shards: usize,
         extra: &[&str],
-        proxied: bool,
         kafka: bool,
     ) -> TestCluster {
+        let how = Placement {
+            kafka,
+            lab: Some(lab),
+            ..Placement::default()
+        };
+        Self::start_inner(n, shards, extra, how)
+    }
+
+    /// Broker `id`'s Kafka bootstrap address (started with the Kafka listener on).
+    pub fn kafka_bootstrap(&self, id: u64) -> String {
+        self.nodes[id as usize - 1].kafka_bootstrap()
+    }
+
+    fn start_inner(n: usize, shards: usize, extra: &[&str], how: Placement) -> TestCluster {
         let links = std::sync::Arc::new(Links::default());
+        let hosts: Vec<String> = (1..=n as u64)
+            .map(|id| how.lab.map_or("127.0.0.1".into(), |l| l.host(id)))
+            .collect();
         let listen: Vec<u16> = (0..n).map(|_| free_ports(1)).collect();
-        let proxies: Vec<LinkProxy> = if proxied {
+        let proxies: Vec<LinkProxy> = if how.proxied {
+            assert!(how.lab.is_none(), "a lab's brokers need no proxies");
             listen
                 .iter()
                 .enumerate()
@@ -712,7 +781,7 @@ impl TestCluster {
         let voters = (0..n)
             .map(|i| match proxies.get(i) {
                 Some(p) => format!("{}@{}", i + 1, p.addr()),
-                None => format!("{}@127.0.0.1:{}", i + 1, listen[i]),
+                None => format!("{}@{}:{}", i + 1, hosts[i], listen[i]),
             })
             .collect::<Vec<_>>()
             .join(",");
@@ -724,15 +793,17 @@ impl TestCluster {
                     "--controller-voters".into(),
                     voters.clone(),
                     "--controller-listen".into(),
-                    format!("127.0.0.1:{}", listen[i]),
+                    format!("{}:{}", hosts[i], listen[i]),
                 ];
-                let kafka_port = kafka.then(|| free_ports(shards));
-                if let Some(k) = kafka_port {
-                    args.extend(["--kafka-listen".into(), format!("127.0.0.1:{k}")]);
+                let kafka = how.kafka.then(|| free_ports(shards));
+                if let Some(k) = kafka {
+                    args.extend(["--kafka-listen".into(), format!("{}:{k}", hosts[i])]);
                 }
                 args.extend(extra.iter().map(|s| s.to_string()));
                 let mut b = TestBroker::unstarted(shards, &args);
-                b.kafka_port = kafka_port;
+                b.kafka_port = kafka;
+                b.host = hosts[i].clone();
+                b.netns = how.lab.map(|l| l.netns(i as u64 + 1));
                 b
             })
             .collect();

@@ -16,6 +16,12 @@
                                               timeout TIMEOUT_MS, no retries) until one
                                               fails; prints "delivered <n>" and "error <name>"
                                               (exits non-zero if none failed within 20000 sends)
+  produce-acked BOOTSTRAP TOPIC COUNT PER_S   acks=all (idempotence off), keyed values of many
+                                              sizes at about PER_S a second, retried until
+                                              delivered or timed out; prints
+                                              "<partition>\t<offset>\t<value>" per delivered
+                                              message as it is reported (flushed), then
+                                              "failed <n>"
   topics BOOTSTRAP                            lists topic names (AdminClient.list_topics: librdkafka
                                               sends Metadata v12 with trailing bytes)
 Exits non-zero on any delivery or consume error.
@@ -99,6 +105,44 @@ def produce_until_error(bootstrap, topic, timeout_ms):
     print(f"error {errors[0].name()} {errors[0].str()}")
 
 
+def produce_acked(bootstrap, topic, count, per_s):
+    p = ck.Producer({
+        "bootstrap.servers": bootstrap,
+        "acks": "all",
+        "enable.idempotence": False,
+        "partitioner": "murmur2_random",
+        "linger.ms": 5,
+        "retry.backoff.ms": 200,
+        "message.timeout.ms": 120000,
+        # Quick to learn of a new leader after one dies.
+        "topic.metadata.refresh.interval.ms": 1000,
+    })
+    failed = [0]
+
+    def report(err, msg):
+        if err is not None:
+            failed[0] += 1
+        else:
+            print(f"{msg.partition()}\t{msg.offset()}\t{msg.value().decode()}", flush=True)
+
+    start = time.time()
+    for i in range(count):
+        key = f"key{i % 50}"
+        value = f"{key}:{i}:" + "v" * ((i * 7919) % 2000)
+        while True:
+            try:
+                p.produce(topic, key=key, value=value, on_delivery=report)
+                break
+            except BufferError:
+                p.poll(0.1)
+        p.poll(0)
+        ahead = i / per_s - (time.time() - start)
+        if ahead > 0:
+            p.poll(ahead)
+    left = p.flush(180)
+    print(f"failed {failed[0] + left}", flush=True)
+
+
 def consume(bootstrap, topic, partitions, count):
     c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "unused",
                      "enable.auto.commit": False})
@@ -179,6 +223,8 @@ if __name__ == "__main__":
         produce(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5])
     elif cmd == "produce-until-error":
         produce_until_error(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+    elif cmd == "produce-acked":
+        produce_acked(sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5]))
     elif cmd == "topics":
         from confluent_kafka.admin import AdminClient
         md = AdminClient({"bootstrap.servers": sys.argv[2]}).list_topics(timeout=30)
