@@ -88,6 +88,10 @@ pub struct PartitionInfo {
     /// Writes stopped; readers drain it; its files go once its data is past retention.
     #[serde(default)]
     pub decommissioned: bool,
+    /// A replica move under way (`reassignment.rs`): `replicas` is then the union of the
+    /// original and target replicas, target first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reassignment: Option<super::reassignment::Reassignment>,
 }
 
 /// A replicated command (serde_json in the raft log; never renumber or rename variants).
@@ -159,6 +163,21 @@ pub enum Command {
         partition_epoch: u32,
         isr: Vec<u32>,
     },
+    /// Starts moving a partition to `replicas` (KIP-455: new replicas join first, the old
+    /// ones leave once every new one is in the ISR); `None` cancels the running one (the
+    /// original replicas come back). Accepted only at `partition_epoch`.
+    ReassignPartition {
+        topic: String,
+        partition: u32,
+        replicas: Option<Vec<u32>>,
+        partition_epoch: u32,
+    },
+    /// Moves leadership to the preferred (first) replica where it is live and in the ISR:
+    /// every partition, a topic's (`partition: None`) or one.
+    ElectPreferred {
+        topic: Option<String>,
+        partition: Option<u32>,
+    },
 }
 
 /// What an applied command did (serde: a leader answers a forwarded proposal with it).
@@ -182,6 +201,10 @@ pub enum Applied {
         partitions_changed: usize,
     },
     PartitionAltered(PartitionInfo),
+    /// Preferred leaders elected: how many partitions changed leader.
+    LeadersElected {
+        changed: usize,
+    },
     /// The active controller's answer to a broker's heartbeat (no raft entry).
     Heartbeat(super::cluster::HeartbeatReply),
 }
@@ -488,6 +511,9 @@ impl ClusterMetadata {
             | Command::UnfenceBroker { .. }
             | Command::ControlledShutdown { .. }
             | Command::AlterPartition { .. } => self.validate_cluster(cmd),
+            Command::ReassignPartition { .. } | Command::ElectPreferred { .. } => {
+                self.validate_reassignment(cmd)
+            }
         }
     }
 
@@ -596,6 +622,9 @@ impl ClusterMetadata {
             | Command::UnfenceBroker { .. }
             | Command::ControlledShutdown { .. }
             | Command::AlterPartition { .. } => self.apply_cluster(index, cmd)?,
+            Command::ReassignPartition { .. } | Command::ElectPreferred { .. } => {
+                self.apply_reassignment(cmd)?
+            }
         };
         self.applied_index = index;
         Ok(applied)
