@@ -76,11 +76,7 @@ fn assert_one_line_error(o: &std::process::Output, needle: &str) {
 #[test]
 fn cli_errors_are_one_line_and_exit_non_zero() {
     // Unreachable broker: nothing listens on a port we just freed.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = rill_testkit::free_ports(1);
     let o = cli(&format!("127.0.0.1:{port}"), &["topic", "list"], None);
     assert_one_line_error(&o, "cannot reach broker");
     let b = TestBroker::start(1, &["--auto-create-topics", "false"]);

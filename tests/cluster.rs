@@ -304,15 +304,7 @@ fn bad_voter_flags_are_one_line_errors() {
 #[test]
 fn a_voter_started_with_another_voters_list_is_refused_and_exits() {
     // Nodes 1 and 2 agree; node 3 is given another address for itself.
-    let ports: Vec<u16> = (0..4)
-        .map(|_| {
-            std::net::TcpListener::bind("127.0.0.1:0")
-                .unwrap()
-                .local_addr()
-                .unwrap()
-                .port()
-        })
-        .collect();
+    let ports: Vec<u16> = (0..4).map(|_| rill_testkit::free_ports(1)).collect();
     let good = format!(
         "1@127.0.0.1:{},2@127.0.0.1:{},3@127.0.0.1:{}",
         ports[0], ports[1], ports[2]
@@ -807,5 +799,88 @@ fn non_voter_flags_that_cannot_work_are_one_line_errors() {
     ] {
         let e = refused(&args);
         assert!(e.contains(want), "{args:?}: {e}");
+    }
+}
+
+#[test]
+fn rf3_placement_over_three_brokers_of_two_shards() {
+    // Two shards each: a broker may not run more shards than the machine has cores (2 here).
+    let c = TestCluster::start(3, 2, FAST_SESSIONS);
+    c.wait_leader(&[1, 2, 3]);
+    client(&c, 2, Duration::from_secs(60))
+        .create_topic(
+            "placed",
+            12,
+            3,
+            vec![("min.insync.replicas".to_string(), "2".to_string())],
+        )
+        .expect("RF 3 over 3 live brokers");
+    // Every broker sees the same plan: each partition with a leader and all three in its ISR.
+    let ps = wait_partitions(&c, 1, "placed", "12 partitions, full ISRs", |ps| {
+        ps.len() == 12 && ps.iter().all(|p| p.leader != 0 && p.isr.len() == 3)
+    });
+    for id in 2..=3 {
+        let on = wait_partitions(&c, id, "placed", "the same plan", |on| on == ps);
+        assert_eq!(on, ps);
+    }
+    let mut per_shard: BTreeMap<(u32, u32), usize> = BTreeMap::new();
+    for p in &ps {
+        let mut r = p.replicas.clone();
+        r.sort_unstable();
+        assert_eq!(r, vec![1, 2, 3], "three distinct brokers: {p:?}");
+        assert_eq!(
+            p.leader, p.replicas[0],
+            "the preferred replica leads: {p:?}"
+        );
+        assert!(p.shard < 2, "{p:?}");
+        *per_shard.entry((p.leader, p.shard)).or_default() += 1;
+    }
+    for b in 1..=3u32 {
+        assert_eq!(led_by(&ps, b).len(), 4, "broker {b} leads 4: {ps:?}");
+        let counts: Vec<usize> = (0..2)
+            .map(|s| per_shard.get(&(b, s)).copied().unwrap_or(0))
+            .collect();
+        assert_eq!(counts, vec![2, 2], "broker {b}'s leaders over its 2 shards");
+    }
+    // Every broker stores every partition.
+    for b in &c.nodes {
+        for p in 0..12 {
+            let dir = rill_testkit::partition_dir(&b.data_dir(), "placed", p);
+            assert!(dir.is_dir(), "{} missing", dir.display());
+        }
+    }
+    // `topic describe` shows each partition's leader, epoch, replicas and ISR.
+    let text = cli_text(&c, 3, &["topic", "describe", "placed"]);
+    for p in &ps {
+        let line = text
+            .lines()
+            .find(|l| {
+                l.trim_start()
+                    .starts_with(&format!("partition {} ", p.partition))
+            })
+            .unwrap_or_else(|| panic!("partition {} in {text}", p.partition));
+        assert!(
+            line.contains(&format!("leader broker {} shard {}", p.leader, p.shard))
+                && line.contains(&format!("replicas {:?}", p.replicas))
+                && line.contains(&format!("isr {:?}", p.isr))
+                && line.contains(&format!("epoch {}", p.leader_epoch)),
+            "{line}"
+        );
+    }
+    // acks=all (min.insync.replicas 2) is answered on every partition: each leader's shard
+    // and its followers' shards hold and replicate it.
+    let producer = rill_testkit::producer(&c.nodes[0], 1 << 10);
+    let reports: Vec<_> = (0..12u32)
+        .map(|p| {
+            let v = format!("to-{p}");
+            producer
+                .send(rill::client::ProducerRecord::new("placed", v.as_bytes()).partition(p))
+                .unwrap()
+        })
+        .collect();
+    producer.flush().unwrap();
+    for (p, r) in reports.into_iter().enumerate() {
+        let md = r.wait().unwrap_or_else(|e| panic!("partition {p}: {e}"));
+        assert_eq!((md.partition, md.offset), (p as u32, Some(0)));
     }
 }

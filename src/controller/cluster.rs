@@ -41,7 +41,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use super::metadata::{
-    shard_for, Applied, BrokerInfo, ClusterMetadata, Command, MetadataError, PartitionInfo,
+    Applied, BrokerInfo, ClusterMetadata, Command, MetadataError, PartitionInfo,
 };
 use crate::protocol::error_code::ErrorCode;
 
@@ -572,10 +572,13 @@ impl ClusterMetadata {
                 let leader = replicas.first().copied().unwrap_or(NO_LEADER);
                 let k = led.entry(leader).or_insert(0);
                 let shards = self.brokers.get(&leader).map_or(1, |b| b.shards.max(1));
-                // A replicated partition lives on the same shard of a broker whether it leads
-                // or follows (`replica_shard`), so a leader change never moves its files.
+                // The leader's k-th partition goes on its shard k (from an offset per topic), so
+                // each broker's leaders spread over its shards; the offset per leader's place
+                // in the ring spreads the followers' copies too (every replica holds it on the
+                // same shard index, `shard_on`).
+                let rank = first % n;
                 let shard = if rf > 1 {
-                    shard_for(topic_id, p, shards)
+                    ((topic_id + *k + rank) % u64::from(shards)) as u32
                 } else {
                     ((topic_id + *k) % u64::from(shards)) as u32
                 };
@@ -590,6 +593,7 @@ impl ClusterMetadata {
                     partition_epoch: 0,
                     decommissioned: false,
                     reassignment: None,
+                    home_shard: Some(shard),
                 }
             })
             .collect()
@@ -603,8 +607,7 @@ impl ClusterMetadata {
         if broker == p.leader {
             return p.shard;
         }
-        let shards = self.brokers.get(&broker).map_or(1, |b| b.shards.max(1));
-        shard_for(topic_id, p.partition, shards)
+        p.shard_on(topic_id, self.brokers.get(&broker).map_or(1, |b| b.shards))
     }
 }
 
@@ -615,7 +618,7 @@ pub(super) fn set_leader(
     shards: &BTreeMap<u32, u32>,
 ) {
     p.leader = b;
-    p.shard = shard_for(topic_id, p.partition, shards.get(&b).copied().unwrap_or(1));
+    p.shard = p.shard_on(topic_id, shards.get(&b).copied().unwrap_or(1));
 }
 
 /// Bumps the epochs of a partition that changed since `before` (leader, ISR); 1 if it did.

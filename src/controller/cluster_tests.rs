@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use super::*;
-use crate::controller::metadata::{MetadataLimits, TopicInfo};
+use crate::controller::metadata::{shard_for, MetadataLimits, TopicInfo};
 
 struct Md {
     md: ClusterMetadata,
@@ -135,6 +135,67 @@ fn three_brokers_twelve_partitions_rf3_spread_leaders_and_shards() {
     // Each broker's 4 partitions: 2 on each of its 2 shards.
     assert_eq!(shards.len(), 6, "{shards:?}");
     assert!(shards.values().all(|&n| n == 2), "{shards:?}");
+    check(&m.md);
+}
+
+#[test]
+fn three_shards_each_spread_leaders_and_replicas_and_a_leader_change_keeps_the_shard() {
+    // With 3 brokers and 3 shards, `(topic_id + p) % 3` gives each broker's leaders a single
+    // shard (every broker leads one residue of p): placement must spread them anyway.
+    let mut m = Md::new();
+    for id in 1..=3 {
+        m.register(id, 3, None);
+    }
+    let Applied::TopicCreated(t) = m.ok(create("t", 12, 3, &[])) else {
+        panic!()
+    };
+    let mut leaders: BTreeMap<(u32, u32), usize> = BTreeMap::new();
+    let mut replicas: BTreeMap<(u32, u32), usize> = BTreeMap::new();
+    for p in &t.partitions {
+        *leaders.entry((p.leader, p.shard)).or_default() += 1;
+        for &b in &p.replicas {
+            *replicas
+                .entry((b, m.md.replica_shard(t.id, p, b)))
+                .or_default() += 1;
+        }
+    }
+    for b in 1..=3 {
+        let per_shard: Vec<usize> = (0..3)
+            .map(|s| leaders.get(&(b, s)).copied().unwrap_or(0))
+            .collect();
+        assert_eq!(
+            per_shard.iter().sum::<usize>(),
+            4,
+            "broker {b}: {leaders:?}"
+        );
+        assert!(
+            per_shard.iter().all(|&n| (1..=2).contains(&n)),
+            "broker {b}'s leaders over its shards: {per_shard:?}"
+        );
+        for s in 0..3 {
+            assert_eq!(replicas[&(b, s)], 4, "replicas per shard: {replicas:?}");
+        }
+    }
+    // A failover elects followers that already hold the partition on that same shard.
+    let held: BTreeMap<(u32, u32), u32> = t
+        .partitions
+        .iter()
+        .flat_map(|p| {
+            p.replicas
+                .iter()
+                .map(|&b| ((p.partition, b), m.md.replica_shard(t.id, p, b)))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let f = fence(&m, 1);
+    m.ok(f);
+    for p in &m.topic("t").partitions {
+        assert_ne!(p.leader, 1);
+        assert_eq!(p.shard, held[&(p.partition, p.leader)], "{p:?}");
+        for &b in &p.replicas {
+            assert_eq!(m.md.replica_shard(t.id, p, b), held[&(p.partition, b)]);
+        }
+    }
     check(&m.md);
 }
 
@@ -613,11 +674,20 @@ fn single_node_metadata_is_unchanged() {
     assert!(m.md.members.is_empty());
     let json = serde_json::to_string(&m.md).unwrap();
     assert!(!json.contains("members"), "{json}");
-    // A snapshot written before this change (no partition_epoch, no members) still reads.
-    let old = json.replace(",\"partition_epoch\":0", "");
-    assert!(!old.contains("partition_epoch"));
+    // A snapshot written before this change (no partition_epoch, no home_shard, no members)
+    // still reads.
+    let mut before = m.md.clone();
+    for t in before.topics.values_mut() {
+        for p in &mut t.partitions {
+            p.home_shard = None;
+        }
+    }
+    let old = serde_json::to_string(&before)
+        .unwrap()
+        .replace(",\"partition_epoch\":0", "");
+    assert!(!old.contains("partition_epoch") && !old.contains("home_shard"));
     let back: ClusterMetadata = serde_json::from_str(&old).unwrap();
-    assert_eq!(back, m.md);
+    assert_eq!(back, before);
     assert!(m.md.is_live(1));
 }
 
@@ -710,6 +780,8 @@ fn a_cancelled_reassignment_puts_the_original_replicas_back() {
         m.register(id, 1, None);
     }
     m.ok(create("t", 1, 3, &[]));
+    // A plan made before home shards: the reassignment pins the leader's shard index.
+    m.md.topics.get_mut("t").unwrap().partitions[0].home_shard = None;
     let p0 = m.topic("t").partitions[0].clone();
     let new = (1..=4).find(|b| !p0.replicas.contains(b)).unwrap();
     m.ok(reassign(
@@ -718,6 +790,7 @@ fn a_cancelled_reassignment_puts_the_original_replicas_back() {
         0,
         Some(vec![new, p0.replicas[1], p0.replicas[2]]),
     ));
+    assert_eq!(m.topic("t").partitions[0].home_shard, Some(p0.shard));
     isr_join(&mut m, "t", new);
     assert_eq!(m.topic("t").partitions[0].reassignment, None);
     assert_eq!(m.topic("t").partitions[0].leader, new);

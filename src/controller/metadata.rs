@@ -92,6 +92,23 @@ pub struct PartitionInfo {
     /// original and target replicas, target first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reassignment: Option<super::reassignment::Reassignment>,
+    /// The shard index the partition takes on every broker that holds it (modulo that
+    /// broker's shard count), chosen at placement to spread leaders and replicas over shards;
+    /// a leader change never moves it to another shard. Plans made before it existed: `None`,
+    /// and [`shard_for`] decides.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub home_shard: Option<u32>,
+}
+
+impl PartitionInfo {
+    /// The shard of a broker with `shards` shards that holds this partition.
+    pub fn shard_on(&self, topic_id: u64, shards: u32) -> u32 {
+        let shards = shards.max(1);
+        match self.home_shard {
+            Some(home) => home % shards,
+            None => shard_for(topic_id, self.partition, shards),
+        }
+    }
 }
 
 /// A replicated command (serde_json in the raft log; never renumber or rename variants).
@@ -636,7 +653,7 @@ impl ClusterMetadata {
         for topic in self.topics.values_mut() {
             for p in topic.partitions.iter_mut() {
                 if p.leader == b.node_id && p.shard >= shards {
-                    p.shard = shard_for(topic.id, p.partition, shards);
+                    p.shard = p.shard_on(topic.id, shards);
                     p.leader_epoch += 1;
                 }
             }

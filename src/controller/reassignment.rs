@@ -208,6 +208,11 @@ impl ClusterMetadata {
                 let before = (p.leader, p.isr.clone());
                 match replicas {
                     Some(target) => {
+                        // New replicas take the leader's shard index, and so does any later
+                        // leader (a plan made before `home_shard` has none yet).
+                        if p.home_shard.is_none() && p.leader != NO_LEADER {
+                            p.home_shard = Some(p.shard);
+                        }
                         let original = p.replicas.clone();
                         let mut union = target.clone();
                         union.extend(original.iter().filter(|b| !target.contains(b)));

@@ -64,30 +64,52 @@ pub struct TestBroker {
     data: Option<PathBuf>,
 }
 
-/// A port P such that P..P+n are free right now and were never handed out before in this
-/// test process: a broker being restarted leaves its ports free for a moment, and another
-/// test must not take them.
+/// Test ports come from below the kernel's ephemeral range (32768-60999 here): a port the
+/// kernel hands out for outgoing connections could otherwise be taken by a client socket while
+/// a broker that owned it restarts.
+const PORTS: std::ops::Range<u16> = 20000..32700;
+
+/// A port P such that P..P+n are free right now and were never handed out before to any test
+/// process that is still running: each port is held by an exclusive lock on a file of its own
+/// (`$TMPDIR/rill-testkit-ports/P`) until this process exits, so a broker being restarted
+/// keeps its ports, whether the other tests run in this process or in another one.
 pub fn free_ports(n: usize) -> u16 {
-    static TAKEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
-    let mut taken = TAKEN.lock().unwrap_or_else(|e| e.into_inner());
-    for _ in 0..200 {
-        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
-        let p = l.local_addr().unwrap().port();
-        if u32::from(p) + n as u32 >= 65535 {
-            continue;
-        }
-        if (p..p + n as u16).any(|q| taken.contains(&q)) {
-            continue;
-        }
-        let rest: Vec<_> = (1..n)
-            .map(|i| TcpListener::bind(("127.0.0.1", p + i as u16)))
+    static HELD: std::sync::Mutex<Vec<std::fs::File>> = std::sync::Mutex::new(Vec::new());
+    let mut held = HELD.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = std::env::temp_dir().join("rill-testkit-ports");
+    std::fs::create_dir_all(&dir).expect("port lock dir");
+    let span = u64::from(PORTS.end - PORTS.start) - n as u64;
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    // Processes start from different places, and step by a prime so one pass visits all.
+    let first = u64::from(std::process::id()) * 7919 + u64::from(nanos);
+    for attempt in 0..span {
+        let p = PORTS.start + ((first + attempt * 104_729) % span) as u16;
+        let locks: Vec<std::fs::File> = (p..p + n as u16)
+            .map_while(|q| {
+                let f = std::fs::OpenOptions::new()
+                    .create(true)
+                    .truncate(false)
+                    .write(true)
+                    .open(dir.join(q.to_string()))
+                    .ok()?;
+                f.try_lock().ok().map(|()| f)
+            })
             .collect();
-        if rest.iter().all(|r| r.is_ok()) {
-            taken.extend(p..p + n as u16);
+        if locks.len() < n {
+            continue;
+        }
+        // Not used by anything else right now either.
+        let binds: Vec<_> = (p..p + n as u16)
+            .map(|q| TcpListener::bind(("127.0.0.1", q)))
+            .collect();
+        if binds.iter().all(|b| b.is_ok()) {
+            held.extend(locks);
             return p;
         }
     }
-    panic!("no free port range");
+    panic!("no free port range of {n} in {PORTS:?}");
 }
 
 impl TestBroker {
