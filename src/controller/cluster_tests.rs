@@ -953,3 +953,58 @@ fn elect_preferred_moves_leadership_back_to_the_first_replica() {
     assert_eq!(changed, 0, "nothing to do twice");
     check(&m.md);
 }
+
+#[test]
+fn a_drain_plan_replaces_the_broker_everywhere_and_spreads_the_load() {
+    let mut m = Md::new();
+    for id in 1..=4 {
+        m.register(id, 1, None);
+    }
+    m.ok(create("t", 8, 3, &[]));
+    let plan = m.md.drain_plan(2).expect("a plan");
+    let held = m
+        .topic("t")
+        .partitions
+        .iter()
+        .filter(|p| p.replicas.contains(&2))
+        .count();
+    assert_eq!(plan.len(), held);
+    let mut gained: BTreeMap<u32, usize> = BTreeMap::new();
+    for mv in &plan {
+        assert!(!mv.replicas.contains(&2), "{mv:?}");
+        let mut r = mv.replicas.clone();
+        r.sort_unstable();
+        r.dedup();
+        assert_eq!(r.len(), 3, "distinct brokers: {mv:?}");
+        let before = &m.topic("t").partitions[mv.partition as usize].replicas;
+        let new: Vec<u32> = mv
+            .replicas
+            .iter()
+            .copied()
+            .filter(|b| !before.contains(b))
+            .collect();
+        assert_eq!(new.len(), 1);
+        *gained.entry(new[0]).or_default() += 1;
+    }
+    // 8 partitions x 3 replicas on 4 brokers: 6 each; broker 2's 6 go where there is room
+    // (each partition has exactly one broker it is not on yet, so no choice here).
+    assert_eq!(gained.values().sum::<usize>(), held);
+    for mv in plan {
+        m.ok(mv.command());
+    }
+    assert!(m
+        .topic("t")
+        .partitions
+        .iter()
+        .all(|p| p.reassignment.is_some()));
+    assert_eq!(
+        m.md.drain_plan(2).expect("nothing more to plan"),
+        Vec::new(),
+        "partitions moving away from 2 are left to finish"
+    );
+    assert_eq!(
+        m.md.drain_plan(9).unwrap_err().code,
+        ErrorCode::InvalidReplicaAssignment
+    );
+    check(&m.md);
+}

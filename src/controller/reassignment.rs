@@ -351,3 +351,111 @@ impl ClusterMetadata {
             .count()
     }
 }
+
+/// One partition of a drain plan: move `topic`-`partition` to `replicas`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlannedMove {
+    pub topic: String,
+    pub partition: u32,
+    pub partition_epoch: u32,
+    pub replicas: Vec<u32>,
+}
+
+impl PlannedMove {
+    pub fn command(&self) -> Command {
+        Command::ReassignPartition {
+            topic: self.topic.clone(),
+            partition: self.partition,
+            replicas: Some(self.replicas.clone()),
+            partition_epoch: self.partition_epoch,
+        }
+    }
+}
+
+impl ClusterMetadata {
+    /// The reassignments that empty broker `node` of replicas: each replica of `node` is
+    /// replaced in place (so a partition it led prefers its replacement, and leaders stay
+    /// spread) by the live broker holding the fewest replicas that is not a replica yet,
+    /// preferring one on a rack the partition's other replicas are not on. A partition
+    /// already being reassigned away from `node` is left to finish.
+    pub fn drain_plan(&self, node: u32) -> Result<Vec<PlannedMove>, MetadataError> {
+        if !self.brokers.contains_key(&node) {
+            return Err(MetadataError::new(
+                ErrorCode::InvalidReplicaAssignment,
+                format!("broker {node} is not registered"),
+            ));
+        }
+        let candidates: Vec<u32> = self
+            .live_brokers()
+            .into_iter()
+            .filter(|&b| b != node)
+            .collect();
+        let mut load: BTreeMap<u32, usize> = candidates.iter().map(|&b| (b, 0)).collect();
+        for p in self.topics.values().flat_map(|t| &t.partitions) {
+            for b in &p.replicas {
+                if let Some(n) = load.get_mut(b) {
+                    *n += 1;
+                }
+            }
+        }
+        let rack = |b: u32| self.members.get(&b).and_then(|m| m.rack.clone());
+        let mut plan = Vec::new();
+        for t in self.topics.values() {
+            for p in &t.partitions {
+                if !p.replicas.contains(&node) {
+                    continue;
+                }
+                if let Some(r) = &p.reassignment {
+                    if r.target.contains(&node) {
+                        return Err(MetadataError::new(
+                            ErrorCode::ReassignmentInProgress,
+                            format!(
+                                "{}-{}: a reassignment to {:?} (keeping broker {node}) is \
+                                 running; cancel it first",
+                                t.name, p.partition, r.target
+                            ),
+                        ));
+                    }
+                    continue;
+                }
+                let others: Vec<u32> = p.replicas.iter().copied().filter(|&b| b != node).collect();
+                let used_racks: Vec<String> = others.iter().filter_map(|&b| rack(b)).collect();
+                let pick = [true, false].into_iter().find_map(|rack_aware| {
+                    candidates
+                        .iter()
+                        .copied()
+                        .filter(|b| !others.contains(b))
+                        .filter(|b| {
+                            !rack_aware || rack(*b).is_none_or(|r| !used_racks.contains(&r))
+                        })
+                        .min_by_key(|b| load[b])
+                });
+                let Some(to) = pick else {
+                    return Err(MetadataError::new(
+                        ErrorCode::InvalidReplicaAssignment,
+                        format!(
+                            "{}-{}: no other live broker can take broker {node}'s replica \
+                             (replicas {:?}, live brokers {:?})",
+                            t.name,
+                            p.partition,
+                            p.replicas,
+                            self.live_brokers()
+                        ),
+                    ));
+                };
+                *load.entry(to).or_default() += 1;
+                plan.push(PlannedMove {
+                    topic: t.name.clone(),
+                    partition: p.partition,
+                    partition_epoch: p.partition_epoch,
+                    replicas: p
+                        .replicas
+                        .iter()
+                        .map(|&b| if b == node { to } else { b })
+                        .collect(),
+                });
+            }
+        }
+        Ok(plan)
+    }
+}
