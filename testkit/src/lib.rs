@@ -423,6 +423,50 @@ pub fn segment_files(dir: &Path) -> Vec<PathBuf> {
     v
 }
 
+/// Every whole batch in a partition directory's segment files: base offset -> its bytes.
+pub fn stored_batches(dir: &Path) -> std::collections::BTreeMap<u64, Vec<u8>> {
+    let mut out = std::collections::BTreeMap::new();
+    for f in segment_files(dir) {
+        let bytes = std::fs::read(&f).expect("segment");
+        let mut at = 0usize;
+        while at + rill::batch::HEADER_LEN <= bytes.len() {
+            let Some(h) = rill::batch::BatchHeader::decode(&bytes[at..]) else {
+                break; // preallocated zeros
+            };
+            let end = at + h.length as usize;
+            if h.length == 0 || end > bytes.len() {
+                break;
+            }
+            out.insert(h.base_offset, bytes[at..end].to_vec());
+            at = end;
+        }
+    }
+    out
+}
+
+/// The batches of [`stored_batches`] wholly below `hw`.
+pub fn batches_below(
+    batches: &std::collections::BTreeMap<u64, Vec<u8>>,
+    hw: u64,
+) -> Vec<(u64, Vec<u8>)> {
+    batches
+        .iter()
+        .filter(|(_, b)| rill::batch::BatchHeader::decode(b).is_some_and(|h| h.next_offset() <= hw))
+        .map(|(o, b)| (*o, b.clone()))
+        .collect()
+}
+
+/// Whether broker data dir `data` holds a directory for `topic`'s partition `p`.
+pub fn has_partition_dir(data: &Path, topic: &str, p: u32) -> bool {
+    let prefix = format!("{topic}~");
+    std::fs::read_dir(data.join("topics")).is_ok_and(|entries| {
+        entries.flatten().any(|e| {
+            e.file_name().to_string_lossy().starts_with(&prefix)
+                && e.path().join(p.to_string()).is_dir()
+        })
+    })
+}
+
 /// The directory of `topic`'s partition `p` under a broker's data dir.
 pub fn partition_dir(data: &Path, topic: &str, p: u32) -> PathBuf {
     let topics = data.join("topics");

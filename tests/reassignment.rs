@@ -1,0 +1,658 @@
+//! Partition reassignment on real broker processes (issue 14, "reassignment without a dip"):
+//! a partition moved off its leader and another replica under a continuous acks=all
+//! producer, the ISR never below the replication factor while it moves; a broker drained the
+//! same way; preferred leaders restored after a restart moved them; bad input refused with one
+//! line and nothing changed. Waits are on conditions with generous deadlines; nothing is timed.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use rill::client::consumer::{Consumer, ConsumerConfig, StartFrom};
+use rill::client::producer::{Acks, Producer, ProducerConfig, ProducerRecord};
+use rill::client::{Client, ClientConfig};
+use rill::protocol::messages::{PartitionMeta, TopicMeta};
+use rill_testkit::{
+    batches_below, has_partition_dir, partition_dir, stored_batches, TestBroker, TestCluster,
+    DEADLINE,
+};
+
+/// Sessions short enough that a killed broker is fenced within seconds, long enough that a
+/// broker stopped for a couple of CLI calls is not.
+const SESSIONS: &[&str] = &[
+    "--broker-session-timeout-ms",
+    "6000",
+    "--broker-heartbeat-interval-ms",
+    "500",
+];
+
+/// Three voters plus `extra` brokers that are not voters (node ids 4, 5, ...).
+struct Cluster {
+    c: TestCluster,
+    extra: Vec<TestBroker>,
+}
+
+impl Cluster {
+    fn start(extra: usize) -> Cluster {
+        let c = TestCluster::start(3, 2, SESSIONS);
+        c.wait_leader(&[1, 2, 3]);
+        let mut brokers: Vec<TestBroker> = (0..extra)
+            .map(|i| {
+                let mut args: Vec<String> = vec![
+                    "--node-id".into(),
+                    (4 + i).to_string(),
+                    "--process-roles".into(),
+                    "broker".into(),
+                    "--controller-voters".into(),
+                    c.voters.clone(),
+                ];
+                args.extend(SESSIONS.iter().map(|s| s.to_string()));
+                TestBroker::unstarted(2, &args)
+            })
+            .collect();
+        for b in &mut brokers {
+            b.launch();
+        }
+        for b in &mut brokers {
+            b.wait_ready();
+        }
+        let cluster = Cluster { c, extra: brokers };
+        // Every broker registered (placement uses them all).
+        let n = 3 + extra;
+        wait_for("every broker registered", || {
+            client_of(cluster.get(1))
+                .cluster_info()
+                .is_ok_and(|i| i.brokers.iter().filter(|b| b.state == "alive").count() == n)
+        });
+        cluster
+    }
+
+    fn get(&self, id: u32) -> &TestBroker {
+        match id {
+            1..=3 => &self.c.nodes[id as usize - 1],
+            _ => &self.extra[id as usize - 4],
+        }
+    }
+
+    fn get_mut(&mut self, id: u32) -> &mut TestBroker {
+        match id {
+            1..=3 => &mut self.c.nodes[id as usize - 1],
+            _ => &mut self.extra[id as usize - 4],
+        }
+    }
+
+    fn ids(&self) -> Vec<u32> {
+        (1..=3 + self.extra.len() as u32).collect()
+    }
+}
+
+fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !f() {
+        assert!(start.elapsed() < DEADLINE, "timed out waiting: {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn client_of(b: &TestBroker) -> Client {
+    let mut cfg = ClientConfig::new(b.bootstrap());
+    cfg.request_timeout = Duration::from_secs(60);
+    Client::connect(cfg).expect("client")
+}
+
+fn topic_meta(b: &TestBroker, topic: &str) -> Option<TopicMeta> {
+    let mut c = Client::connect(ClientConfig::new(b.bootstrap())).ok()?;
+    c.refresh_metadata().ok()?.topics.get(topic).cloned()
+}
+
+fn partition_meta(b: &TestBroker, topic: &str, p: u32) -> Option<PartitionMeta> {
+    topic_meta(b, topic)?.partitions.get(p as usize).cloned()
+}
+
+fn sorted(mut v: Vec<u32>) -> Vec<u32> {
+    v.sort_unstable();
+    v
+}
+
+/// Creates `topic` with RF 3 and min.insync.replicas 2 and waits for full ISRs everywhere.
+fn create(c: &Cluster, topic: &str, partitions: u32) {
+    client_of(c.get(1))
+        .create_topic(
+            topic,
+            partitions,
+            3,
+            vec![("min.insync.replicas".into(), "2".into())],
+        )
+        .expect("created");
+    for id in c.ids() {
+        for p in 0..partitions {
+            wait_for(&format!("{topic}-{p} with a full ISR at {id}"), || {
+                partition_meta(c.get(id), topic, p).is_some_and(|m| m.isr.len() == 3)
+            });
+        }
+    }
+}
+
+/// A value of a size that varies with `i` (a few bytes to ~3 KiB).
+fn value(i: usize) -> String {
+    let len = (i * 7919) % 3000;
+    format!("{i}:{}", "x".repeat(len))
+}
+
+/// A continuous, retrying acks=all producer over `partitions`, collecting what was
+/// acknowledged where.
+struct Load {
+    stop: Arc<AtomicBool>,
+    acked: Arc<Mutex<BTreeMap<(u32, u64), String>>>,
+    thread: JoinHandle<usize>,
+}
+
+impl Load {
+    fn start(bootstrap: String, topic: &'static str, partitions: Vec<u32>) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let acked: Arc<Mutex<BTreeMap<(u32, u64), String>>> = Arc::default();
+        let (s, a) = (stop.clone(), acked.clone());
+        let thread = std::thread::spawn(move || {
+            let producer = Producer::new(
+                ClientConfig::new(bootstrap),
+                ProducerConfig {
+                    acks: Acks::All,
+                    linger: Duration::from_millis(2),
+                    batch_bytes: 16 << 10,
+                    retry_backoff: Duration::from_millis(200),
+                    ..ProducerConfig::default()
+                },
+            )
+            .expect("producer");
+            let mut failed = 0;
+            let mut inflight = std::collections::VecDeque::new();
+            let mut collect = |v: String, r: rill::client::DeliveryFuture| match r.wait() {
+                Ok(md) => {
+                    a.lock()
+                        .unwrap()
+                        .insert((md.partition, md.offset.expect("offset")), v);
+                }
+                Err(_) => failed += 1,
+            };
+            let mut i = 0usize;
+            while !s.load(Ordering::SeqCst) {
+                let v = value(i);
+                let p = partitions[i % partitions.len()];
+                let r = producer
+                    .send(ProducerRecord::new(topic, v.as_bytes()).partition(p))
+                    .expect("send");
+                inflight.push_back((v, r));
+                i += 1;
+                // A bounded window: acknowledgements are collected as they come.
+                while inflight.len() > 200 {
+                    let (v, r) = inflight.pop_front().unwrap();
+                    collect(v, r);
+                }
+            }
+            let _ = producer.flush();
+            for (v, r) in inflight {
+                collect(v, r);
+            }
+            failed
+        });
+        Load {
+            stop,
+            acked,
+            thread,
+        }
+    }
+
+    fn acked(&self) -> usize {
+        self.acked.lock().unwrap().len()
+    }
+
+    fn wait_acked(&self, n: usize) {
+        wait_for(&format!("{n} acknowledged"), || self.acked() >= n);
+    }
+
+    fn finish(self) -> BTreeMap<(u32, u64), String> {
+        self.stop.store(true, Ordering::SeqCst);
+        let failed = self.thread.join().expect("producer thread");
+        eprintln!("producer: {failed} sends failed after retries");
+        Arc::try_unwrap(self.acked).unwrap().into_inner().unwrap()
+    }
+}
+
+/// Polls a broker's metadata of `topic` until stopped: the smallest ISR each partition had,
+/// and whether a reassignment was ever seen in progress.
+struct IsrWatch {
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<(BTreeMap<u32, usize>, bool)>,
+}
+
+impl IsrWatch {
+    fn start(bootstrap: String, topic: &'static str, partitions: Vec<u32>) -> IsrWatch {
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut min: BTreeMap<u32, usize> = BTreeMap::new();
+            let mut moving = false;
+            let mut client: Option<Client> = None;
+            while !s.load(Ordering::SeqCst) {
+                if client.is_none() {
+                    client = Client::connect(ClientConfig::new(bootstrap.clone())).ok();
+                }
+                let t = client
+                    .as_mut()
+                    .and_then(|c| c.refresh_metadata().ok())
+                    .and_then(|md| md.topics.get(topic).cloned());
+                match t {
+                    Some(t) => {
+                        for p in t
+                            .partitions
+                            .iter()
+                            .filter(|p| partitions.contains(&p.partition))
+                        {
+                            let m = min.entry(p.partition).or_insert(usize::MAX);
+                            *m = (*m).min(p.isr.len());
+                            moving |= !p.adding.is_empty();
+                        }
+                    }
+                    None => client = None,
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            (min, moving)
+        });
+        IsrWatch { stop, thread }
+    }
+
+    fn finish(self) -> (BTreeMap<u32, usize>, bool) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.thread.join().expect("watch thread")
+    }
+}
+
+/// Reads `topic`-`p` from its leader from offset 0 up to `hw`: offset -> value.
+fn read_all(bootstrap: String, topic: &str, p: u32, hw: u64) -> BTreeMap<u64, Vec<u8>> {
+    let mut cfg = ClientConfig::new(bootstrap);
+    cfg.request_timeout = Duration::from_secs(30);
+    let mut c = Consumer::new(cfg, ConsumerConfig::default()).expect("consumer");
+    c.assign(topic, Some(vec![p]), StartFrom::Beginning)
+        .expect("assign");
+    let mut out = BTreeMap::new();
+    let start = Instant::now();
+    while c.position(topic, p).unwrap_or(0) < hw {
+        if let Ok(records) = c.poll(Duration::from_millis(200)) {
+            for r in records.iter() {
+                out.insert(r.offset(), r.value().unwrap_or_default().to_vec());
+            }
+        }
+        assert!(
+            start.elapsed() < DEADLINE,
+            "{topic}-{p}: read only to {:?} of {hw}",
+            c.position(topic, p)
+        );
+    }
+    out
+}
+
+/// After a move: every acknowledged record of `topic`-`p` reads back at its offset from the
+/// leader, and every replica holds exactly the leader's batches below the high watermark.
+fn check_partition(c: &Cluster, topic: &str, p: u32, acked: &BTreeMap<(u32, u64), String>) {
+    let m = partition_meta(c.get(1), topic, p).expect("metadata");
+    let leader = c.get(m.leader);
+    let mut lc = client_of(leader);
+    lc.refresh_metadata().expect("metadata");
+    let hw = lc
+        .partition_state(topic, p)
+        .expect("describe")
+        .high_watermark;
+    let mine: Vec<_> = acked.iter().filter(|((q, _), _)| *q == p).collect();
+    assert!(!mine.is_empty(), "{topic}-{p}: nothing acknowledged");
+    assert!(
+        mine.iter().all(|((_, o), _)| *o < hw),
+        "acknowledged past the high watermark {hw}"
+    );
+    let read = read_all(leader.bootstrap(), topic, p, hw);
+    for ((_, o), v) in mine {
+        assert_eq!(
+            read.get(o).map(|b| b.as_slice()),
+            Some(v.as_bytes()),
+            "{topic}-{p} offset {o}"
+        );
+    }
+    let start = Instant::now();
+    loop {
+        let all: Vec<Vec<(u64, Vec<u8>)>> = m
+            .replicas
+            .iter()
+            .map(|&b| {
+                batches_below(
+                    &stored_batches(&partition_dir(&c.get(b).data_dir(), topic, p)),
+                    hw,
+                )
+            })
+            .collect();
+        let covered = all[0]
+            .last()
+            .and_then(|(_, b)| rill::batch::BatchHeader::decode(b))
+            .map_or(0, |h| h.next_offset());
+        if covered == hw && all.iter().all(|r| *r == all[0]) {
+            let mut next = 0;
+            for (o, b) in &all[0] {
+                assert_eq!(*o, next, "{topic}-{p}: a gap before {o}");
+                next = rill::batch::BatchHeader::decode(b).unwrap().next_offset();
+            }
+            return;
+        }
+        assert!(
+            start.elapsed() < DEADLINE,
+            "{topic}-{p}: replicas {:?} differ below {hw}: {:?}",
+            m.replicas,
+            all.iter()
+                .map(|r| (r.len(), r.last().map(|(o, _)| *o)))
+                .collect::<Vec<_>>()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Runs the CLI expecting success; returns its stdout.
+fn cli_ok(b: &TestBroker, args: &[&str]) -> String {
+    let out = b.cli(args, None);
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Runs the CLI expecting a refusal: non-zero exit, one line naming `what`.
+fn cli_refused(b: &TestBroker, args: &[&str], what: &str) {
+    let out = b.cli(args, None);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{args:?} was accepted");
+    assert_eq!(
+        err.trim().lines().count(),
+        1,
+        "{args:?}: not one line: {err}"
+    );
+    assert!(err.contains(what), "{args:?}: {err} does not say {what:?}");
+}
+
+#[test]
+fn reassignment_under_load_keeps_the_isr_at_the_replication_factor_and_loses_nothing() {
+    let c = Cluster::start(2);
+    create(&c, "m", 2);
+    let p0 = partition_meta(c.get(1), "m", 0).expect("metadata");
+    // Drop the leader and one follower; keep the other; add the two brokers not holding it.
+    let kept = *p0.replicas.iter().find(|&&b| b != p0.leader).unwrap();
+    let dropped: Vec<u32> = p0.replicas.iter().copied().filter(|&b| b != kept).collect();
+    let new: Vec<u32> = c
+        .ids()
+        .into_iter()
+        .filter(|b| !p0.replicas.contains(b))
+        .collect();
+    assert_eq!(new.len(), 2);
+    let target = vec![new[0], kept, new[1]];
+
+    let load = Load::start(c.get(kept).bootstrap(), "m", vec![0]);
+    let watch = IsrWatch::start(c.get(kept).bootstrap(), "m", vec![0]);
+    load.wait_acked(2000);
+    // One new replica held still for a moment, so the move is seen in progress.
+    c.get(new[1]).signal(libc::SIGSTOP);
+    let list = target
+        .iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    let out = cli_ok(
+        c.get(1),
+        &[
+            "topic",
+            "reassign",
+            "m",
+            "--partition",
+            "0",
+            "--replicas",
+            &list,
+        ],
+    );
+    assert!(out.contains("reassigning to replicas"), "{out}");
+    let described = cli_ok(c.get(1), &["topic", "describe", "m"]);
+    let want = format!("reassigning adding {:?} removing {:?}", new, dropped);
+    assert!(described.contains(&want), "{described} lacks {want}");
+    // A second reassignment of the same partition waits for this one.
+    cli_refused(
+        c.get(1),
+        &[
+            "topic",
+            "reassign",
+            "m",
+            "--partition",
+            "0",
+            "--replicas",
+            "1,2,3",
+        ],
+        "REASSIGNMENT_IN_PROGRESS",
+    );
+    c.get(new[1]).signal(libc::SIGCONT);
+
+    wait_for("the reassignment completes", || {
+        partition_meta(c.get(1), "m", 0).is_some_and(|m| {
+            m.adding.is_empty() && sorted(m.replicas.clone()) == sorted(target.clone())
+        })
+    });
+    let done = partition_meta(c.get(1), "m", 0).unwrap();
+    assert!(target.contains(&done.leader), "{done:?}");
+    assert_eq!(sorted(done.isr.clone()), sorted(target.clone()));
+    // Records keep being acknowledged by the new leader.
+    let n = load.acked();
+    load.wait_acked(n + 500);
+    let acked = load.finish();
+    let (min_isr, moving) = watch.finish();
+    assert!(moving, "the watcher saw the move in progress");
+    assert_eq!(
+        min_isr.get(&0).copied(),
+        Some(3),
+        "the ISR fell below 3: {min_isr:?}"
+    );
+    check_partition(&c, "m", 0, &acked);
+    for b in &dropped {
+        wait_for(&format!("broker {b} removed its copy"), || {
+            !has_partition_dir(&c.get(*b).data_dir(), "m", 0)
+        });
+    }
+
+    // Cancel: partition 1 gets a replica that cannot catch up (stopped), then is put back.
+    let p1 = partition_meta(c.get(1), "m", 1).expect("metadata");
+    let z = *c.ids().iter().find(|b| !p1.replicas.contains(b)).unwrap();
+    // Ask a broker that keeps running.
+    let via = c.get(if z == 1 { 2 } else { 1 });
+    c.get(z).signal(libc::SIGSTOP);
+    let moved = format!("{z},{},{}", p1.replicas[1], p1.replicas[2]);
+    cli_ok(
+        via,
+        &[
+            "topic",
+            "reassign",
+            "m",
+            "--partition",
+            "1",
+            "--replicas",
+            &moved,
+        ],
+    );
+    let during = partition_meta(via, "m", 1).unwrap();
+    assert_eq!(during.adding, vec![z]);
+    assert_eq!(during.removing, vec![p1.replicas[0]]);
+    let out = cli_ok(
+        via,
+        &["topic", "reassign", "m", "--partition", "1", "--cancel"],
+    );
+    assert!(out.contains("cancelled"), "{out}");
+    c.get(z).signal(libc::SIGCONT);
+    let after = partition_meta(via, "m", 1).unwrap();
+    assert_eq!(after.replicas, p1.replicas);
+    assert!(
+        after.adding.is_empty() && after.removing.is_empty(),
+        "{after:?}"
+    );
+    wait_for("z forgot the cancelled copy", || {
+        !has_partition_dir(&c.get(z).data_dir(), "m", 1)
+    });
+}
+
+#[test]
+fn drain_broker_under_load_then_elect_preferred_after_a_restart() {
+    let mut c = Cluster::start(1);
+    create(&c, "d", 4);
+    let before = topic_meta(c.get(1), "d").unwrap();
+    let on4: Vec<u32> = before
+        .partitions
+        .iter()
+        .filter(|p| p.replicas.contains(&4))
+        .map(|p| p.partition)
+        .collect();
+    assert!(!on4.is_empty(), "{before:?}");
+
+    // Bad input: one line, non-zero exit, nothing changed.
+    let bad: &[(&[&str], &str)] = &[
+        (
+            &[
+                "topic",
+                "reassign",
+                "nope",
+                "--partition",
+                "0",
+                "--replicas",
+                "1,2,3",
+            ],
+            "nope",
+        ),
+        (
+            &[
+                "topic",
+                "reassign",
+                "d",
+                "--partition",
+                "9",
+                "--replicas",
+                "1,2,3",
+            ],
+            "d-9",
+        ),
+        (
+            &[
+                "topic",
+                "reassign",
+                "d",
+                "--partition",
+                "0",
+                "--replicas",
+                "1,2,9",
+            ],
+            "broker 9",
+        ),
+        (
+            &[
+                "topic",
+                "reassign",
+                "d",
+                "--partition",
+                "0",
+                "--replicas",
+                "1,1,2",
+            ],
+            "twice",
+        ),
+        (
+            &[
+                "topic",
+                "reassign",
+                "d",
+                "--partition",
+                "0",
+                "--replicas",
+                "1",
+            ],
+            "min.insync.replicas",
+        ),
+        (
+            &["topic", "reassign", "d", "--partition", "0", "--cancel"],
+            "NO_REASSIGNMENT_IN_PROGRESS",
+        ),
+        (&["cluster", "drain-broker", "9"], "broker 9"),
+        (&["cluster", "elect-preferred", "--topic", "nope"], "nope"),
+    ];
+    for (args, what) in bad {
+        cli_refused(c.get(1), args, what);
+    }
+    assert_eq!(
+        topic_meta(c.get(1), "d").unwrap(),
+        before,
+        "a refused request changed the topic"
+    );
+
+    let all: Vec<u32> = (0..4).collect();
+    let load = Load::start(c.get(1).bootstrap(), "d", all.clone());
+    let watch = IsrWatch::start(c.get(1).bootstrap(), "d", all.clone());
+    load.wait_acked(2000);
+    let out = cli_ok(c.get(1), &["cluster", "drain-broker", "4", "--wait"]);
+    assert!(
+        out.contains("broker 4 holds no partition replicas"),
+        "{out}"
+    );
+    let n = load.acked();
+    load.wait_acked(n + 500);
+    let acked = load.finish();
+    let (min_isr, _) = watch.finish();
+    assert!(
+        min_isr.values().all(|&m| m == 3),
+        "an ISR fell below 3: {min_isr:?}"
+    );
+    let drained = topic_meta(c.get(1), "d").unwrap();
+    for p in &drained.partitions {
+        assert!(!p.replicas.contains(&4), "{p:?}");
+        assert_eq!(p.replicas.len(), 3);
+        assert!(p.adding.is_empty(), "{p:?}");
+    }
+    for &p in &all {
+        check_partition(&c, "d", p, &acked);
+    }
+    for &p in &on4 {
+        wait_for("broker 4 removed its copies", || {
+            !has_partition_dir(&c.get(4).data_dir(), "d", p)
+        });
+    }
+
+    // A restart moves leadership away from a preferred leader; elect-preferred brings it back.
+    let victim = drained.partitions[0].replicas[0];
+    c.get_mut(victim).kill();
+    wait_for("leadership moved off the killed broker", || {
+        topic_meta(c.get(4), "d").is_some_and(|t| {
+            t.partitions
+                .iter()
+                .all(|p| p.leader != victim && p.leader != 0)
+        })
+    });
+    c.get_mut(victim).start_again();
+    c.get_mut(victim).wait_ready();
+    wait_for("the restarted broker is back in every ISR", || {
+        topic_meta(c.get(4), "d").is_some_and(|t| t.partitions.iter().all(|p| p.isr.len() == 3))
+    });
+    let moved = topic_meta(c.get(4), "d").unwrap();
+    assert!(
+        moved.partitions.iter().any(|p| p.leader != p.replicas[0]),
+        "{moved:?}"
+    );
+    let out = cli_ok(c.get(4), &["cluster", "elect-preferred"]);
+    assert!(out.contains("moved to their preferred leader"), "{out}");
+    wait_for("every partition led by its preferred replica", || {
+        topic_meta(c.get(1), "d")
+            .is_some_and(|t| t.partitions.iter().all(|p| p.leader == p.replicas[0]))
+    });
+    // And the cluster serves: a record produced now reads back.
+    let tail = Load::start(c.get(2).bootstrap(), "d", vec![0]);
+    tail.wait_acked(50);
+    tail.finish();
+}
