@@ -294,17 +294,30 @@ fn read_all(bootstrap: String, topic: &str, p: u32, hw: u64) -> BTreeMap<u64, Ve
     out
 }
 
+/// The partition's state from its leader, asked through `b` (whose metadata may lag a
+/// leader change by a moment: asked again until it routes right).
+fn leader_state(b: &TestBroker, topic: &str, p: u32) -> rill::protocol::messages::PartitionState {
+    let start = Instant::now();
+    loop {
+        let mut c = client_of(b);
+        match c
+            .refresh_metadata()
+            .map(|_| ())
+            .and_then(|_| c.partition_state(topic, p))
+        {
+            Ok(s) => return s,
+            Err(e) => assert!(start.elapsed() < DEADLINE, "{topic}-{p}: {e}"),
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// After a move: every acknowledged record of `topic`-`p` reads back at its offset from the
 /// leader, and every replica holds exactly the leader's batches below the high watermark.
 fn check_partition(c: &Cluster, topic: &str, p: u32, acked: &BTreeMap<(u32, u64), String>) {
     let m = partition_meta(c.get(1), topic, p).expect("metadata");
     let leader = c.get(m.leader);
-    let mut lc = client_of(leader);
-    lc.refresh_metadata().expect("metadata");
-    let hw = lc
-        .partition_state(topic, p)
-        .expect("describe")
-        .high_watermark;
+    let hw = leader_state(leader, topic, p).high_watermark;
     let mine: Vec<_> = acked.iter().filter(|((q, _), _)| *q == p).collect();
     assert!(!mine.is_empty(), "{topic}-{p}: nothing acknowledged");
     assert!(
@@ -651,6 +664,78 @@ fn drain_broker_under_load_then_elect_preferred_after_a_restart() {
         topic_meta(c.get(1), "d")
             .is_some_and(|t| t.partitions.iter().all(|p| p.leader == p.replicas[0]))
     });
+    // A new replica of a partition whose log start moved (DeleteRecords) starts there: it
+    // cannot fetch from 0, so it restarts empty at the leader's log start and catches up.
+    let p0 = partition_meta(c.get(1), "d", 0).unwrap();
+    let leader_dir = partition_dir(&c.get(p0.leader).data_dir(), "d", 0);
+    let bases: Vec<u64> = stored_batches(&leader_dir).into_keys().collect();
+    let start = bases[bases.len() / 2];
+    assert!(start > 0);
+    // A leader just elected learns the high watermark from its followers' next fetches
+    // (as in Kafka); DeleteRecords stops at it.
+    wait_for("the new leader's high watermark is back", || {
+        leader_state(c.get(1), "d", 0).high_watermark > start
+    });
+    let out = cli_ok(
+        c.get(1),
+        &[
+            "topic",
+            "truncate",
+            "d",
+            "--partition",
+            "0",
+            "--before",
+            &start.to_string(),
+        ],
+    );
+    assert!(
+        out.contains(&format!("log start offset is now {start}")),
+        "{out}"
+    );
+    let target: Vec<u32> = vec![4, p0.replicas[1], p0.replicas[2]];
+    let list = target
+        .iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    cli_ok(
+        c.get(1),
+        &[
+            "topic",
+            "reassign",
+            "d",
+            "--partition",
+            "0",
+            "--replicas",
+            &list,
+        ],
+    );
+    wait_for("the replica added after DeleteRecords joins", || {
+        partition_meta(c.get(1), "d", 0)
+            .is_some_and(|m| m.adding.is_empty() && m.replicas == target)
+    });
+    let m = partition_meta(c.get(1), "d", 0).unwrap();
+    let state = leader_state(c.get(m.leader), "d", 0);
+    assert_eq!(state.log_start_offset, start);
+    let hw = state.high_watermark;
+    let from = |b: u32| -> Vec<(u64, Vec<u8>)> {
+        batches_below(
+            &stored_batches(&partition_dir(&c.get(b).data_dir(), "d", 0)),
+            hw,
+        )
+        .into_iter()
+        .filter(|(o, _)| *o >= start)
+        .collect()
+    };
+    wait_for(
+        "the new replica holds the leader's batches from its log start",
+        || from(4) == from(m.leader),
+    );
+    // Nothing below the log start was copied: the new replica starts exactly there.
+    let first = stored_batches(&partition_dir(&c.get(4).data_dir(), "d", 0))
+        .into_keys()
+        .next();
+    assert_eq!(first, Some(start));
     // And the cluster serves: a record produced now reads back.
     let tail = Load::start(c.get(2).bootstrap(), "d", vec![0]);
     tail.wait_acked(50);

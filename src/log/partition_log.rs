@@ -830,6 +830,51 @@ pub async fn truncate_tail(
     Ok(log)
 }
 
+/// Drops every segment of a follower's log and opens it again empty, starting at `offset`
+/// (the leader's log start, past this log's end). The files go on the blocking pool; the new
+/// log start and high watermark checkpoints are written first, so a crash in between reopens
+/// at `offset` too. The caller holds no pending writes.
+pub async fn restart_at(
+    dir: PathBuf,
+    cfg: SegmentConfig,
+    offset: u64,
+) -> Result<PartitionLog, LogError> {
+    let d = dir.clone();
+    rill_shards::rt::spawn_blocking(move || {
+        write_offset_file(&d, LOG_START_FILE, offset)?;
+        write_offset_file(&d, HIGH_WATERMARK_FILE, offset)?;
+        for entry in std::fs::read_dir(&d).map_err(|e| LogError::io(&d, e))? {
+            let entry = entry.map_err(|e| LogError::io(&d, e))?;
+            let name = entry.file_name();
+            if name.to_str().and_then(parse_segment_file_name).is_none() {
+                continue;
+            }
+            let p = entry.path();
+            let (idx, tidx) = super::segment::index_paths(&p);
+            for f in [p, idx, tidx] {
+                match std::fs::remove_file(&f) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(LogError::io(&f, e)),
+                }
+            }
+        }
+        super::segment::sync_dir(&d)
+    })
+    .await?;
+    let (log, _) = PartitionLog::open(dir.clone(), cfg).await?;
+    if log.next_offset() != offset || log.log_start_offset() != offset || log.failure().is_some() {
+        return Err(LogError::Failed(format!(
+            "{}: restarted at {offset}, the log reopened at {}..{}{}",
+            dir.display(),
+            log.log_start_offset(),
+            log.next_offset(),
+            log.failure().map(|f| format!(" ({f})")).unwrap_or_default()
+        )));
+    }
+    Ok(log)
+}
+
 fn cut_tail_files(dir: &Path, offset: u64) -> Result<(), LogError> {
     use std::os::unix::fs::FileExt;
     let mut bases = Vec::new();

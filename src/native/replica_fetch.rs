@@ -12,6 +12,7 @@ use crate::protocol::frame::RequestFrame;
 use crate::protocol::messages::{
     ReplicaFetchPartitionResult, ReplicaFetchRequest, ReplicaFetchResponse,
 };
+use crate::protocol::ErrorCode;
 use crate::replication::ReplicaFetch;
 
 pub async fn replica_fetch(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
@@ -66,6 +67,12 @@ pub async fn replica_fetch(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
             Err(OpError { code, message }) => {
                 r.error_code = code.code();
                 r.message = message;
+                // A follower below it restarts there (Kafka's truncate-fully-and-start-at).
+                if code == ErrorCode::OffsetOutOfRange {
+                    if let Ok(p) = crate::broker::locate(shard, &fp.topic, fp.partition) {
+                        r.log_start_offset = p.log_start_offset();
+                    }
+                }
             }
         }
         partitions.push(r);

@@ -133,11 +133,20 @@ async fn round(
     parts: &[Rc<Partition>],
 ) -> Result<(), String> {
     for p in parts {
-        if let FollowerNeed::Truncate(offset) = p.follower_need() {
-            p.wait_durable(&shard.deadlines).await;
-            p.truncate_replica(offset, &shard.cache)
-                .await
-                .map_err(|e| format!("{}-{}: truncating to {offset}: {e}", p.topic, p.index))?;
+        match p.follower_need() {
+            FollowerNeed::Truncate(offset) => {
+                p.wait_durable(&shard.deadlines).await;
+                p.truncate_replica(offset, &shard.cache)
+                    .await
+                    .map_err(|e| format!("{}-{}: truncating to {offset}: {e}", p.topic, p.index))?;
+            }
+            FollowerNeed::RestartAt(offset) => {
+                p.wait_durable(&shard.deadlines).await;
+                p.restart_replica_at(offset, &shard.cache)
+                    .await
+                    .map_err(|e| format!("{}-{}: restarting at {offset}: {e}", p.topic, p.index))?;
+            }
+            _ => {}
         }
     }
     if conn.is_none() {
@@ -220,7 +229,7 @@ async fn round(
                 p.index,
                 r.message
             );
-            p.on_replica_fetch_error(code);
+            p.on_replica_fetch_error(code, r.log_start_offset);
             continue;
         }
         let (at, len) = (r.payload_offset as usize, r.payload_len as usize);

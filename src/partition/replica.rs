@@ -39,6 +39,8 @@ pub struct FollowerRole {
     pub ask: Option<u32>,
     /// Where to cut the local log before fetching again, if anywhere.
     pub truncate: Option<u64>,
+    /// Where to restart the local log empty before fetching again, if anywhere.
+    pub restart: Option<u64>,
     /// Reconciliation failed (a cut below the high watermark): fetching stopped; only a new
     /// leader or epoch starts it again.
     pub stuck: bool,
@@ -50,6 +52,10 @@ impl FollowerRole {
             match a {
                 FollowerAction::AskEpochEnd { epoch, .. } => self.ask = Some(epoch),
                 FollowerAction::Truncate { offset } => self.truncate = Some(offset),
+                FollowerAction::RestartAt { offset } => {
+                    self.truncate = None;
+                    self.restart = Some(offset);
+                }
                 FollowerAction::Fetch { .. } => self.ask = None,
             }
         }
@@ -60,6 +66,7 @@ impl FollowerRole {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FollowerNeed {
     Truncate(u64),
+    RestartAt(u64),
     AskEpochEnd(u32),
     Fetch(ReplicaFetch),
     Nothing,
@@ -191,6 +198,7 @@ impl Partition {
             follower,
             ask: None,
             truncate: None,
+            restart: None,
             stuck: false,
         };
         role.take(vec![first]);
@@ -365,6 +373,9 @@ impl Partition {
     pub fn follower_need(&self) -> FollowerNeed {
         match &*self.role.borrow() {
             Role::Follower(f) if f.stuck => FollowerNeed::Nothing,
+            Role::Follower(f) if f.restart.is_some() => {
+                FollowerNeed::RestartAt(f.restart.unwrap_or_default())
+            }
             Role::Follower(f) => match (f.truncate, f.ask) {
                 (Some(t), _) => FollowerNeed::Truncate(t),
                 (None, Some(e)) => FollowerNeed::AskEpochEnd(e),
@@ -397,11 +408,12 @@ impl Partition {
         }
     }
 
-    /// The leader refused this follower's fetch (or its question) with `code`.
-    pub fn on_replica_fetch_error(&self, code: ErrorCode) {
+    /// The leader refused this follower's fetch (or its question) with `code`, telling its
+    /// log start offset.
+    pub fn on_replica_fetch_error(&self, code: ErrorCode, leader_log_start: u64) {
         let epochs = self.epochs.borrow().clone().unwrap_or_default();
         if let Role::Follower(f) = &mut *self.role.borrow_mut() {
-            let actions = f.follower.on_fetch_error(code, &epochs);
+            let actions = f.follower.on_fetch_error(code, leader_log_start, &epochs);
             f.take(actions);
         }
     }
@@ -491,6 +503,46 @@ impl Partition {
             f.follower.appended(end);
         }
         Ok(end)
+    }
+
+    /// Drops a follower's whole log and leader-epoch cache and starts it empty at `offset`,
+    /// the leader's log start (Kafka's truncate-fully-and-start-at).
+    pub async fn restart_replica_at(&self, offset: u64, cache: &TailCache) -> Result<(), LogError> {
+        assert!(
+            offset > self.log_end_offset(),
+            "a follower restarts only past its log end"
+        );
+        let (dir, cfg) = {
+            let log = self.log.borrow();
+            // As for a cut: a group-commit round holding this log's batches must end first.
+            if log.has_pending() || self.durable_end() != log.next_offset() {
+                return Err(LogError::Failed("writes in flight: restart later".into()));
+            }
+            (log.dir().to_path_buf(), log.config().clone())
+        };
+        let mut log = crate::log::partition_log::restart_at(dir, cfg, offset).await?;
+        let s = self.settings();
+        log.set_segment_limits(s.segment_bytes, s.segment_age);
+        let end = log.end_position();
+        cache.forget(self.cache_key);
+        *self.log.borrow_mut() = log;
+        self.durable.set(end);
+        self.raise_high_watermark(offset);
+        self.hw_position.set(end);
+        let epochs = LeaderEpochs::default();
+        self.write_epochs(&epochs).await?;
+        *self.epochs.borrow_mut() = Some(epochs);
+        log::warn!(
+            "{}-{}: behind the leader's log start: the log restarts empty at {offset}",
+            self.topic,
+            self.index
+        );
+        if let Role::Follower(f) = &mut *self.role.borrow_mut() {
+            if f.restart == Some(offset) {
+                f.restart = None;
+            }
+        }
+        Ok(())
     }
 
     /// Cuts a follower's log to end at `offset` (its divergent tail; never below the high

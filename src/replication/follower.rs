@@ -19,6 +19,10 @@ pub enum FollowerAction {
     Truncate { offset: u64 },
     /// Fetch from the leader.
     Fetch { leader: u32, fetch: ReplicaFetch },
+    /// Drop the whole local log (and leader-epoch cache) and start empty at `offset`: the
+    /// leader's log start is past this follower's log end (retention or DeleteRecords moved
+    /// it while this replica was new or away), so nothing here can be continued.
+    RestartAt { offset: u64 },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -177,14 +181,28 @@ impl Follower {
         self.high_watermark = self.high_watermark.max(hw);
     }
 
-    /// The leader refused a fetch. Returns what to do now (nothing: wait for metadata or
-    /// retry the fetch later).
+    /// The leader refused a fetch, telling its log start offset. Returns what to do now
+    /// (nothing: wait for metadata or retry the fetch later).
     pub fn on_fetch_error(
         &mut self,
         code: ErrorCode,
+        leader_log_start: u64,
         epochs: &LeaderEpochs,
     ) -> Vec<FollowerAction> {
         match code {
+            // Kafka's rule: below the leader's log start, truncate fully and start there.
+            ErrorCode::OffsetOutOfRange if leader_log_start > self.log_end => {
+                self.log_end = leader_log_start;
+                self.durable_end = leader_log_start;
+                self.high_watermark = self.high_watermark.max(leader_log_start);
+                self.phase = Phase::Fetching;
+                vec![
+                    FollowerAction::RestartAt {
+                        offset: leader_log_start,
+                    },
+                    self.fetch_action(),
+                ]
+            }
             // The leader's log is shorter than this follower thought: reconcile again.
             ErrorCode::OffsetOutOfRange => match epochs.latest() {
                 Some((epoch, _)) => {
@@ -326,6 +344,38 @@ mod tests {
             })
         );
         assert_eq!(f.log_end(), 10);
+    }
+
+    #[test]
+    fn a_follower_behind_the_leaders_log_start_restarts_empty_there() {
+        // A new replica (empty) of a partition whose leader deleted records below 1000.
+        let (mut f, first) = Follower::new(2, 3, &LeaderEpochs::default(), 0, 0);
+        assert!(matches!(first, FollowerAction::Fetch { .. }));
+        let actions = f.on_fetch_error(ErrorCode::OffsetOutOfRange, 1000, &LeaderEpochs::default());
+        assert_eq!(actions[0], FollowerAction::RestartAt { offset: 1000 });
+        assert_eq!(
+            actions[1],
+            FollowerAction::Fetch {
+                leader: 2,
+                fetch: ReplicaFetch {
+                    leader_epoch: 3,
+                    fetch_offset: 1000,
+                    log_end: 1000
+                }
+            }
+        );
+        assert_eq!((f.log_end(), f.high_watermark()), (1000, 1000));
+        // Out of range above the leader's start (its log is shorter): reconcile by epoch.
+        let mine = epochs(&[(1, 0)]);
+        let (mut g, _) = Follower::new(2, 3, &mine, 50, 10);
+        let actions = g.on_fetch_error(ErrorCode::OffsetOutOfRange, 5, &mine);
+        assert_eq!(
+            actions,
+            vec![FollowerAction::AskEpochEnd {
+                leader: 2,
+                epoch: 1
+            }]
+        );
     }
 
     #[test]

@@ -543,6 +543,9 @@ impl Sim {
         for a in actions {
             match a {
                 FollowerAction::Truncate { offset } => self.truncate(b, offset),
+                FollowerAction::RestartAt { offset } => self.fail(format!(
+                    "broker {b}: restart at {offset}, but no log start moves"
+                )),
                 FollowerAction::AskEpochEnd { leader, epoch } => {
                     let step = self.step;
                     let br = self.brokers.get_mut(&b).expect("broker");
@@ -650,7 +653,7 @@ impl Sim {
                 *sent = None;
                 let actions = match result {
                     Ok(answer) => f.on_epoch_end(asked, answer, &br.epochs),
-                    Err(code) => Ok(f.on_fetch_error(code, &br.epochs)),
+                    Err(code) => Ok(f.on_fetch_error(code, 0, &br.epochs)),
                 };
                 match actions {
                     Ok(a) => self.follower_actions(b, a),
@@ -698,7 +701,8 @@ impl Sim {
         let (records, hw) = match result {
             Ok(r) => r,
             Err(code) => {
-                let actions = f.on_fetch_error(code, &br.epochs);
+                // The model never moves a log start.
+                let actions = f.on_fetch_error(code, 0, &br.epochs);
                 self.follower_actions(b, actions);
                 return;
             }
