@@ -395,123 +395,126 @@ fn cli_refused(b: &TestBroker, args: &[&str], what: &str) {
 #[test]
 fn reassignment_under_load_keeps_the_isr_at_the_replication_factor_and_loses_nothing() {
     let c = Cluster::start(2);
-    create(&c, "m", 2);
-    let p0 = partition_meta(c.get(1), "m", 0).expect("metadata");
-    // Drop the leader and one follower; keep the other; add the two brokers not holding it.
+    create(&c, "m", 5);
+    // Only brokers that are not controller voters are held still below (a stopped voter
+    // would stall the quorum, not the move): pick partitions a non-voter does not hold.
+    let t = topic_meta(c.get(1), "m").expect("metadata");
+    let missing_non_voter = |p: &PartitionMeta| (4..=5).find(|b| !p.replicas.contains(b));
+    let moving: Vec<&PartitionMeta> = t
+        .partitions
+        .iter()
+        .filter(|p| missing_non_voter(p).is_some())
+        .collect();
+    assert!(moving.len() >= 2, "{t:?}");
+    let p0 = moving[0].clone();
+    let pa = p0.partition;
+    let held = missing_non_voter(&p0).unwrap();
+    // Drop the leader and one follower; keep the other; add the two brokers not holding it,
+    // the one held still last.
     let kept = *p0.replicas.iter().find(|&&b| b != p0.leader).unwrap();
     let dropped: Vec<u32> = p0.replicas.iter().copied().filter(|&b| b != kept).collect();
-    let new: Vec<u32> = c
+    let mut new: Vec<u32> = c
         .ids()
         .into_iter()
-        .filter(|b| !p0.replicas.contains(b))
+        .filter(|b| !p0.replicas.contains(b) && *b != held)
         .collect();
+    new.push(held);
     assert_eq!(new.len(), 2);
     let target = vec![new[0], kept, new[1]];
+    let pa_s = pa.to_string();
 
-    let load = Load::start(c.get(kept).bootstrap(), "m", vec![0]);
-    let watch = IsrWatch::start(c.get(kept).bootstrap(), "m", vec![0]);
+    let load = Load::start(c.get(kept).bootstrap(), "m", vec![pa]);
+    let watch = IsrWatch::start(c.get(kept).bootstrap(), "m", vec![pa]);
     load.wait_acked(2000);
     // One new replica held still for a moment, so the move is seen in progress.
-    c.get(new[1]).signal(libc::SIGSTOP);
+    c.get(held).signal(libc::SIGSTOP);
     let list = target
         .iter()
         .map(u32::to_string)
         .collect::<Vec<_>>()
         .join(",");
-    let out = cli_ok(
-        c.get(1),
-        &[
-            "topic",
-            "reassign",
-            "m",
-            "--partition",
-            "0",
-            "--replicas",
-            &list,
-        ],
-    );
+    let reassign = ["topic", "reassign", "m", "--partition", &pa_s, "--replicas"];
+    let out = cli_ok(c.get(1), &[&reassign[..], &[&list]].concat());
     assert!(out.contains("reassigning to replicas"), "{out}");
-    let described = cli_ok(c.get(1), &["topic", "describe", "m"]);
-    let want = format!("reassigning adding {:?} removing {:?}", new, dropped);
-    assert!(described.contains(&want), "{described} lacks {want}");
-    // A second reassignment of the same partition waits for this one.
-    cli_refused(
-        c.get(1),
-        &[
-            "topic",
-            "reassign",
-            "m",
-            "--partition",
-            "0",
-            "--replicas",
-            "1,2,3",
-        ],
-        "REASSIGNMENT_IN_PROGRESS",
-    );
-    c.get(new[1]).signal(libc::SIGCONT);
+    // (`topic describe m` would wait on the held broker's partitions; the CLI's line is
+    // checked on a topic it does not lead, below.)
+    let during = partition_meta(c.get(1), "m", pa).unwrap();
+    let mut adding = new.clone();
+    adding.sort_unstable_by_key(|b| target.iter().position(|t| t == b));
+    assert_eq!((during.adding, during.removing), (adding, dropped.clone()));
+    c.get(held).signal(libc::SIGCONT);
 
     wait_for("the reassignment completes", || {
-        partition_meta(c.get(1), "m", 0).is_some_and(|m| {
+        partition_meta(c.get(1), "m", pa).is_some_and(|m| {
             m.adding.is_empty() && sorted(m.replicas.clone()) == sorted(target.clone())
         })
     });
-    let done = partition_meta(c.get(1), "m", 0).unwrap();
+    let done = partition_meta(c.get(1), "m", pa).unwrap();
     assert!(target.contains(&done.leader), "{done:?}");
     assert_eq!(sorted(done.isr.clone()), sorted(target.clone()));
     // Records keep being acknowledged by the new leader.
     let n = load.acked();
     load.wait_acked(n + 500);
     let acked = load.finish();
-    let (min_isr, moving) = watch.finish();
-    assert!(moving, "the watcher saw the move in progress");
+    let (min_isr, moving_seen) = watch.finish();
+    assert!(moving_seen, "the watcher saw the move in progress");
     assert_eq!(
-        min_isr.get(&0).copied(),
+        min_isr.get(&pa).copied(),
         Some(3),
         "the ISR fell below 3: {min_isr:?}"
     );
-    check_partition(&c, "m", 0, &acked);
+    check_partition(&c, "m", pa, &acked);
     for b in &dropped {
         wait_for(&format!("broker {b} removed its copy"), || {
-            !has_partition_dir(&c.get(*b).data_dir(), "m", 0)
+            !has_partition_dir(&c.get(*b).data_dir(), "m", pa)
         });
     }
 
-    // Cancel: partition 1 gets a replica that cannot catch up (stopped), then is put back.
-    let p1 = partition_meta(c.get(1), "m", 1).expect("metadata");
-    let z = *c.ids().iter().find(|b| !p1.replicas.contains(b)).unwrap();
-    // Ask a broker that keeps running.
-    let via = c.get(if z == 1 { 2 } else { 1 });
+    // Progress in `topic describe`, a second move refused, a cancel: a one-partition topic
+    // gets a replica that cannot catch up (held still: a broker that is not the controller
+    // leader, whose quorum goes on), then is put back.
+    // RF 2 leaves three brokers out, so one is neither broker 1 nor the controller leader.
+    client_of(c.get(1))
+        .create_topic("one", 1, 2, vec![])
+        .expect("created");
+    wait_for("one-0 with a full ISR", || {
+        partition_meta(c.get(1), "one", 0).is_some_and(|m| m.isr.len() == 2)
+    });
+    let p1 = partition_meta(c.get(1), "one", 0).unwrap();
+    let controller = c.c.controller_seen_by(1) as u32;
+    let z = *c
+        .ids()
+        .iter()
+        .find(|b| !p1.replicas.contains(b) && **b != controller && **b != 1)
+        .unwrap();
     c.get(z).signal(libc::SIGSTOP);
-    let moved = format!("{z},{},{}", p1.replicas[1], p1.replicas[2]);
-    cli_ok(
-        via,
-        &[
-            "topic",
-            "reassign",
-            "m",
-            "--partition",
-            "1",
-            "--replicas",
-            &moved,
-        ],
+    let moved = format!("{z},{}", p1.replicas[1]);
+    let reassign = ["topic", "reassign", "one", "--partition", "0", "--replicas"];
+    cli_ok(c.get(1), &[&reassign[..], &[&moved]].concat());
+    let described = cli_ok(c.get(1), &["topic", "describe", "one"]);
+    let want = format!("reassigning adding [{z}] removing [{}]", p1.replicas[0]);
+    assert!(described.contains(&want), "{described} lacks {want}");
+    cli_refused(
+        c.get(1),
+        &[&reassign[..], &["1,2,3"]].concat(),
+        "REASSIGNMENT_IN_PROGRESS",
     );
-    let during = partition_meta(via, "m", 1).unwrap();
-    assert_eq!(during.adding, vec![z]);
-    assert_eq!(during.removing, vec![p1.replicas[0]]);
     let out = cli_ok(
-        via,
-        &["topic", "reassign", "m", "--partition", "1", "--cancel"],
+        c.get(1),
+        &["topic", "reassign", "one", "--partition", "0", "--cancel"],
     );
     assert!(out.contains("cancelled"), "{out}");
     c.get(z).signal(libc::SIGCONT);
-    let after = partition_meta(via, "m", 1).unwrap();
+    let after = partition_meta(c.get(1), "one", 0).unwrap();
     assert_eq!(after.replicas, p1.replicas);
     assert!(
         after.adding.is_empty() && after.removing.is_empty(),
         "{after:?}"
     );
-    wait_for("z forgot the cancelled copy", || {
-        !has_partition_dir(&c.get(z).data_dir(), "m", 1)
+    let described = cli_ok(c.get(1), &["topic", "describe", "one"]);
+    assert!(!described.contains("reassigning"), "{described}");
+    wait_for("z holds no copy of the cancelled move", || {
+        !has_partition_dir(&c.get(z).data_dir(), "one", 0)
     });
 }
 
