@@ -10,13 +10,12 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use rill::client::consumer::{Consumer, ConsumerConfig, StartFrom};
 use rill::client::producer::{Acks, Producer, ProducerConfig, ProducerRecord};
 use rill::client::{Client, ClientConfig};
 use rill::protocol::messages::{PartitionMeta, TopicMeta};
 use rill_testkit::{
-    batches_below, has_partition_dir, partition_dir, stored_batches, TestBroker, TestCluster,
-    DEADLINE,
+    batches_below, has_partition_dir, partition_dir, read_up_to, stored_batches, TestBroker,
+    TestCluster, DEADLINE,
 };
 
 /// Sessions short enough that a killed broker is fenced within seconds, long enough that a
@@ -270,30 +269,6 @@ impl IsrWatch {
     }
 }
 
-/// Reads `topic`-`p` from its leader from offset 0 up to `hw`: offset -> value.
-fn read_all(bootstrap: String, topic: &str, p: u32, hw: u64) -> BTreeMap<u64, Vec<u8>> {
-    let mut cfg = ClientConfig::new(bootstrap);
-    cfg.request_timeout = Duration::from_secs(30);
-    let mut c = Consumer::new(cfg, ConsumerConfig::default()).expect("consumer");
-    c.assign(topic, Some(vec![p]), StartFrom::Beginning)
-        .expect("assign");
-    let mut out = BTreeMap::new();
-    let start = Instant::now();
-    while c.position(topic, p).unwrap_or(0) < hw {
-        if let Ok(records) = c.poll(Duration::from_millis(200)) {
-            for r in records.iter() {
-                out.insert(r.offset(), r.value().unwrap_or_default().to_vec());
-            }
-        }
-        assert!(
-            start.elapsed() < DEADLINE,
-            "{topic}-{p}: read only to {:?} of {hw}",
-            c.position(topic, p)
-        );
-    }
-    out
-}
-
 /// The partition's state from its leader, asked through `b` (whose metadata may lag a
 /// leader change by a moment: asked again until it routes right).
 fn leader_state(b: &TestBroker, topic: &str, p: u32) -> rill::protocol::messages::PartitionState {
@@ -324,7 +299,7 @@ fn check_partition(c: &Cluster, topic: &str, p: u32, acked: &BTreeMap<(u32, u64)
         mine.iter().all(|((_, o), _)| *o < hw),
         "acknowledged past the high watermark {hw}"
     );
-    let read = read_all(leader.bootstrap(), topic, p, hw);
+    let read = read_up_to(leader.bootstrap(), topic, p, hw);
     for ((_, o), v) in mine {
         assert_eq!(
             read.get(o).map(|b| b.as_slice()),
@@ -532,76 +507,28 @@ fn drain_broker_under_load_then_elect_preferred_after_a_restart() {
     assert!(!on4.is_empty(), "{before:?}");
 
     // Bad input: one line, non-zero exit, nothing changed.
-    let bad: &[(&[&str], &str)] = &[
+    let bad = [
+        ("topic reassign nope --partition 0 --replicas 1,2,3", "nope"),
+        ("topic reassign d --partition 9 --replicas 1,2,3", "d-9"),
         (
-            &[
-                "topic",
-                "reassign",
-                "nope",
-                "--partition",
-                "0",
-                "--replicas",
-                "1,2,3",
-            ],
-            "nope",
-        ),
-        (
-            &[
-                "topic",
-                "reassign",
-                "d",
-                "--partition",
-                "9",
-                "--replicas",
-                "1,2,3",
-            ],
-            "d-9",
-        ),
-        (
-            &[
-                "topic",
-                "reassign",
-                "d",
-                "--partition",
-                "0",
-                "--replicas",
-                "1,2,9",
-            ],
+            "topic reassign d --partition 0 --replicas 1,2,9",
             "broker 9",
         ),
+        ("topic reassign d --partition 0 --replicas 1,1,2", "twice"),
         (
-            &[
-                "topic",
-                "reassign",
-                "d",
-                "--partition",
-                "0",
-                "--replicas",
-                "1,1,2",
-            ],
-            "twice",
-        ),
-        (
-            &[
-                "topic",
-                "reassign",
-                "d",
-                "--partition",
-                "0",
-                "--replicas",
-                "1",
-            ],
+            "topic reassign d --partition 0 --replicas 1",
             "min.insync.replicas",
         ),
         (
-            &["topic", "reassign", "d", "--partition", "0", "--cancel"],
+            "topic reassign d --partition 0 --cancel",
             "NO_REASSIGNMENT_IN_PROGRESS",
         ),
-        (&["cluster", "drain-broker", "9"], "broker 9"),
-        (&["cluster", "elect-preferred", "--topic", "nope"], "nope"),
+        ("cluster drain-broker 9", "broker 9"),
+        ("cluster elect-preferred --topic nope", "nope"),
     ];
     for (args, what) in bad {
-        cli_refused(c.get(1), args, what);
+        let args: Vec<&str> = args.split(' ').collect();
+        cli_refused(c.get(1), &args, what);
     }
     assert_eq!(
         topic_meta(c.get(1), "d").unwrap(),

@@ -849,15 +849,7 @@ pub async fn restart_at(
             if name.to_str().and_then(parse_segment_file_name).is_none() {
                 continue;
             }
-            let p = entry.path();
-            let (idx, tidx) = super::segment::index_paths(&p);
-            for f in [p, idx, tidx] {
-                match std::fs::remove_file(&f) {
-                    Ok(()) => {}
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                    Err(e) => return Err(LogError::io(&f, e)),
-                }
-            }
+            remove_segment_files(&entry.path())?;
         }
         super::segment::sync_dir(&d)
     })
@@ -873,6 +865,19 @@ pub async fn restart_at(
         )));
     }
     Ok(log)
+}
+
+/// Removes a segment file and its indexes (those already gone are fine).
+fn remove_segment_files(segment: &Path) -> Result<(), LogError> {
+    let (idx, tidx) = super::segment::index_paths(segment);
+    for f in [segment.to_path_buf(), idx, tidx] {
+        match std::fs::remove_file(&f) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(LogError::io(&f, e)),
+        }
+    }
+    Ok(())
 }
 
 fn cut_tail_files(dir: &Path, offset: u64) -> Result<(), LogError> {
@@ -927,15 +932,7 @@ fn cut_tail_files(dir: &Path, offset: u64) -> Result<(), LogError> {
         next = h.next_offset();
     }
     for &base in bases.iter().filter(|b| **b > keep) {
-        let p = dir.join(super::segment::segment_file_name(base));
-        let (idx, tidx) = super::segment::index_paths(&p);
-        for f in [p, idx, tidx] {
-            match std::fs::remove_file(&f) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(LogError::io(&f, e)),
-            }
-        }
+        remove_segment_files(&dir.join(super::segment::segment_file_name(base)))?;
     }
     file.set_len(pos).map_err(|e| LogError::io(&path, e))?;
     file.sync_all().map_err(|e| LogError::io(&path, e))?;

@@ -456,6 +456,36 @@ pub fn batches_below(
         .collect()
 }
 
+/// Reads `topic`-`p` through `bootstrap` (its leader) from offset 0 up to `hw`: offset ->
+/// value.
+pub fn read_up_to(
+    bootstrap: String,
+    topic: &str,
+    p: u32,
+    hw: u64,
+) -> std::collections::BTreeMap<u64, Vec<u8>> {
+    let mut cfg = ClientConfig::new(bootstrap);
+    cfg.request_timeout = Duration::from_secs(30);
+    let mut c = Consumer::new(cfg, ConsumerConfig::default()).expect("consumer");
+    c.assign(topic, Some(vec![p]), StartFrom::Beginning)
+        .expect("assign");
+    let mut out = std::collections::BTreeMap::new();
+    let start = Instant::now();
+    while c.position(topic, p).unwrap_or(0) < hw {
+        if let Ok(records) = c.poll(Duration::from_millis(200)) {
+            for r in records.iter() {
+                out.insert(r.offset(), r.value().unwrap_or_default().to_vec());
+            }
+        }
+        assert!(
+            start.elapsed() < DEADLINE,
+            "{topic}-{p}: read only to {:?} of {hw}",
+            c.position(topic, p)
+        );
+    }
+    out
+}
+
 /// Whether broker data dir `data` holds a directory for `topic`'s partition `p`.
 pub fn has_partition_dir(data: &Path, topic: &str, p: u32) -> bool {
     let prefix = format!("{topic}~");
