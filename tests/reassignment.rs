@@ -666,6 +666,45 @@ fn drain_broker_under_load_then_elect_preferred_after_a_restart() {
         .into_keys()
         .next();
     assert_eq!(first, Some(start));
+    // A replica moved away while its broker is down: on restart its copy is set aside
+    // (under stray/, removed after --stray-log-retention-ms), not served nor left in topics/.
+    c.get_mut(4).kill();
+    let back: Vec<u32> = (1..=3).collect();
+    let list = back
+        .iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    cli_ok(
+        c.get(1),
+        &[
+            "topic",
+            "reassign",
+            "d",
+            "--partition",
+            "0",
+            "--replicas",
+            &list,
+        ],
+    );
+    wait_for("the move away from the stopped broker completes", || {
+        partition_meta(c.get(1), "d", 0).is_some_and(|m| m.adding.is_empty() && m.replicas == back)
+    });
+    assert!(has_partition_dir(&c.get(4).data_dir(), "d", 0));
+    c.get_mut(4).start_again();
+    c.get_mut(4).wait_ready();
+    assert!(!has_partition_dir(&c.get(4).data_dir(), "d", 0));
+    let strays: Vec<String> = std::fs::read_dir(c.get(4).data_dir().join("stray"))
+        .expect("stray dir")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        strays
+            .iter()
+            .any(|n| n.starts_with("d~") && n.contains("-0.stray-")),
+        "{strays:?}"
+    );
     // And the cluster serves: a record produced now reads back.
     let tail = Load::start(c.get(2).bootstrap(), "d", vec![0]);
     tail.wait_acked(50);
