@@ -343,6 +343,31 @@ fn check_partition(c: &Cluster, topic: &str, p: u32, acked: &BTreeMap<(u32, u64)
     }
 }
 
+/// `rill topic reassign` through `b`, then waits until the move completed.
+fn move_and_wait(b: &TestBroker, topic: &str, p: u32, replicas: &[u32]) {
+    let list = replicas
+        .iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    let p_s = p.to_string();
+    cli_ok(
+        b,
+        &[
+            "topic",
+            "reassign",
+            topic,
+            "--partition",
+            &p_s,
+            "--replicas",
+            &list,
+        ],
+    );
+    wait_for(&format!("{topic}-{p} moved to {replicas:?}"), || {
+        partition_meta(b, topic, p).is_some_and(|m| m.adding.is_empty() && m.replicas == replicas)
+    });
+}
+
 /// Runs the CLI expecting success; returns its stdout.
 fn cli_ok(b: &TestBroker, args: &[&str]) -> String {
     let out = b.cli(args, None);
@@ -623,27 +648,7 @@ fn drain_broker_under_load_then_elect_preferred_after_a_restart() {
         "{out}"
     );
     let target: Vec<u32> = vec![4, p0.replicas[1], p0.replicas[2]];
-    let list = target
-        .iter()
-        .map(u32::to_string)
-        .collect::<Vec<_>>()
-        .join(",");
-    cli_ok(
-        c.get(1),
-        &[
-            "topic",
-            "reassign",
-            "d",
-            "--partition",
-            "0",
-            "--replicas",
-            &list,
-        ],
-    );
-    wait_for("the replica added after DeleteRecords joins", || {
-        partition_meta(c.get(1), "d", 0)
-            .is_some_and(|m| m.adding.is_empty() && m.replicas == target)
-    });
+    move_and_wait(c.get(1), "d", 0, &target);
     let m = partition_meta(c.get(1), "d", 0).unwrap();
     let state = leader_state(c.get(m.leader), "d", 0);
     assert_eq!(state.log_start_offset, start);
@@ -669,27 +674,8 @@ fn drain_broker_under_load_then_elect_preferred_after_a_restart() {
     // A replica moved away while its broker is down: on restart its copy is set aside
     // (under stray/, removed after --stray-log-retention-ms), not served nor left in topics/.
     c.get_mut(4).kill();
-    let back: Vec<u32> = (1..=3).collect();
-    let list = back
-        .iter()
-        .map(u32::to_string)
-        .collect::<Vec<_>>()
-        .join(",");
-    cli_ok(
-        c.get(1),
-        &[
-            "topic",
-            "reassign",
-            "d",
-            "--partition",
-            "0",
-            "--replicas",
-            &list,
-        ],
-    );
-    wait_for("the move away from the stopped broker completes", || {
-        partition_meta(c.get(1), "d", 0).is_some_and(|m| m.adding.is_empty() && m.replicas == back)
-    });
+    move_and_wait(c.get(1), "d", 0, &[1, 2, 3]);
+
     assert!(has_partition_dir(&c.get(4).data_dir(), "d", 0));
     c.get_mut(4).start_again();
     c.get_mut(4).wait_ready();

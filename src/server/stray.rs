@@ -67,12 +67,7 @@ pub fn set_aside_unknown_topic_dirs(
     md: &ClusterMetadata,
     now_ms: i64,
 ) -> Result<Vec<PathBuf>, StrayError> {
-    let topics = data_dir.join("topics");
-    let names = topic_dirs(data_dir).map_err(|e| StrayError {
-        path: topics.clone(),
-        why: format!("read: {e}"),
-    })?;
-    let stray = data_dir.join(STRAY_DIR);
+    let (topics, stray, names) = listed(data_dir)?;
     let mut moved = Vec::new();
     for name in names {
         let Some((topic, id)) = parse_topic_dir(&name) else {
@@ -91,11 +86,7 @@ pub fn set_aside_unknown_topic_dirs(
         );
         moved.push(to);
     }
-    if !moved.is_empty() {
-        sync_dir(&topics);
-        sync_dir(&stray);
-    }
-    Ok(moved)
+    synced(moved, &topics, &stray)
 }
 
 /// Sets aside (as [`set_aside_unknown_topic_dirs`] does a topic's) every partition directory
@@ -109,12 +100,7 @@ pub fn set_aside_moved_partition_dirs(
     node: u32,
     now_ms: i64,
 ) -> Result<Vec<PathBuf>, StrayError> {
-    let topics = data_dir.join("topics");
-    let names = topic_dirs(data_dir).map_err(|e| StrayError {
-        path: topics.clone(),
-        why: format!("read: {e}"),
-    })?;
-    let stray = data_dir.join(STRAY_DIR);
+    let (topics, stray, names) = listed(data_dir)?;
     let mut moved = Vec::new();
     for name in names {
         let Some((topic, id)) = parse_topic_dir(&name) else {
@@ -153,9 +139,24 @@ pub fn set_aside_moved_partition_dirs(
             moved.push(to);
         }
     }
+    synced(moved, &topics, &stray)
+}
+
+/// `<data>/topics`, `<data>/stray` and the topic directory names in the former.
+fn listed(data_dir: &Path) -> Result<(PathBuf, PathBuf, Vec<String>), StrayError> {
+    let topics = data_dir.join("topics");
+    let names = topic_dirs(data_dir).map_err(|e| StrayError {
+        path: topics.clone(),
+        why: format!("read: {e}"),
+    })?;
+    Ok((topics, data_dir.join(STRAY_DIR), names))
+}
+
+/// Makes the set-aside moves durable on both sides.
+fn synced(moved: Vec<PathBuf>, topics: &Path, stray: &Path) -> Result<Vec<PathBuf>, StrayError> {
     if !moved.is_empty() {
-        sync_dir(&topics);
-        sync_dir(&stray);
+        sync_dir(topics);
+        sync_dir(stray);
     }
     Ok(moved)
 }
