@@ -992,11 +992,13 @@ fn a_drain_plan_replaces_the_broker_everywhere_and_spreads_the_load() {
     for mv in plan {
         m.ok(mv.command());
     }
-    assert!(m
-        .topic("t")
-        .partitions
-        .iter()
-        .all(|p| p.reassignment.is_some()));
+    for p in &m.topic("t").partitions {
+        let moving = p
+            .reassignment
+            .as_ref()
+            .is_some_and(|r| r.removing() == vec![2]);
+        assert_eq!(moving, p.replicas.contains(&2), "{p:?}");
+    }
     assert_eq!(
         m.md.drain_plan(2).expect("nothing more to plan"),
         Vec::new(),
