@@ -1,5 +1,6 @@
 # Sourced by the compare scripts: what they share. Needs BENCH_DIR set; takes the calling
-# script's name. Sets repo, RILL, BENCH, work, results, tsv and pids; defines stop_pid.
+# script's name. Sets repo, RILL, BENCH, work, results, tsv and pids; defines stop_pid and
+# free_ports.
 bench_setup() {
   local name=$1
   repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -32,4 +33,26 @@ stop_pid() {
   done
   kill -KILL "$pid" 2>/dev/null || true
   wait "$pid" 2>/dev/null || true
+}
+
+# The first of N consecutive ports free on 127.0.0.1 right now (a broker takes port + shard).
+free_ports() { # N
+  python3 - "$1" <<'PY'
+import socket, sys
+n = int(sys.argv[1])
+while True:
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close()
+    if p + n >= 65000:
+        continue
+    ok = True
+    for q in range(p, p + n):
+        t = socket.socket()
+        try:
+            t.bind(("127.0.0.1", q))
+        except OSError:
+            ok = False
+        t.close()
+    if ok:
+        print(p); break
+PY
 }

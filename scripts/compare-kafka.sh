@@ -81,26 +81,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-free_ports() { # N consecutive free ports on 127.0.0.1, printed as the first
-  python3 - "$1" <<'EOF'
-import socket, sys
-n = int(sys.argv[1])
-while True:
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close()
-    if p + n >= 65000:
-        continue
-    ok = True
-    for q in range(p, p + n):
-        t = socket.socket()
-        try:
-            t.bind(("127.0.0.1", q))
-        except OSError:
-            ok = False
-        t.close()
-    if ok:
-        print(p); break
-EOF
-}
 wait_port() { # PORT SECONDS NAME
   local i
   for i in $(seq 1 $(($2 * 10))); do

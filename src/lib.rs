@@ -9,6 +9,7 @@ pub mod delay;
 pub mod group;
 pub mod kafka;
 pub mod log;
+pub mod logging;
 pub mod metrics;
 pub mod native;
 pub mod net;

@@ -289,3 +289,71 @@ fn creating_past_the_partitions_per_shard_limit_is_refused() {
     let o = b.cli(&["topic", "list"], None);
     assert!(!text(&o).0.contains("over"), "{:?}", text(&o));
 }
+
+/// Every line of a `--log-format json` broker's log as (level, target, msg); panics on a line
+/// that is not one json object with the four keys.
+fn json_lines(log: &str) -> Vec<(String, String, String)> {
+    log.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let v: serde_json::Value =
+                serde_json::from_str(l).unwrap_or_else(|e| panic!("not json ({e}): {l:?}"));
+            let field = |k: &str| {
+                v.get(k)
+                    .and_then(|x| x.as_str())
+                    .unwrap_or_else(|| panic!("no {k:?} in {l}"))
+                    .to_string()
+            };
+            assert!(field("ts").starts_with("20"), "{l}");
+            (field("level"), field("target"), field("msg"))
+        })
+        .collect()
+}
+
+#[test]
+fn log_format_json_writes_one_object_per_line_from_start_to_stop() {
+    let mut b = TestBroker::start(1, &["--log-format", "json"]);
+    let o = b.cli(&["topic", "create", "logged", "--partitions", "2"], None);
+    assert!(o.status.success(), "{:?}", text(&o));
+    let o = b.cli(&["produce", "logged", "--partition", "1"], Some("a\nb\n"));
+    assert!(o.status.success(), "{:?}", text(&o));
+    assert!(b.terminate().success());
+    let lines = json_lines(&b.log_text());
+    let has = |level: &str, target: &str, needle: &str| {
+        lines
+            .iter()
+            .any(|(l, t, m)| l == level && t == target && m.contains(needle))
+    };
+    assert!(
+        has("INFO", "rill", " ready: native protocol on "),
+        "{lines:?}"
+    );
+    assert!(
+        has("INFO", "rill::broker::shard", "opened logged-1"),
+        "{lines:?}"
+    );
+    assert!(has("INFO", "rill", "stopped cleanly"), "{lines:?}");
+    // The text format, the default, is not json.
+    let t = TestBroker::start(1, &[]);
+    assert!(t.log_text().lines().any(|l| l.starts_with("rill: broker ")));
+    // A format rill does not have: one line, exit 2, nothing started.
+    let o = std::process::Command::new(rill_testkit::rill_bin())
+        .args(["broker", "--log-format", "xml"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let (_, err) = text(&o);
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains("xml"), "{err}");
+    // A broker that cannot start says why in one json line too.
+    let o = std::process::Command::new(rill_testkit::rill_bin())
+        .args(["broker", "--log-format", "json", "--fsync", "sometimes"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let (_, err) = text(&o);
+    let lines = json_lines(&err);
+    assert_eq!(lines.len(), 1, "{err}");
+    assert_eq!(lines[0].0, "ERROR");
+    assert!(lines[0].2.starts_with("rill: error: --fsync"), "{lines:?}");
+}

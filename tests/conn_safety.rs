@@ -556,6 +556,7 @@ fn group_apis_on_a_non_coordinator_shard_answer_not_coordinator() {
             &native::OffsetCommitRequest {
                 group: group.into(),
                 member_id: String::new(),
+                group_instance_id: None,
                 generation: -1,
                 offsets: vec![("t".into(), 0, 1, String::new())],
             },

@@ -96,7 +96,6 @@ fn spawn_member(
     cfg: GroupConsumerConfig,
     stop: Arc<AtomicBool>,
 ) -> Member {
-    let _ = env_logger::builder().is_test(true).try_init();
     let view = Arc::new(Mutex::new(MemberView::default()));
     let v = view.clone();
     let bootstrap = b.bootstrap();
@@ -1134,6 +1133,7 @@ fn a_member_keeps_consuming_across_a_coordinator_restart() {
 /// (FENCED_INSTANCE_ID from its poll) instead of taking it back in turn.
 #[test]
 fn a_second_process_with_the_same_instance_id_fences_the_first() {
+    let _ = env_logger::builder().is_test(true).try_init();
     let b = TestBroker::start(1, &[]);
     b.client().create_topic("t", 2, 1, vec![]).unwrap();
     let mut cfg = config("g", Delivery::AtLeastOnce, "range");
@@ -1155,6 +1155,17 @@ fn a_second_process_with_the_same_instance_id_fences_the_first() {
         second.assignment().len(),
         2,
         "the whole membership taken over"
+    );
+    // A commit from the old holder is refused as fenced, not as an unknown member: on
+    // UNKNOWN_MEMBER_ID it would rejoin without a member id and take the instance back.
+    let offsets: Offsets = [(("t".to_string(), 0), OffsetAndMetadata::new(0))]
+        .into_iter()
+        .collect();
+    let refused = first.commit_offsets_sync(&offsets).unwrap_err();
+    assert_eq!(
+        refused.code(),
+        Some(ErrorCode::FencedInstanceId),
+        "{refused}"
     );
     let start = Instant::now();
     let fenced = loop {

@@ -191,6 +191,7 @@ fn commit(
     let req = OffsetCommitRequest {
         group: "g".into(),
         member_id: member.into(),
+        group_instance_id: None,
         generation,
         offsets: vec![
             ("t".into(), 0, offset, format!("meta-{offset}")),
@@ -319,6 +320,7 @@ fn groups_and_committed_offsets_are_bounded() {
         let req = OffsetCommitRequest {
             group: group.into(),
             member_id: String::new(),
+            group_instance_id: None,
             generation: -1,
             offsets: parts
                 .map(|p| ("no-such-topic".into(), p, 1, String::new()))

@@ -283,13 +283,15 @@ impl GroupHost {
         &self,
         group: &str,
         member_id: &str,
+        instance: Option<&str>,
         generation: i32,
         offsets: &[PartitionOffset],
     ) -> Result<(), GroupError> {
         match self.groups.borrow().get(group) {
-            Some(g) => g.check_commit(member_id, generation, offsets),
+            Some(g) => g.check_commit(member_id, instance, generation, offsets),
             None => {
-                Group::new(group, self.cfg.clone()).check_commit(member_id, generation, offsets)?;
+                Group::new(group, self.cfg.clone())
+                    .check_commit(member_id, instance, generation, offsets)?;
                 // Room for the group it creates (INVALID_COMMIT_OFFSET_SIZE, as a commit
                 // past the per-group bound: the commit cannot be stored, not retriable).
                 self.check_room(group)
@@ -512,9 +514,11 @@ mod tests {
         bad.session_timeout_ms = 1; // below the minimum
         assert!(host.join(0, "made-up", bad).try_recv().unwrap().is_err());
         let commit = [PartitionOffset::new("t", 0, 5)];
-        assert!(host.check_commit("other", "nobody", 3, &commit).is_err());
+        assert!(host
+            .check_commit("other", "nobody", None, 3, &commit)
+            .is_err());
         // A commit from outside a group passes the check and creates nothing yet.
-        assert!(host.check_commit("third", "", -1, &commit).is_ok());
+        assert!(host.check_commit("third", "", None, -1, &commit).is_ok());
         assert!(host.list().is_empty(), "{:?}", host.list());
         assert_eq!(host.describe("made-up").state, "Dead");
     }
@@ -604,10 +608,10 @@ mod tests {
             "{e}"
         );
         assert!(e.message.contains("--max-groups-per-shard"), "{e}");
-        let e = host.check_commit("c", "", -1, &o).unwrap_err();
+        let e = host.check_commit("c", "", None, -1, &o).unwrap_err();
         assert_eq!(e.code, crate::protocol::ErrorCode::InvalidCommitOffsetSize);
         // Groups already held keep working.
-        host.check_commit("a", "", -1, &o).unwrap();
+        host.check_commit("a", "", None, -1, &o).unwrap();
         assert_eq!(host.describe("b").members.len(), 1);
         assert_eq!(host.list().len(), 2);
     }

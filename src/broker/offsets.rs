@@ -38,6 +38,7 @@ pub async fn commit(
     shard: &Rc<Shard>,
     group: &str,
     member_id: &str,
+    instance: Option<&str>,
     generation: i32,
     offsets: Vec<PartitionOffset>,
 ) -> Result<(), OpError> {
@@ -50,7 +51,7 @@ pub async fn commit(
     }
     shard
         .groups
-        .check_commit(group, member_id, generation, &offsets)?;
+        .check_commit(group, member_id, instance, generation, &offsets)?;
     if offsets.is_empty() {
         return Ok(());
     }

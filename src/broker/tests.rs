@@ -331,7 +331,7 @@ fn offsets_commit_durably_and_read_back_only_at_the_coordinator() {
         let (broker, s) = groups::coordinator(&shard, "g").expect("found");
         assert_eq!((broker.node_id, s), (1, 0));
         let committed = vec![PartitionOffset::new("t", 0, 42)];
-        offsets::commit(&shard, "g", "", -1, committed)
+        offsets::commit(&shard, "g", "", None, -1, committed)
             .await
             .expect("committed");
         let got = offsets::committed(&shard, "g", Some(vec![("t".into(), 0), ("t".into(), 1)]))

@@ -5,6 +5,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::logging::LogFormat;
+
 #[derive(Parser, Debug)]
 #[command(
     name = "rill",
@@ -122,6 +124,10 @@ pub struct BrokerArgs {
     /// default) serves none.
     #[arg(long, env = "RILL_METRICS_LISTEN", value_name = "HOST:PORT")]
     pub metrics_listen: Option<String>,
+    /// Log lines as text (env_logger's format) or json (one object per line: ts, level,
+    /// target, msg); `RUST_LOG` filters them either way.
+    #[arg(long, env = "RILL_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
     /// always | never | interval:MS
     #[arg(long, env = "RILL_FSYNC", default_value = "always")]
     pub fsync: String,

@@ -62,6 +62,10 @@ pub fn main() -> i32 {
             return 2;
         }
     };
+    crate::logging::init(match &cli.command {
+        args::Command::Broker(b) => b.log_format,
+        _ => crate::logging::LogFormat::Text,
+    });
     let result = match cli.command {
         args::Command::Broker(b) => broker_cmd::run(*b),
         args::Command::Tune(args::TuneCommand::Check(t)) => return tune_cmd::check(&t),
@@ -70,7 +74,8 @@ pub fn main() -> i32 {
     match result {
         Ok(()) => 0,
         Err(e) => {
-            eprintln!("rill: error: {}", e.lines().next().unwrap_or("failed"));
+            let line = e.lines().next().unwrap_or("failed");
+            crate::logging::announce_line(::log::Level::Error, &format!("rill: error: {line}"));
             1
         }
     }

@@ -130,9 +130,24 @@ impl Client {
         generation: i32,
         offsets: Vec<(String, u32, u64, String)>,
     ) -> Result<(), ClientError> {
+        self.commit_offsets_as(at, group, member_id, None, generation, offsets)
+    }
+
+    /// OffsetCommit as a static member, naming its instance id: answered
+    /// FENCED_INSTANCE_ID once another member took the instance over.
+    pub fn commit_offsets_as(
+        &mut self,
+        at: SocketAddr,
+        group: &str,
+        member_id: &str,
+        instance: Option<&str>,
+        generation: i32,
+        offsets: Vec<(String, u32, u64, String)>,
+    ) -> Result<(), ClientError> {
         let req = OffsetCommitRequest {
             group: group.to_string(),
             member_id: member_id.to_string(),
+            group_instance_id: instance.map(str::to_string),
             generation,
             offsets,
         };

@@ -1034,10 +1034,11 @@ impl Background {
                 }
             };
             let result = self.coordinator().and_then(|at| {
-                self.client.commit_offsets(
+                self.client.commit_offsets_as(
                     at,
                     &self.group,
                     &member_id,
+                    self.instance.as_deref(),
                     generation as i32,
                     offsets.clone(),
                 )

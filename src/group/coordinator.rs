@@ -783,9 +783,13 @@ impl Group {
     pub fn check_commit(
         &self,
         member_id: &str,
+        instance: Option<&str>,
         generation: i32,
         offsets: &[PartitionOffset],
     ) -> Result<(), GroupError> {
+        // Before the member check: a replaced static member must learn it is fenced, not
+        // that it is unknown (it would rejoin without a member id and take the instance back).
+        self.check_instance(member_id, instance)?;
         if generation < 0 && member_id.is_empty() {
             if !self.members.is_empty() {
                 return Err(err(
@@ -935,7 +939,7 @@ mod tests {
         generation: i32,
         offsets: &[PartitionOffset],
     ) -> Result<(), GroupError> {
-        g.check_commit(member_id, generation, offsets)?;
+        g.check_commit(member_id, None, generation, offsets)?;
         g.store_commit(now_ms, member_id, offsets.to_vec());
         Ok(())
     }
@@ -1273,6 +1277,23 @@ mod tests {
             ErrorCode::FencedInstanceId,
             "the old holder of the instance is fenced"
         );
+        // Its commits too: answered UNKNOWN_MEMBER_ID, it would rejoin without a member id
+        // and take the instance back (the two processes would then swap it forever).
+        let commit = [PartitionOffset {
+            topic: "t".into(),
+            partition: 0,
+            offset: 1,
+            leader_epoch: None,
+            metadata: String::new(),
+        }];
+        assert_eq!(
+            g.check_commit(&ra.member_id, Some("host-a"), 1, &commit)
+                .unwrap_err()
+                .code,
+            ErrorCode::FencedInstanceId
+        );
+        g.check_commit(&r.member_id, Some("host-a"), 1, &commit)
+            .unwrap();
         g.heartbeat(5, &r.member_id, Some("host-a"), 1).unwrap();
         let s = g.sync(
             6,

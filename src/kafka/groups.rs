@@ -292,6 +292,7 @@ pub async fn commit(shard: &Rc<Shard>, req: OffsetCommitRequest) -> OffsetCommit
         shard,
         &group,
         &req.member_id,
+        req.group_instance_id.as_ref().map(|i| i.as_str()),
         req.generation_id_or_member_epoch,
         offsets,
     )

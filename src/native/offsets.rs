@@ -27,7 +27,14 @@ pub async fn commit(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
             metadata,
         })
         .collect();
-    let outcome = offsets::commit(shard, &req.group, &req.member_id, req.generation, committed);
+    let outcome = offsets::commit(
+        shard,
+        &req.group,
+        &req.member_id,
+        req.group_instance_id.as_deref(),
+        req.generation,
+        committed,
+    );
     let (error_code, message) = status(shard, ApiKey::OffsetCommit, &outcome.await);
     Reply::meta(&GroupStatusResponse {
         error_code,

@@ -501,6 +501,10 @@ pub struct OffsetCommitRequest {
     pub group: String,
     /// Empty with generation -1: a commit from outside the group (allowed while it is empty).
     pub member_id: String,
+    /// The static instance id the member joined with, if any: a commit from a member whose
+    /// instance was taken over is answered FENCED_INSTANCE_ID (not UNKNOWN_MEMBER_ID, on
+    /// which a static member would rejoin and take the instance back).
+    pub group_instance_id: Option<String>,
     pub generation: i32,
     /// (topic, partition, next offset to read, metadata)
     pub offsets: Vec<(String, u32, u64, String)>,

@@ -5,6 +5,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
+use ::log::Level;
 use rill_shards::rt::{spawn_local, TcpListener};
 use rill_shards::{start_shards, ShardConfig, ShardContext};
 
@@ -17,6 +18,7 @@ use crate::controller::cluster::BrokerRegistration;
 use crate::controller::metadata::{BrokerInfo, Command, MetadataLimits};
 use crate::controller::{self, ControllerConfig, ControllerError};
 use crate::log::{FileReads, FsyncPolicy};
+use crate::logging::announce;
 use crate::net::sendfile::SendfileWorker;
 use crate::protocol::error_code::ErrorCode;
 
@@ -154,7 +156,10 @@ pub fn run_broker(cfg: BrokerConfig) -> Result<(), BrokerError> {
             Some(md) => md,
             None => {
                 controller.shutdown();
-                eprintln!("rill: stopped before the controller quorum formed");
+                announce!(
+                    Level::Info,
+                    "rill: stopped before the controller quorum formed"
+                );
                 return Ok(());
             }
         }
@@ -296,7 +301,8 @@ pub fn run_broker(cfg: BrokerConfig) -> Result<(), BrokerError> {
             Err(_) => break,
         }
     }
-    eprintln!(
+    announce!(
+        Level::Info,
         "rill: broker {} ready: native protocol on {}:{}..{} ({} shards), fsync {}, data in {}",
         cfg.node_id,
         cfg.listen.ip(),
@@ -307,7 +313,8 @@ pub fn run_broker(cfg: BrokerConfig) -> Result<(), BrokerError> {
         cfg.data_dir.display()
     );
     if let Some(k) = cfg.kafka_listen {
-        eprintln!(
+        announce!(
+            Level::Info,
             "rill: Kafka protocol on {}:{}..{}",
             k.ip(),
             k.port(),
@@ -326,16 +333,23 @@ pub fn run_broker(cfg: BrokerConfig) -> Result<(), BrokerError> {
         m.stop();
     }
     if let Some(session) = &session {
-        eprintln!("rill: signal {sig}: controlled shutdown (moving partition leadership away)");
+        announce!(
+            Level::Info,
+            "rill: signal {sig}: controlled shutdown (moving partition leadership away)"
+        );
         if !session.controlled_shutdown(cfg.controlled_shutdown_timeout) {
-            eprintln!(
+            announce!(
+                Level::Warn,
                 "rill: leadership not moved away within --controlled-shutdown-timeout-ms {}; \
                  stopping anyway",
                 cfg.controlled_shutdown_timeout.as_millis()
             );
         }
     }
-    eprintln!("rill: signal {sig}: stopping (no new connections; pending writes are flushed)");
+    announce!(
+        Level::Info,
+        "rill: signal {sig}: stopping (no new connections; pending writes are flushed)"
+    );
     for tx in &stop_txs {
         let _ = tx.send(());
     }
@@ -349,7 +363,7 @@ pub fn run_broker(cfg: BrokerConfig) -> Result<(), BrokerError> {
         session.stop();
     }
     controller.shutdown();
-    eprintln!("rill: broker {} stopped cleanly", cfg.node_id);
+    announce!(Level::Info, "rill: broker {} stopped cleanly", cfg.node_id);
     Ok(())
 }
 
@@ -419,7 +433,8 @@ fn wait_for_quorum(
         }
         if said.elapsed() >= Duration::from_secs(15) {
             said = std::time::Instant::now();
-            eprintln!(
+            announce!(
+                Level::Info,
                 "rill: node {} waiting {} s for the controller quorum {} to elect a leader",
                 cfg.node_id,
                 start.elapsed().as_secs(),
@@ -456,7 +471,8 @@ fn start_metrics(
     controller: controller::ControllerHandle,
 ) -> std::io::Result<crate::metrics::http::MetricsServer> {
     let server = super::metrics::start(listener, scrapers, controller)?;
-    eprintln!(
+    announce!(
+        Level::Info,
         "rill: Prometheus metrics on http://{}/metrics",
         server.local_addr()
     );
@@ -479,19 +495,24 @@ fn run_controller_only(
         }
         None => None,
     };
-    eprintln!(
+    announce!(
+        Level::Info,
         "rill: controller {} ready (controller only): voters {}, data in {}",
         cfg.node_id,
         controller::transport::voters_text(&cfg.controller_voters),
         cfg.data_dir.display()
     );
     let sig = wait_for_stop_signal(signals);
-    eprintln!("rill: signal {sig}: stopping");
+    announce!(Level::Info, "rill: signal {sig}: stopping");
     if let Some(m) = metrics {
         m.stop();
     }
     controller.shutdown();
-    eprintln!("rill: controller {} stopped cleanly", cfg.node_id);
+    announce!(
+        Level::Info,
+        "rill: controller {} stopped cleanly",
+        cfg.node_id
+    );
     Ok(())
 }
 
@@ -797,7 +818,8 @@ fn wait_for_free_ports(cfg: &BrokerConfig, shards: usize) -> Result<(), BrokerEr
                 });
             }
             if !said {
-                eprintln!(
+                announce!(
+                    Level::Info,
                     "rill: {addr} is still listened on (another broker, or the sockets of one \
                      that was killed); waiting up to {} ms for it to be released",
                     cfg.port_release_wait.as_millis()

@@ -383,9 +383,25 @@ impl TestBroker {
     }
 }
 
+/// Lines of a broker's log a failing test prints.
+const LOG_TAIL_LINES: usize = 300;
+
 impl Drop for TestBroker {
     fn drop(&mut self) {
         self.kill();
+        // A failing test shows what its brokers said last (the harness prints a failing
+        // test's output; the log itself goes with the temp dir).
+        if std::thread::panicking() {
+            let log = self.log_text();
+            let lines: Vec<&str> = log.lines().collect();
+            let tail = &lines[lines.len().saturating_sub(LOG_TAIL_LINES)..];
+            eprintln!(
+                "--- the last {} lines of broker {}'s log ---\n{}\n--- end of log ---",
+                tail.len(),
+                self.bootstrap(),
+                tail.join("\n")
+            );
+        }
     }
 }
 
