@@ -7,6 +7,7 @@
 //! - [`shard`]: one shard's state (its partitions, tail cache, group commit, groups, metadata).
 //! - [`produce`], [`fetch`], [`list_offsets`], [`log_admin`]: the data path and its admin.
 //! - [`topics`]: topic changes as controller proposals, answered once every shard applied them.
+//! - [`reassignments`]: partition reassignment, broker drains, preferred-leader elections.
 //! - [`metrics`]: what a shard reports to a metrics scrape.
 //! - [`groups`], [`offsets`]: group membership and committed offsets, over [`group_host`]
 //!   (the shell around the sans-IO coordinator) and [`offsets_log`] (`__consumer_offsets`);
@@ -27,6 +28,7 @@ pub mod offsets;
 pub mod offsets_log;
 pub mod offsets_topic;
 pub mod produce;
+pub mod reassignments;
 pub mod replica_fetch;
 pub mod shard;
 pub mod topics;

@@ -280,19 +280,34 @@ impl Shard {
         };
         for p in gone {
             p.mark_deleted();
-            self.cache.forget(p.cache_key);
             self.partitions.borrow_mut().remove(&*p.topic);
-            let dir = p.dir();
-            // Off the shard thread: removing a large partition takes a while.
-            rill_shards::rt::spawn_blocking(move || {
-                if let Err(e) = std::fs::remove_dir_all(&dir) {
-                    log::warn!("removing {}: {e}", dir.display());
-                }
-                if let Some(topic_dir) = dir.parent() {
-                    let _ = std::fs::remove_dir(topic_dir);
-                }
+            self.remove_files(&p).await;
+        }
+        // Replicas moved off this broker by a reassignment: stop serving and following them,
+        // then remove their files (the new replicas were in the ISR before this happened).
+        let moved_off: Vec<Rc<Partition>> = self
+            .all_partitions()
+            .into_iter()
+            .filter(|p| {
+                md.topic(&p.topic)
+                    .and_then(|t| t.partitions.get(p.index as usize))
+                    .is_some_and(|info| !info.replicas.contains(&node))
             })
-            .await;
+            .collect();
+        for p in moved_off {
+            log::info!(
+                "shard {}: {}-{}: no longer a replica here, removing it",
+                self.id,
+                p.topic,
+                p.index
+            );
+            p.leave_replica_set();
+            if let Some(v) = self.partitions.borrow_mut().get_mut(&*p.topic) {
+                if let Some(slot) = v.get_mut(p.index as usize) {
+                    *slot = None;
+                }
+            }
+            self.remove_files(&p).await;
         }
         for topic in md.topics.values() {
             for pi in &topic.partitions {
@@ -397,6 +412,22 @@ impl Shard {
         *self.metadata.borrow_mut() = md;
         super::coordination::sync(self);
         self.replication_changed.notify(usize::MAX);
+    }
+
+    /// Removes a partition's files (and its topic's directory once empty), off the shard
+    /// thread: removing a large partition takes a while.
+    async fn remove_files(&self, p: &Partition) {
+        self.cache.forget(p.cache_key);
+        let dir = p.dir();
+        rill_shards::rt::spawn_blocking(move || {
+            if let Err(e) = std::fs::remove_dir_all(&dir) {
+                log::warn!("removing {}: {e}", dir.display());
+            }
+            if let Some(topic_dir) = dir.parent() {
+                let _ = std::fs::remove_dir(topic_dir);
+            }
+        })
+        .await;
     }
 
     /// Brings a replicated partition's role in line with the metadata: leader (at the

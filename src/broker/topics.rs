@@ -6,7 +6,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use super::{recv_until, OpError, Shard};
-use crate::controller::metadata::{validate_topic_name, Command, MetadataLimits};
+use crate::controller::metadata::{validate_topic_name, Applied, Command, MetadataLimits};
 use crate::protocol::error_code::ErrorCode;
 
 /// How often a change re-checks whether all shards applied it.
@@ -29,6 +29,15 @@ pub fn validate(shard: &Shard, cmd: &Command) -> Result<(), OpError> {
 /// broker applied it. A create whose partitions cannot all be created on disk is refused
 /// with KAFKA_STORAGE_ERROR (and the topic deleted again).
 pub async fn propose(shard: &Rc<Shard>, cmd: Command, timeout: Duration) -> Result<(), OpError> {
+    propose_applied(shard, cmd, timeout).await.map(|_| ())
+}
+
+/// [`propose`], answering with what the command did.
+pub async fn propose_applied(
+    shard: &Rc<Shard>,
+    cmd: Command,
+    timeout: Duration,
+) -> Result<Applied, OpError> {
     let deadline = Instant::now() + timeout;
     let creating = match &cmd {
         Command::CreateTopic { name, .. } => Some((name.clone(), true)),
@@ -46,7 +55,7 @@ pub async fn propose(shard: &Rc<Shard>, cmd: Command, timeout: Duration) -> Resu
             "the controller stopped",
         )),
         Some(Ok(Err(e))) => Err(OpError::new(e.code(), e.to_string())),
-        Some(Ok(Ok(_))) => {
+        Some(Ok(Ok(applied))) => {
             let index = shard.controller.metadata().applied_index;
             while !shard.applied.all_at_least(index) {
                 if Instant::now() >= deadline {
@@ -57,10 +66,10 @@ pub async fn propose(shard: &Rc<Shard>, cmd: Command, timeout: Duration) -> Resu
                 }
                 shard.deadlines.sleep(APPLY_POLL).await;
             }
-            match creating {
-                Some((name, rollback)) => refuse_unopened(shard, &name, rollback, deadline).await,
-                None => Ok(()),
+            if let Some((name, rollback)) = creating {
+                refuse_unopened(shard, &name, rollback, deadline).await?;
             }
+            Ok(applied)
         }
     }
 }

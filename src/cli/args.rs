@@ -367,6 +367,19 @@ pub enum TopicCommand {
         #[arg(long)]
         before: u64,
     },
+    /// Move a partition's replicas: the new ones join the ISR before the old ones leave.
+    /// Returns once submitted; `topic describe` shows the progress.
+    Reassign {
+        name: String,
+        #[arg(long)]
+        partition: u32,
+        /// The new replicas' broker ids, the preferred leader first.
+        #[arg(long, value_delimiter = ',', required_unless_present = "cancel")]
+        replicas: Vec<u32>,
+        /// Cancel the running reassignment (the original replicas come back).
+        #[arg(long, conflicts_with = "replicas")]
+        cancel: bool,
+    },
 }
 
 #[derive(Args, Debug)]
@@ -470,4 +483,22 @@ pub struct TuneCheckArgs {
 #[derive(Subcommand, Debug)]
 pub enum ClusterCommand {
     Info,
+    /// Reassign every partition replica of broker N to other live brokers.
+    DrainBroker {
+        node_id: u32,
+        /// Return once every partition moved off it, not once submitted.
+        #[arg(long)]
+        wait: bool,
+        /// With --wait: give up (non-zero exit) after this long.
+        #[arg(long, default_value_t = 600_000)]
+        timeout_ms: u64,
+    },
+    /// Move leadership to each partition's preferred (first) replica where it is live and
+    /// in the ISR.
+    ElectPreferred {
+        #[arg(long)]
+        topic: Option<String>,
+        #[arg(long, requires = "topic")]
+        partition: Option<u32>,
+    },
 }

@@ -20,6 +20,22 @@ pub fn run(bootstrap: &str, cmd: Command) -> Result<(), String> {
         Command::Produce(p) => produce(bootstrap, p),
         Command::Consume(c) => consume(bootstrap, c),
         Command::Cluster(ClusterCommand::Info) => cluster_info(connect(bootstrap)?),
+        Command::Cluster(ClusterCommand::DrainBroker {
+            node_id,
+            wait,
+            timeout_ms,
+        }) => drain_broker(
+            connect(bootstrap)?,
+            node_id,
+            wait.then(|| Duration::from_millis(timeout_ms)),
+        ),
+        Command::Cluster(ClusterCommand::ElectPreferred { topic, partition }) => {
+            let changed = connect(bootstrap)?
+                .elect_preferred(topic.as_deref(), partition)
+                .map_err(|e| format!("cannot elect preferred leaders: {e}"))?;
+            println!("{changed} partitions moved to their preferred leader");
+            Ok(())
+        }
     }
 }
 
@@ -80,6 +96,24 @@ fn topic(mut client: Client, cmd: TopicCommand) -> Result<(), String> {
             println!("topic {name} now has {count} partitions (keys may map to other partitions from now on)");
             Ok(())
         }
+        TopicCommand::Reassign {
+            name,
+            partition,
+            replicas,
+            cancel,
+        } => {
+            let target = (!cancel).then_some(replicas);
+            client
+                .reassign_partition(&name, partition, target.clone())
+                .map_err(|e| format!("cannot reassign {name}-{partition}: {e}"))?;
+            match target {
+                Some(r) => println!(
+                    "{name}-{partition}: reassigning to replicas {r:?} (see `rill topic describe {name}`)"
+                ),
+                None => println!("{name}-{partition}: reassignment cancelled"),
+            }
+            Ok(())
+        }
         TopicCommand::Truncate {
             name,
             partition,
@@ -135,9 +169,69 @@ fn describe(client: &mut Client, name: &str) -> Result<(), String> {
             p.segments,
             p.size_bytes
         );
+        if !p.adding.is_empty() || !p.removing.is_empty() {
+            println!(
+                "    reassigning adding {:?} removing {:?}",
+                p.adding, p.removing
+            );
+        }
     }
     Ok(())
 }
+
+/// Submits a drain of broker `node`; with `wait`, polls the metadata until no partition
+/// has a replica on it any more.
+fn drain_broker(mut client: Client, node: u32, wait: Option<Duration>) -> Result<(), String> {
+    let moves = client
+        .drain_broker(node)
+        .map_err(|e| format!("cannot drain broker {node}: {e}"))?;
+    let mut refused = 0;
+    for m in &moves {
+        if m.error_code == 0 {
+            println!(
+                "{}-{}: reassigning to replicas {:?}",
+                m.topic, m.partition, m.replicas
+            );
+        } else {
+            refused += 1;
+            eprintln!("{}-{}: {}", m.topic, m.partition, m.message);
+        }
+    }
+    if refused > 0 {
+        return Err(format!(
+            "drain of broker {node}: {refused} of {} partitions were not submitted",
+            moves.len()
+        ));
+    }
+    let Some(timeout) = wait else {
+        println!("broker {node}: {} reassignments submitted", moves.len());
+        return Ok(());
+    };
+    let deadline = Instant::now() + timeout;
+    loop {
+        let md = client.refresh_metadata().map_err(|e| e.to_string())?;
+        let left = md
+            .topics
+            .values()
+            .flat_map(|t| &t.partitions)
+            .filter(|p| p.replicas.contains(&node))
+            .count();
+        if left == 0 {
+            println!("broker {node} holds no partition replicas");
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "broker {node} still holds {left} partition replicas after {} ms",
+                timeout.as_millis()
+            ));
+        }
+        std::thread::sleep(DRAIN_POLL);
+    }
+}
+
+/// How often `drain-broker --wait` looks at the metadata.
+const DRAIN_POLL: Duration = Duration::from_millis(250);
 
 fn cluster_info(mut client: Client) -> Result<(), String> {
     let info = client.cluster_info().map_err(|e| e.to_string())?;

@@ -176,6 +176,10 @@ pub struct PartitionDescription {
     pub log_start_offset: u64,
     /// The high watermark: the offset after the last record consumers can read.
     pub log_end_offset: u64,
+    /// While a reassignment runs: the replicas being added (else empty).
+    pub adding: Vec<u32>,
+    /// While a reassignment runs: the replicas being removed (else empty).
+    pub removing: Vec<u32>,
     /// Segment files of the partition.
     pub segments: u32,
     /// Bytes of those segments.
@@ -394,6 +398,77 @@ impl Client {
         self.topic_command(addr, ApiKey::DecommissionPartition, &req)
     }
 
+    /// Starts moving a partition to `replicas` (new replicas join the ISR before the old ones
+    /// leave), or cancels its running reassignment (`None`). Returns once submitted.
+    pub fn reassign_partition(
+        &mut self,
+        topic: &str,
+        partition: u32,
+        replicas: Option<Vec<u32>>,
+    ) -> Result<(), ClientError> {
+        let addr = self.bootstrap_addr()?;
+        let req = ReassignPartitionsRequest {
+            partitions: vec![ReassignablePartition {
+                topic: topic.to_string(),
+                partition,
+                replicas,
+            }],
+            timeout_ms: self.cfg.request_timeout.as_millis() as u32,
+        };
+        let (resp, _): (ReassignPartitionsResponse, _) =
+            self.call(addr, ApiKey::ReassignPartitions, &req, &[])?;
+        let r = reassignment_results(resp)?
+            .into_iter()
+            .next()
+            .ok_or_else(|| ClientError::Invalid("empty reassignment response".into()))?;
+        if r.error_code != 0 {
+            return Err(ClientError::broker(
+                ErrorCode::from_code(r.error_code),
+                r.message,
+            ));
+        }
+        self.refresh_metadata()?;
+        Ok(())
+    }
+
+    /// Reassigns every partition with a replica on broker `node` to other live brokers.
+    /// Returns each partition's submitted target (or its refusal) once submitted.
+    pub fn drain_broker(&mut self, node: u32) -> Result<Vec<ReassignmentResult>, ClientError> {
+        let addr = self.bootstrap_addr()?;
+        let req = DrainBrokerRequest {
+            node_id: node,
+            timeout_ms: self.cfg.request_timeout.as_millis() as u32,
+        };
+        let (resp, _): (ReassignPartitionsResponse, _) =
+            self.call(addr, ApiKey::DrainBroker, &req, &[])?;
+        reassignment_results(resp)
+    }
+
+    /// Moves leadership back to preferred replicas (all partitions, a topic's, or one);
+    /// returns how many changed leader.
+    pub fn elect_preferred(
+        &mut self,
+        topic: Option<&str>,
+        partition: Option<u32>,
+    ) -> Result<u32, ClientError> {
+        let addr = self.bootstrap_addr()?;
+        let req = ElectLeadersRequest {
+            topic: topic.map(str::to_string),
+            partition,
+            timeout_ms: self.cfg.request_timeout.as_millis() as u32,
+        };
+        let (resp, _): (ElectLeadersResponse, _) =
+            self.call(addr, ApiKey::ElectLeaders, &req, &[])?;
+        if resp.error_code != 0 {
+            return Err(ClientError::broker(
+                ErrorCode::from_code(resp.error_code),
+                resp.message,
+            ));
+        }
+        self.refresh_metadata()?;
+        Ok(resp.changed)
+    }
+
     /// Truncates history: offsets below `before` become unreadable and whole segments below it
     /// are deleted (Kafka's DeleteRecords). Returns the new log start offset.
     pub fn truncate(
@@ -508,6 +583,8 @@ impl Client {
                 leader_epoch: p.leader_epoch,
                 replicas: p.replicas.clone(),
                 isr: p.isr.clone(),
+                adding: p.adding.clone(),
+                removing: p.removing.clone(),
                 log_start_offset: state.log_start_offset,
                 log_end_offset: state.high_watermark,
                 segments: state.segments,
@@ -724,6 +801,18 @@ impl Client {
         }
         Ok(u64::try_from(r.offset).ok())
     }
+}
+
+fn reassignment_results(
+    resp: ReassignPartitionsResponse,
+) -> Result<Vec<ReassignmentResult>, ClientError> {
+    if resp.error_code != 0 {
+        return Err(ClientError::broker(
+            ErrorCode::from_code(resp.error_code),
+            resp.message,
+        ));
+    }
+    Ok(resp.partitions)
 }
 
 fn topic_result(resp: TopicResults) -> Result<(), ClientError> {

@@ -367,7 +367,11 @@ impl ClusterMetadata {
         }
     }
 
-    fn partition(&self, topic: &str, partition: u32) -> Result<&PartitionInfo, MetadataError> {
+    pub(super) fn partition(
+        &self,
+        topic: &str,
+        partition: u32,
+    ) -> Result<&PartitionInfo, MetadataError> {
         self.topics
             .get(topic)
             .and_then(|t| t.partitions.get(partition as usize))
@@ -400,6 +404,7 @@ impl ClusterMetadata {
                     },
                 );
                 let elected = self.elect_returning(node_id);
+                self.complete_reassignments();
                 Applied::MemberRegistered {
                     node_id,
                     broker_epoch: index,
@@ -424,6 +429,7 @@ impl ClusterMetadata {
                 let m = self.members.get_mut(node_id).ok_or_else(vanished)?;
                 m.state = BrokerState::Active;
                 let changed = self.elect_returning(*node_id);
+                self.complete_reassignments();
                 Applied::BrokerStateChanged {
                     node_id: *node_id,
                     partitions_changed: changed,
@@ -442,7 +448,8 @@ impl ClusterMetadata {
                     .ok_or_else(vanished)?;
                 p.isr = isr.clone();
                 p.partition_epoch += 1;
-                Applied::PartitionAltered(p.clone())
+                self.complete_reassignment(topic, *partition);
+                Applied::PartitionAltered(self.partition(topic, *partition)?.clone())
             }
             other => {
                 return Err(MetadataError::new(
@@ -585,6 +592,7 @@ impl ClusterMetadata {
                     leader_epoch: 0,
                     partition_epoch: 0,
                     decommissioned: false,
+                    reassignment: None,
                     home_shard: Some(shard),
                 }
             })
@@ -603,13 +611,18 @@ impl ClusterMetadata {
     }
 }
 
-fn set_leader(p: &mut PartitionInfo, b: u32, topic_id: u64, shards: &BTreeMap<u32, u32>) {
+pub(super) fn set_leader(
+    p: &mut PartitionInfo,
+    b: u32,
+    topic_id: u64,
+    shards: &BTreeMap<u32, u32>,
+) {
     p.leader = b;
     p.shard = p.shard_on(topic_id, shards.get(&b).copied().unwrap_or(1));
 }
 
 /// Bumps the epochs of a partition that changed since `before` (leader, ISR); 1 if it did.
-fn bump_epochs(p: &mut PartitionInfo, before: (u32, Vec<u32>)) -> usize {
+pub(super) fn bump_epochs(p: &mut PartitionInfo, before: (u32, Vec<u32>)) -> usize {
     if p.leader == before.0 && p.isr == before.1 {
         return 0;
     }

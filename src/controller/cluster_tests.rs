@@ -690,3 +690,323 @@ fn single_node_metadata_is_unchanged() {
     assert_eq!(back, before);
     assert!(m.md.is_live(1));
 }
+
+fn reassign(m: &Md, topic: &str, partition: u32, replicas: Option<Vec<u32>>) -> Command {
+    Command::ReassignPartition {
+        topic: topic.into(),
+        partition,
+        replicas,
+        partition_epoch: m.topic(topic).partitions[partition as usize].partition_epoch,
+    }
+}
+
+/// The partition's leader adds `joining` to the ISR, as a caught-up follower makes it do.
+fn isr_join(m: &mut Md, topic: &str, joining: u32) -> Applied {
+    let p = m.topic(topic).partitions[0].clone();
+    let mut isr = p.isr.clone();
+    isr.push(joining);
+    m.ok(Command::AlterPartition {
+        topic: topic.into(),
+        partition: 0,
+        leader: p.leader,
+        leader_epoch: p.leader_epoch,
+        partition_epoch: p.partition_epoch,
+        isr,
+    })
+}
+
+#[test]
+fn reassignment_adds_first_and_removes_only_once_the_new_replicas_are_in_sync() {
+    let mut m = Md::new();
+    for id in 1..=5 {
+        m.register(id, 2, None);
+    }
+    m.ok(create("t", 1, 3, &[(MIN_INSYNC_REPLICAS, "2")]));
+    let p0 = m.topic("t").partitions[0].clone();
+    let leader = p0.leader;
+    // Keep one old follower, drop the leader and the other, add two new brokers.
+    let kept = p0.replicas[1];
+    let new: Vec<u32> = (1..=5).filter(|b| !p0.replicas.contains(b)).collect();
+    let target = vec![new[0], kept, new[1]];
+    m.ok(reassign(&m, "t", 0, Some(target.clone())));
+    let p = m.topic("t").partitions[0].clone();
+    assert_eq!(
+        p.leader, leader,
+        "the leader stays while replicas are added"
+    );
+    assert_eq!(p.isr, p0.isr, "nobody leaves the ISR yet");
+    assert_eq!(&p.replicas[..3], &target[..], "the target comes first");
+    assert_eq!(p.replicas.len(), 5, "the union of old and new");
+    let r = p.reassignment.clone().expect("running");
+    assert_eq!(r.adding(), new);
+    assert_eq!(
+        r.removing(),
+        p0.replicas
+            .iter()
+            .copied()
+            .filter(|b| !target.contains(b))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(p.partition_epoch, p0.partition_epoch + 1);
+    check(&m.md);
+    // A second one is refused while this one runs.
+    let e = m.err(reassign(&m, "t", 0, Some(vec![1, 2, 3])));
+    assert_eq!(e.code, ErrorCode::ReassignmentInProgress, "{e}");
+    // The first new replica catches up: nothing is removed yet.
+    isr_join(&mut m, "t", new[0]);
+    let p = m.topic("t").partitions[0].clone();
+    assert_eq!(p.isr.len(), 4);
+    assert!(p.reassignment.is_some());
+    // The second: the reassignment completes in the same step.
+    let Applied::PartitionAltered(done) = isr_join(&mut m, "t", new[1]) else {
+        panic!()
+    };
+    assert_eq!(done.replicas, target);
+    assert_eq!(done.reassignment, None);
+    let mut isr = done.isr.clone();
+    isr.sort_unstable();
+    let mut want = target.clone();
+    want.sort_unstable();
+    assert_eq!(isr, want, "the ISR is the whole new replica set");
+    assert_eq!(done.leader, new[0], "the removed leader handed over");
+    assert_eq!(done.leader_epoch, p0.leader_epoch + 1);
+    check(&m.md);
+}
+
+#[test]
+fn a_cancelled_reassignment_puts_the_original_replicas_back() {
+    let mut m = Md::new();
+    for id in 1..=4 {
+        m.register(id, 1, None);
+    }
+    m.ok(create("t", 1, 3, &[]));
+    // A plan made before home shards: the reassignment pins the leader's shard index.
+    m.md.topics.get_mut("t").unwrap().partitions[0].home_shard = None;
+    let p0 = m.topic("t").partitions[0].clone();
+    let new = (1..=4).find(|b| !p0.replicas.contains(b)).unwrap();
+    m.ok(reassign(
+        &m,
+        "t",
+        0,
+        Some(vec![new, p0.replicas[1], p0.replicas[2]]),
+    ));
+    assert_eq!(m.topic("t").partitions[0].home_shard, Some(p0.shard));
+    isr_join(&mut m, "t", new);
+    assert_eq!(m.topic("t").partitions[0].reassignment, None);
+    assert_eq!(m.topic("t").partitions[0].leader, new);
+
+    // Cancel one that is still adding a replica.
+    let p1 = m.topic("t").partitions[0].clone();
+    let back = p0.leader;
+    let target = vec![p1.replicas[0], p1.replicas[1], p1.replicas[2], back];
+    m.ok(reassign(&m, "t", 0, Some(target)));
+    assert!(m.topic("t").partitions[0].reassignment.is_some());
+    let e = m.err(Command::ReassignPartition {
+        topic: "t".into(),
+        partition: 0,
+        replicas: None,
+        partition_epoch: 0,
+    });
+    assert_eq!(e.code, ErrorCode::InvalidUpdateVersion, "{e}");
+    m.ok(reassign(&m, "t", 0, None));
+    let p = m.topic("t").partitions[0].clone();
+    assert_eq!(p.replicas, p1.replicas);
+    assert_eq!(p.isr, p1.isr);
+    assert_eq!(p.leader, p1.leader);
+    assert_eq!(p.reassignment, None);
+    let e = m.err(reassign(&m, "t", 0, None));
+    assert_eq!(e.code, ErrorCode::NoReassignmentInProgress, "{e}");
+    check(&m.md);
+}
+
+#[test]
+fn bad_reassignments_are_one_line_errors_and_change_nothing() {
+    let mut m = Md::new();
+    for id in 1..=4 {
+        m.register(id, 1, None);
+    }
+    m.ok(create("t", 2, 2, &[(MIN_INSYNC_REPLICAS, "2")]));
+    let f = fence(&m, 4);
+    m.ok(f);
+    let cases: Vec<(Command, ErrorCode)> = vec![
+        (
+            Command::ReassignPartition {
+                topic: "nope".into(),
+                partition: 0,
+                replicas: Some(vec![1, 2]),
+                partition_epoch: 0,
+            },
+            ErrorCode::UnknownTopicOrPartition,
+        ),
+        (
+            Command::ReassignPartition {
+                topic: "t".into(),
+                partition: 9,
+                replicas: Some(vec![1, 2]),
+                partition_epoch: 0,
+            },
+            ErrorCode::UnknownTopicOrPartition,
+        ),
+        (
+            reassign(&m, "t", 0, Some(vec![])),
+            ErrorCode::InvalidReplicaAssignment,
+        ),
+        (
+            reassign(&m, "t", 0, Some(vec![1, 1])),
+            ErrorCode::InvalidReplicaAssignment,
+        ),
+        (
+            reassign(&m, "t", 0, Some(vec![1, 9])),
+            ErrorCode::InvalidReplicaAssignment,
+        ),
+        (
+            reassign(&m, "t", 0, Some(vec![1])),
+            ErrorCode::InvalidReplicaAssignment,
+        ),
+        (
+            reassign(&m, "t", 1, None),
+            ErrorCode::NoReassignmentInProgress,
+        ),
+        (
+            Command::ElectPreferred {
+                topic: Some("nope".into()),
+                partition: None,
+            },
+            ErrorCode::UnknownTopicOrPartition,
+        ),
+        (
+            Command::ElectPreferred {
+                topic: Some("t".into()),
+                partition: Some(5),
+            },
+            ErrorCode::UnknownTopicOrPartition,
+        ),
+    ];
+    for (cmd, want) in cases {
+        let e = m.err(cmd.clone());
+        assert_eq!(e.code, want, "{cmd:?}: {e}");
+    }
+    // A fenced broker cannot be added (it could not catch up).
+    let p = m.topic("t").partitions[0].clone();
+    if !p.replicas.contains(&4) {
+        let e = m.err(reassign(&m, "t", 0, Some(vec![p.replicas[0], 4])));
+        assert!(e.message.contains("fenced"), "{e}");
+    }
+}
+
+#[test]
+fn elect_preferred_moves_leadership_back_to_the_first_replica() {
+    let mut m = Md::new();
+    for id in 1..=3 {
+        m.register(id, 1, None);
+    }
+    m.ok(create("t", 3, 3, &[]));
+    let before = m.topic("t").partitions.clone();
+    // Broker 1 goes away and comes back: the partitions it led moved.
+    let f = fence(&m, 1);
+    m.ok(f);
+    let epoch = m.epoch(1);
+    m.ok(Command::UnfenceBroker {
+        node_id: 1,
+        broker_epoch: epoch,
+    });
+    // It rejoins the ISRs it left (its leaders catch it up).
+    for i in 0..3u32 {
+        let p = m.topic("t").partitions[i as usize].clone();
+        if !p.isr.contains(&1) {
+            let mut isr = p.isr.clone();
+            isr.push(1);
+            m.ok(Command::AlterPartition {
+                topic: "t".into(),
+                partition: i,
+                leader: p.leader,
+                leader_epoch: p.leader_epoch,
+                partition_epoch: p.partition_epoch,
+                isr,
+            });
+        }
+    }
+    let moved = m
+        .topic("t")
+        .partitions
+        .iter()
+        .filter(|p| p.leader != p.replicas[0])
+        .count();
+    assert!(moved > 0, "broker 1 led something before the fence");
+    let Applied::LeadersElected { changed } = m.ok(Command::ElectPreferred {
+        topic: None,
+        partition: None,
+    }) else {
+        panic!()
+    };
+    assert_eq!(changed, moved);
+    for (p, b) in m.topic("t").partitions.iter().zip(&before) {
+        assert_eq!(p.leader, b.leader, "preferred leader back");
+        assert!(p.leader_epoch > b.leader_epoch || p.leader == b.leader);
+    }
+    let Applied::LeadersElected { changed } = m.ok(Command::ElectPreferred {
+        topic: Some("t".into()),
+        partition: Some(0),
+    }) else {
+        panic!()
+    };
+    assert_eq!(changed, 0, "nothing to do twice");
+    check(&m.md);
+}
+
+#[test]
+fn a_drain_plan_replaces_the_broker_everywhere_and_spreads_the_load() {
+    let mut m = Md::new();
+    for id in 1..=4 {
+        m.register(id, 1, None);
+    }
+    m.ok(create("t", 8, 3, &[]));
+    let plan = m.md.drain_plan(2).expect("a plan");
+    let held = m
+        .topic("t")
+        .partitions
+        .iter()
+        .filter(|p| p.replicas.contains(&2))
+        .count();
+    assert_eq!(plan.len(), held);
+    let mut gained: BTreeMap<u32, usize> = BTreeMap::new();
+    for mv in &plan {
+        assert!(!mv.replicas.contains(&2), "{mv:?}");
+        let mut r = mv.replicas.clone();
+        r.sort_unstable();
+        r.dedup();
+        assert_eq!(r.len(), 3, "distinct brokers: {mv:?}");
+        let before = &m.topic("t").partitions[mv.partition as usize].replicas;
+        let new: Vec<u32> = mv
+            .replicas
+            .iter()
+            .copied()
+            .filter(|b| !before.contains(b))
+            .collect();
+        assert_eq!(new.len(), 1);
+        *gained.entry(new[0]).or_default() += 1;
+    }
+    // 8 partitions x 3 replicas on 4 brokers: 6 each; broker 2's 6 go where there is room
+    // (each partition has exactly one broker it is not on yet, so no choice here).
+    assert_eq!(gained.values().sum::<usize>(), held);
+    for mv in plan {
+        m.ok(mv.command());
+    }
+    for p in &m.topic("t").partitions {
+        let moving = p
+            .reassignment
+            .as_ref()
+            .is_some_and(|r| r.removing() == vec![2]);
+        assert_eq!(moving, p.replicas.contains(&2), "{p:?}");
+    }
+    assert_eq!(
+        m.md.drain_plan(2).expect("nothing more to plan"),
+        Vec::new(),
+        "partitions moving away from 2 are left to finish"
+    );
+    assert_eq!(
+        m.md.drain_plan(9).unwrap_err().code,
+        ErrorCode::InvalidReplicaAssignment
+    );
+    check(&m.md);
+}

@@ -88,6 +88,10 @@ pub struct PartitionInfo {
     /// Writes stopped; readers drain it; its files go once its data is past retention.
     #[serde(default)]
     pub decommissioned: bool,
+    /// A replica move under way (`reassignment.rs`): `replicas` is then the union of the
+    /// original and target replicas, target first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reassignment: Option<super::reassignment::Reassignment>,
     /// The shard index the partition takes on every broker that holds it (modulo that
     /// broker's shard count), chosen at placement to spread leaders and replicas over shards;
     /// a leader change never moves it to another shard. Plans made before it existed: `None`,
@@ -176,6 +180,21 @@ pub enum Command {
         partition_epoch: u32,
         isr: Vec<u32>,
     },
+    /// Starts moving a partition to `replicas` (KIP-455: new replicas join first, the old
+    /// ones leave once every new one is in the ISR); `None` cancels the running one (the
+    /// original replicas come back). Accepted only at `partition_epoch`.
+    ReassignPartition {
+        topic: String,
+        partition: u32,
+        replicas: Option<Vec<u32>>,
+        partition_epoch: u32,
+    },
+    /// Moves leadership to the preferred (first) replica where it is live and in the ISR:
+    /// every partition, a topic's (`partition: None`) or one.
+    ElectPreferred {
+        topic: Option<String>,
+        partition: Option<u32>,
+    },
 }
 
 /// What an applied command did (serde: a leader answers a forwarded proposal with it).
@@ -199,6 +218,10 @@ pub enum Applied {
         partitions_changed: usize,
     },
     PartitionAltered(PartitionInfo),
+    /// Preferred leaders elected: how many partitions changed leader.
+    LeadersElected {
+        changed: usize,
+    },
     /// The active controller's answer to a broker's heartbeat (no raft entry).
     Heartbeat(super::cluster::HeartbeatReply),
 }
@@ -505,6 +528,9 @@ impl ClusterMetadata {
             | Command::UnfenceBroker { .. }
             | Command::ControlledShutdown { .. }
             | Command::AlterPartition { .. } => self.validate_cluster(cmd),
+            Command::ReassignPartition { .. } | Command::ElectPreferred { .. } => {
+                self.validate_reassignment(cmd)
+            }
         }
     }
 
@@ -613,6 +639,9 @@ impl ClusterMetadata {
             | Command::UnfenceBroker { .. }
             | Command::ControlledShutdown { .. }
             | Command::AlterPartition { .. } => self.apply_cluster(index, cmd)?,
+            Command::ReassignPartition { .. } | Command::ElectPreferred { .. } => {
+                self.apply_reassignment(cmd)?
+            }
         };
         self.applied_index = index;
         Ok(applied)

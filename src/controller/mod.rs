@@ -26,6 +26,7 @@ pub mod core;
 pub mod metadata;
 mod observer;
 pub mod raft_log;
+pub mod reassignment;
 pub mod transport;
 
 use std::collections::{BTreeSet, HashMap, VecDeque};

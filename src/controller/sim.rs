@@ -40,6 +40,7 @@ use super::cluster::{BrokerRegistration, BrokerState, ClusterManager, Heartbeat,
 use super::core::{Action, ControllerCore, CoreConfig};
 use super::metadata::{Applied, BrokerInfo, ClusterMetadata, Command};
 use super::raft_log::LogStore;
+use super::reassignment::Reassignment;
 use super::ControllerError;
 
 /// Seeds a plain `cargo test` runs (keeps the debug test well under a minute on 2 busy cores).
@@ -101,6 +102,8 @@ struct Node {
     checked: u64,
     /// (topic id, partition) -> (leader epoch, partition epoch) last seen applied here.
     epochs: BTreeMap<(u64, u32), (u32, u32)>,
+    /// (topic id, partition) -> the reassignment last seen running here.
+    reassigning: BTreeMap<(u64, u32), Reassignment>,
 }
 
 struct SimBroker {
@@ -134,6 +137,8 @@ pub struct Stats {
     pub dropped: u64,
     /// Metadata states brokers took from voters.
     pub followed: u64,
+    /// Reassignments seen completing (replicas became the target) on some voter.
+    pub reassignments_completed: u64,
 }
 
 struct Sim {
@@ -196,6 +201,7 @@ impl Sim {
                     last_applied: 0,
                     checked: 0,
                     epochs: BTreeMap::new(),
+                    reassigning: BTreeMap::new(),
                 },
             );
         }
@@ -433,7 +439,40 @@ impl Sim {
                         ));
                     }
                 }
+                let prev_pe = node.epochs.get(&(t.id, p.partition)).map(|e| e.1);
                 node.epochs.insert((t.id, p.partition), now);
+                // A reassignment: the union, target first, while it runs; then exactly the
+                // target with every replica in the ISR, or (cancelled) the original again.
+                let before = node.reassigning.remove(&(t.id, p.partition));
+                if let Some(r) = &p.reassignment {
+                    let mut union = r.target.clone();
+                    union.extend(r.removing());
+                    if p.replicas != union {
+                        self.fail(format!(
+                            "{}-{}: replicas {:?} during a move {r:?}",
+                            t.name, p.partition, p.replicas
+                        ));
+                    }
+                    node.reassigning.insert((t.id, p.partition), r.clone());
+                } else if let Some(r) = before.filter(|_| {
+                    // One command apart (several may apply between two looks): completing
+                    // takes the AlterPartition and the completion, a cancel one step.
+                    prev_pe.is_some_and(|pe| p.partition_epoch <= pe + 2)
+                }) {
+                    // (Completing asserts in the controller itself that every target
+                    // replica is in the ISR: a violation panics inside this apply.)
+                    if p.replicas == r.target {
+                        self.stats.reassignments_completed += 1;
+                    } else if p.replicas != r.original {
+                        self.fail(format!(
+                            "{}-{}: a move {r:?} ended with replicas {:?}",
+                            t.name, p.partition, p.replicas
+                        ));
+                    }
+                }
+                if p.isr.is_empty() {
+                    self.fail(format!("{}-{}: empty ISR {p:?}", t.name, p.partition));
+                }
                 let distinct: BTreeSet<u32> = p.replicas.iter().copied().collect();
                 if distinct.len() != p.replicas.len() || p.isr.iter().any(|b| !distinct.contains(b))
                 {
@@ -605,6 +644,83 @@ impl Sim {
             }
         };
         self.propose(at, &cmd);
+    }
+
+    /// Operators move partitions (start, cancel, elect preferred leaders) and leaders catch
+    /// new replicas up (an AlterPartition adding a live replica to the ISR), against the
+    /// leader's current metadata.
+    fn reassignments(&mut self) {
+        if !self.rng.chance(80) {
+            return;
+        }
+        let Some(leader) = self.leader() else { return };
+        let Some(md) = self
+            .nodes
+            .get(&leader)
+            .and_then(|n| n.core.as_ref())
+            .map(|c| c.metadata().clone())
+        else {
+            return;
+        };
+        let parts: Vec<(&String, &super::metadata::PartitionInfo)> = md
+            .topics
+            .iter()
+            .flat_map(|(n, t)| t.partitions.iter().map(move |p| (n, p)))
+            .collect();
+        if parts.is_empty() {
+            return;
+        }
+        let (name, p) = parts[self.rng.below(parts.len() as u64) as usize];
+        let live: Vec<u32> = md.live_brokers();
+        let cmd = match self.rng.below(10) {
+            0..=2 if !live.is_empty() => {
+                let mut pool = live.clone();
+                let n = 1 + self.rng.below(pool.len().min(3) as u64) as usize;
+                let mut target = Vec::with_capacity(n);
+                for _ in 0..n {
+                    target.push(pool.remove(self.rng.below(pool.len() as u64) as usize));
+                }
+                Command::ReassignPartition {
+                    topic: name.clone(),
+                    partition: p.partition,
+                    replicas: Some(target),
+                    partition_epoch: p.partition_epoch,
+                }
+            }
+            3 => Command::ReassignPartition {
+                topic: name.clone(),
+                partition: p.partition,
+                replicas: None,
+                partition_epoch: p.partition_epoch,
+            },
+            4 => Command::ElectPreferred {
+                topic: None,
+                partition: None,
+            },
+            _ => {
+                let Some(&joining) = p
+                    .replicas
+                    .iter()
+                    .find(|b| !p.isr.contains(b) && live.contains(b))
+                else {
+                    return;
+                };
+                if p.leader == NO_LEADER {
+                    return;
+                }
+                let mut isr = p.isr.clone();
+                isr.push(joining);
+                Command::AlterPartition {
+                    topic: name.clone(),
+                    partition: p.partition,
+                    leader: p.leader,
+                    leader_epoch: p.leader_epoch,
+                    partition_epoch: p.partition_epoch,
+                    isr,
+                }
+            }
+        };
+        self.propose(leader, &cmd);
     }
 
     fn brokers(&mut self) {
@@ -791,6 +907,7 @@ impl Sim {
         self.tick();
         if !quiet {
             self.clients();
+            self.reassignments();
             self.brokers();
             self.follow_metadata();
             self.controller_duties();
@@ -930,6 +1047,7 @@ fn seeded_quorum_and_brokers_keep_every_invariant() {
         total.dropped += s.dropped;
         total.topics_created += s.topics_created;
         total.followed += s.followed;
+        total.reassignments_completed += s.reassignments_completed;
     }
     eprintln!("simulated {} seeds x {steps} steps: {total:?}", seeds.len());
     // The faults and the protocol actually happened (else the checks above checked nothing).
@@ -946,6 +1064,10 @@ fn seeded_quorum_and_brokers_keep_every_invariant() {
             "no controlled shutdown completed: {total:?}"
         );
         assert!(total.applied > 100 * seeds.len() as u64, "{total:?}");
+        assert!(
+            total.reassignments_completed > 0,
+            "no reassignment ever completed: {total:?}"
+        );
         assert!(
             total.followed > 100 * seeds.len() as u64,
             "brokers rarely followed the metadata: {total:?}"

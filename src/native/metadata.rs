@@ -59,6 +59,16 @@ pub async fn metadata(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
                 replicas: p.replicas.clone(),
                 isr: p.isr.clone(),
                 decommissioned: p.decommissioned,
+                adding: p
+                    .reassignment
+                    .as_ref()
+                    .map(|r| r.adding())
+                    .unwrap_or_default(),
+                removing: p
+                    .reassignment
+                    .as_ref()
+                    .map(|r| r.removing())
+                    .unwrap_or_default(),
             })
             .collect(),
         configs: t

@@ -12,6 +12,7 @@ mod log_admin;
 mod metadata;
 mod offsets;
 mod produce;
+mod reassignments;
 mod replica_fetch;
 pub mod replica_fetcher;
 mod topics;
@@ -127,5 +128,8 @@ pub async fn dispatch(shard: &Rc<Shard>, frame: RequestFrame) -> Reply {
         ApiKey::DescribeGroups => groups::describe(shard, &frame),
         ApiKey::ReplicaFetch => replica_fetch::replica_fetch(shard, &frame).await,
         ApiKey::OffsetForLeaderEpoch => leader_epochs::offset_for_leader_epoch_api(shard, &frame),
+        ApiKey::ReassignPartitions => reassignments::reassign(shard, &frame).await,
+        ApiKey::DrainBroker => reassignments::drain_broker(shard, &frame).await,
+        ApiKey::ElectLeaders => reassignments::elect_leaders(shard, &frame).await,
     }
 }

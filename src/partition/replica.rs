@@ -217,6 +217,16 @@ impl Partition {
         }
     }
 
+    /// This broker left the partition's replica set (a reassignment): a leader fails its
+    /// acks=all waits (the new leader has the records, a producer retries there), a follower
+    /// stops fetching, and the partition counts as deleted here.
+    pub fn leave_replica_set(&self) {
+        self.depose(ErrorCode::NotLeaderOrFollower);
+        *self.role.borrow_mut() = Role::Single;
+        self.deleted.set(true);
+        self.fail_waiters(ErrorCode::NotLeaderOrFollower);
+    }
+
     /// Fails the acks=all waits of a leader role being left.
     fn depose(&self, code: ErrorCode) {
         if let Role::Leader(l) = &mut *self.role.borrow_mut() {

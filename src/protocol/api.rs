@@ -30,6 +30,12 @@ pub enum ApiKey {
     // 23 and 24 are reserved for replication.
     /// Where a leader epoch ends in a partition's log (Kafka's OffsetForLeaderEpoch).
     OffsetForLeaderEpoch = 22,
+    /// Starts or cancels partition reassignments (Kafka's AlterPartitionReassignments).
+    ReassignPartitions = 25,
+    /// Reassigns every replica of a broker elsewhere (`rill cluster drain-broker`).
+    DrainBroker = 26,
+    /// Preferred-leader election (Kafka's ElectLeaders).
+    ElectLeaders = 27,
     /// A fetch of only the records with given tags (native only; keys 30-34 are the tags and
     /// delay features').
     FilteredFetch = 30,
@@ -62,6 +68,9 @@ impl ApiKey {
         ApiKey::DescribeGroups,
         ApiKey::ReplicaFetch,
         ApiKey::OffsetForLeaderEpoch,
+        ApiKey::ReassignPartitions,
+        ApiKey::DrainBroker,
+        ApiKey::ElectLeaders,
         ApiKey::FilteredFetch,
         ApiKey::DelayedProduce,
     ];
@@ -92,6 +101,9 @@ impl ApiKey {
             ApiKey::DescribeGroups => "DescribeGroups",
             ApiKey::ReplicaFetch => "ReplicaFetch",
             ApiKey::OffsetForLeaderEpoch => "OffsetForLeaderEpoch",
+            ApiKey::ReassignPartitions => "ReassignPartitions",
+            ApiKey::DrainBroker => "DrainBroker",
+            ApiKey::ElectLeaders => "ElectLeaders",
             ApiKey::FilteredFetch => "FilteredFetch",
             ApiKey::DelayedProduce => "DelayedProduce",
         }

@@ -60,6 +60,9 @@ pub struct PartitionMeta {
     pub isr: Vec<u32>,
     /// Writes stopped: producers skip it, consumers drain it.
     pub decommissioned: bool,
+    /// While a reassignment runs: the replicas being added and removed (else empty).
+    pub adding: Vec<u32>,
+    pub removing: Vec<u32>,
 }
 
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
@@ -572,4 +575,64 @@ pub struct GroupDescription {
 pub struct DescribeGroupsResponse {
     /// One description per requested group, in request order.
     pub groups: Vec<GroupDescription>,
+}
+
+/// One partition of a reassignment: its new replicas, or `None` to cancel the running one.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct ReassignablePartition {
+    pub topic: String,
+    pub partition: u32,
+    pub replicas: Option<Vec<u32>>,
+}
+
+/// Starts (or cancels) partition reassignments (native key 25, Kafka's
+/// AlterPartitionReassignments); answered once submitted, not once complete.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct ReassignPartitionsRequest {
+    pub partitions: Vec<ReassignablePartition>,
+    pub timeout_ms: u32,
+}
+
+/// The outcome of one partition's reassignment request.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct ReassignmentResult {
+    pub topic: String,
+    pub partition: u32,
+    /// The target replicas submitted (empty for a cancel or a refusal).
+    pub replicas: Vec<u32>,
+    pub error_code: i16,
+    pub message: String,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct ReassignPartitionsResponse {
+    /// A refusal of the whole request (a drain that cannot be planned); 0 otherwise.
+    pub error_code: i16,
+    pub message: String,
+    pub partitions: Vec<ReassignmentResult>,
+}
+
+/// Reassigns every partition with a replica on `node_id` to other live brokers (native key
+/// 26); answered with a [`ReassignPartitionsResponse`] once submitted.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct DrainBrokerRequest {
+    pub node_id: u32,
+    pub timeout_ms: u32,
+}
+
+/// Moves leadership to each partition's preferred replica where it is live and in the ISR
+/// (native key 27, Kafka's ElectLeaders with PREFERRED): all partitions, a topic's, or one.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct ElectLeadersRequest {
+    pub topic: Option<String>,
+    pub partition: Option<u32>,
+    pub timeout_ms: u32,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct ElectLeadersResponse {
+    pub error_code: i16,
+    pub message: String,
+    /// Partitions whose leader moved.
+    pub changed: u32,
 }

@@ -355,6 +355,38 @@ mod tests {
     }
 
     #[test]
+    fn a_follower_behind_the_leaders_log_start_restarts_empty_there() {
+        // A new replica (empty) of a partition whose leader deleted records below 1000.
+        let (mut f, first) = Follower::new(2, 3, &LeaderEpochs::default(), 0, 0);
+        assert!(matches!(first, FollowerAction::Fetch { .. }));
+        let actions = f.on_fetch_error(ErrorCode::OffsetOutOfRange, 1000, &LeaderEpochs::default());
+        assert_eq!(actions[0], FollowerAction::StartAt { offset: 1000 });
+        assert_eq!(
+            actions[1],
+            FollowerAction::Fetch {
+                leader: 2,
+                fetch: ReplicaFetch {
+                    leader_epoch: 3,
+                    fetch_offset: 1000,
+                    log_end: 1000
+                }
+            }
+        );
+        assert_eq!((f.log_end(), f.high_watermark()), (1000, 1000));
+        // Out of range above the leader's start (its log is shorter): reconcile by epoch.
+        let mine = epochs(&[(1, 0)]);
+        let (mut g, _) = Follower::new(2, 3, &mine, 50, 10);
+        let actions = g.on_fetch_error(ErrorCode::OffsetOutOfRange, 5, &mine);
+        assert_eq!(
+            actions,
+            vec![FollowerAction::AskEpochEnd {
+                leader: 2,
+                epoch: 1
+            }]
+        );
+    }
+
+    #[test]
     fn a_log_without_epochs_keeps_only_its_high_watermark() {
         let (f, first) = Follower::new(2, 3, &LeaderEpochs::default(), 10, 4);
         assert_eq!(first, FollowerAction::Truncate { offset: 4 });

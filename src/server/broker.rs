@@ -234,6 +234,12 @@ pub fn run_broker(cfg: BrokerConfig) -> Result<(), BrokerError> {
     // yet marked committed: a topic missing from it is not unknown, so nothing is set aside.
     if !read_only_metadata {
         stray::set_aside_unknown_topic_dirs(&cfg.data_dir, &md, crate::clock::now_ms())?;
+        stray::set_aside_moved_partition_dirs(
+            &cfg.data_dir,
+            &md,
+            cfg.node_id,
+            crate::clock::now_ms(),
+        )?;
     }
     stray::remove_expired_strays(
         &cfg.data_dir,

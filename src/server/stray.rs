@@ -67,12 +67,7 @@ pub fn set_aside_unknown_topic_dirs(
     md: &ClusterMetadata,
     now_ms: i64,
 ) -> Result<Vec<PathBuf>, StrayError> {
-    let topics = data_dir.join("topics");
-    let names = topic_dirs(data_dir).map_err(|e| StrayError {
-        path: topics.clone(),
-        why: format!("read: {e}"),
-    })?;
-    let stray = data_dir.join(STRAY_DIR);
+    let (topics, stray, names) = listed(data_dir)?;
     let mut moved = Vec::new();
     for name in names {
         let Some((topic, id)) = parse_topic_dir(&name) else {
@@ -82,21 +77,7 @@ pub fn set_aside_unknown_topic_dirs(
             continue;
         }
         let from = topics.join(&name);
-        std::fs::create_dir_all(&stray).map_err(|e| StrayError {
-            path: from.clone(),
-            why: format!("create {}: {e}", stray.display()),
-        })?;
-        // Two set-asides of one name in one millisecond get distinct names.
-        let mut ms = now_ms;
-        let mut to = stray.join(format!("{name}{STRAY_SUFFIX}{ms}"));
-        while to.exists() {
-            ms += 1;
-            to = stray.join(format!("{name}{STRAY_SUFFIX}{ms}"));
-        }
-        std::fs::rename(&from, &to).map_err(|e| StrayError {
-            path: from.clone(),
-            why: format!("rename to {}: {e}", to.display()),
-        })?;
+        let to = set_aside(&from, &stray, &name, now_ms)?;
         log::warn!(
             "topic directory {} is not in the controller metadata (no topic {topic} with id \
              {id}): set aside as {}, kept for --stray-log-retention-ms",
@@ -105,11 +86,99 @@ pub fn set_aside_unknown_topic_dirs(
         );
         moved.push(to);
     }
+    synced(moved, &topics, &stray)
+}
+
+/// Sets aside (as [`set_aside_unknown_topic_dirs`] does a topic's) every partition directory
+/// of a known topic that the metadata no longer places on broker `node`: a copy left by a
+/// reassignment that completed or was cancelled while this broker was down (a running broker
+/// removes its copy when it applies that change). `<data>/topics/<name>~<id>/<p>` goes to
+/// `<data>/stray/<name>~<id>-<p>.stray-<unix ms>`.
+pub fn set_aside_moved_partition_dirs(
+    data_dir: &Path,
+    md: &ClusterMetadata,
+    node: u32,
+    now_ms: i64,
+) -> Result<Vec<PathBuf>, StrayError> {
+    let (topics, stray, names) = listed(data_dir)?;
+    let mut moved = Vec::new();
+    for name in names {
+        let Some((topic, id)) = parse_topic_dir(&name) else {
+            continue;
+        };
+        let Some(t) = md.topic(topic).filter(|t| t.id == id) else {
+            continue;
+        };
+        let dir = topics.join(&name);
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let Some(p) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<usize>().ok())
+            else {
+                continue;
+            };
+            if t.partitions
+                .get(p)
+                .is_none_or(|info| info.replicas.contains(&node))
+            {
+                continue;
+            }
+            let from = entry.path();
+            let to = set_aside(&from, &stray, &format!("{name}-{p}"), now_ms)?;
+            log::warn!(
+                "partition directory {} is no longer a replica of broker {node} (replicas {:?}): \
+                 set aside as {}, kept for --stray-log-retention-ms",
+                from.display(),
+                t.partitions[p].replicas,
+                to.display()
+            );
+            moved.push(to);
+        }
+    }
+    synced(moved, &topics, &stray)
+}
+
+/// `<data>/topics`, `<data>/stray` and the topic directory names in the former.
+fn listed(data_dir: &Path) -> Result<(PathBuf, PathBuf, Vec<String>), StrayError> {
+    let topics = data_dir.join("topics");
+    let names = topic_dirs(data_dir).map_err(|e| StrayError {
+        path: topics.clone(),
+        why: format!("read: {e}"),
+    })?;
+    Ok((topics, data_dir.join(STRAY_DIR), names))
+}
+
+/// Makes the set-aside moves durable on both sides.
+fn synced(moved: Vec<PathBuf>, topics: &Path, stray: &Path) -> Result<Vec<PathBuf>, StrayError> {
     if !moved.is_empty() {
-        sync_dir(&topics);
-        sync_dir(&stray);
+        sync_dir(topics);
+        sync_dir(stray);
     }
     Ok(moved)
+}
+
+/// Moves `from` to `<stray>/<name>.stray-<ms>`; two set-asides of one name in one
+/// millisecond get distinct names.
+fn set_aside(from: &Path, stray: &Path, name: &str, now_ms: i64) -> Result<PathBuf, StrayError> {
+    std::fs::create_dir_all(stray).map_err(|e| StrayError {
+        path: from.to_path_buf(),
+        why: format!("create {}: {e}", stray.display()),
+    })?;
+    let mut ms = now_ms;
+    let mut to = stray.join(format!("{name}{STRAY_SUFFIX}{ms}"));
+    while to.exists() {
+        ms += 1;
+        to = stray.join(format!("{name}{STRAY_SUFFIX}{ms}"));
+    }
+    std::fs::rename(from, &to).map_err(|e| StrayError {
+        path: from.to_path_buf(),
+        why: format!("rename to {}: {e}", to.display()),
+    })?;
+    Ok(to)
 }
 
 /// Makes renames in `dir` durable; a failure only means a crash may undo a move, which the
@@ -190,6 +259,43 @@ mod tests {
         assert_eq!(parse_topic_dir("~3"), None);
         assert_eq!(parse_topic_dir("orders~7.stray-123"), None);
         assert_eq!(parse_topic_dir("orders~+7"), None);
+    }
+
+    #[test]
+    fn partition_dirs_moved_off_this_broker_are_set_aside_intact() {
+        let data = tempfile::tempdir().unwrap();
+        let topics = data.path().join("topics");
+        for d in ["t~1/0", "t~1/1", "t~1/7"] {
+            std::fs::create_dir_all(topics.join(d)).unwrap();
+        }
+        std::fs::write(topics.join("t~1/1/00000000000000000000.log"), b"old").unwrap();
+        let part = |p: u32, replicas: Vec<u32>| crate::controller::metadata::PartitionInfo {
+            partition: p,
+            replicas,
+            ..Default::default()
+        };
+        let mut md = ClusterMetadata::default();
+        md.topics.insert(
+            "t".into(),
+            crate::controller::metadata::TopicInfo {
+                name: "t".into(),
+                id: 1,
+                partitions: vec![part(0, vec![2, 3]), part(1, vec![3, 4])],
+                ..Default::default()
+            },
+        );
+        let moved = set_aside_moved_partition_dirs(data.path(), &md, 2, 5).unwrap();
+        let stray = data.path().join(STRAY_DIR);
+        assert_eq!(moved, vec![stray.join("t~1-1.stray-5")]);
+        assert_eq!(
+            std::fs::read(stray.join("t~1-1.stray-5/00000000000000000000.log")).unwrap(),
+            b"old"
+        );
+        assert!(topics.join("t~1/0").is_dir(), "still a replica here");
+        assert!(
+            topics.join("t~1/7").is_dir(),
+            "a partition the metadata does not have yet is left alone"
+        );
     }
 
     #[test]

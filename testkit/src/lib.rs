@@ -13,8 +13,8 @@ mod replicas;
 
 pub use netlab::NetLab;
 pub use replicas::{
-    assert_replicas_equal, create_topic_rf3, partition_meta, read_partition, stored_batches,
-    wait_partition, FAST_FENCING,
+    assert_replicas_equal, batches_below, create_topic_rf3, partition_meta, read_partition,
+    stored_batches, wait_partition, FAST_FENCING,
 };
 
 use rill::client::{
@@ -471,6 +471,17 @@ pub fn segment_files(dir: &Path) -> Vec<PathBuf> {
         .collect();
     v.sort();
     v
+}
+
+/// Whether broker data dir `data` holds a directory for `topic`'s partition `p`.
+pub fn has_partition_dir(data: &Path, topic: &str, p: u32) -> bool {
+    let prefix = format!("{topic}~");
+    std::fs::read_dir(data.join("topics")).is_ok_and(|entries| {
+        entries.flatten().any(|e| {
+            e.file_name().to_string_lossy().starts_with(&prefix)
+                && e.path().join(p.to_string()).is_dir()
+        })
+    })
 }
 
 /// The directory of `topic`'s partition `p` under a broker's data dir.

@@ -34,7 +34,7 @@ pub fn stored_batches(dir: &Path) -> BTreeMap<u64, Vec<u8>> {
 }
 
 /// The batches wholly below `hw`.
-fn below(batches: &BTreeMap<u64, Vec<u8>>, hw: u64) -> Vec<(u64, Vec<u8>)> {
+pub fn batches_below(batches: &BTreeMap<u64, Vec<u8>>, hw: u64) -> Vec<(u64, Vec<u8>)> {
     batches
         .iter()
         .filter(|(_, b)| BatchHeader::decode(b).is_some_and(|h| h.next_offset() <= hw))
@@ -51,7 +51,7 @@ pub fn assert_replicas_equal(c: &TestCluster, topic: &str, p: u32, hw: u64) {
         let all: Vec<Vec<(u64, Vec<u8>)>> = c
             .nodes
             .iter()
-            .map(|b| below(&stored_batches(&partition_dir(&b.data_dir(), topic, p)), hw))
+            .map(|b| batches_below(&stored_batches(&partition_dir(&b.data_dir(), topic, p)), hw))
             .collect();
         let covered = all[0]
             .last()
