@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use rill::client::producer::{Acks, Producer, ProducerConfig, ProducerRecord};
+use rill::client::producer::ProducerRecord;
 use rill::client::{Client, ClientConfig};
 use rill::protocol::messages::{PartitionMeta, TopicMeta};
 use rill_testkit::{
@@ -154,17 +154,7 @@ impl Load {
         let acked: Arc<Mutex<BTreeMap<(u32, u64), String>>> = Arc::default();
         let (s, a) = (stop.clone(), acked.clone());
         let thread = std::thread::spawn(move || {
-            let producer = Producer::new(
-                ClientConfig::new(bootstrap),
-                ProducerConfig {
-                    acks: Acks::All,
-                    linger: Duration::from_millis(2),
-                    batch_bytes: 16 << 10,
-                    retry_backoff: Duration::from_millis(200),
-                    ..ProducerConfig::default()
-                },
-            )
-            .expect("producer");
+            let producer = rill_testkit::acks_all_producer(bootstrap);
             let mut failed = 0;
             let mut inflight = std::collections::VecDeque::new();
             let mut collect = |v: String, r: rill::client::DeliveryFuture| match r.wait() {

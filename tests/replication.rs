@@ -18,7 +18,7 @@ use rill::protocol::messages::{
 };
 use rill::protocol::{ApiKey, ErrorCode};
 use rill_testkit::{
-    assert_replicas_equal, create_topic_rf3, partition_meta, produce_values,
+    acks_all_producer, assert_replicas_equal, create_topic_rf3, partition_meta, produce_values,
     read_partition as read_all, wait_partition, TestBroker, TestCluster, DEADLINE, FAST_FENCING,
 };
 
@@ -106,20 +106,6 @@ fn create_with_min_insync(c: &TestCluster, topic: &str, partitions: u32, min_ins
         partitions,
         &[("min.insync.replicas", &min_insync)],
     );
-}
-
-fn acks_all_producer(bootstrap: String) -> Producer {
-    Producer::new(
-        ClientConfig::new(bootstrap),
-        ProducerConfig {
-            acks: Acks::All,
-            linger: Duration::from_millis(2),
-            batch_bytes: 16 << 10,
-            retry_backoff: Duration::from_millis(200),
-            ..ProducerConfig::default()
-        },
-    )
-    .expect("producer")
 }
 
 /// A value of a size that varies with `i` (a few bytes to ~3 KiB).

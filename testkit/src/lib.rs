@@ -13,8 +13,8 @@ mod replicas;
 
 pub use netlab::NetLab;
 pub use replicas::{
-    assert_replicas_equal, batches_below, create_topic_rf3, partition_meta, read_partition,
-    stored_batches, wait_partition, FAST_FENCING,
+    acks_all_producer, assert_replicas_equal, batches_below, create_topic_rf3, partition_meta,
+    read_partition, stored_batches, wait_partition, FAST_FENCING,
 };
 
 use rill::client::{

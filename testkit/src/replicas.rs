@@ -7,7 +7,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use rill::batch::BatchHeader;
-use rill::client::{Client, ClientConfig, Consumer, ConsumerConfig, StartFrom};
+use rill::client::{
+    Acks, Client, ClientConfig, Consumer, ConsumerConfig, Producer, ProducerConfig, StartFrom,
+};
 use rill::protocol::messages::PartitionMeta;
 
 use crate::{partition_dir, segment_files, TestBroker, TestCluster, DEADLINE};
@@ -166,4 +168,20 @@ pub fn read_partition(bootstrap: String, topic: &str, p: u32, hw: u64) -> BTreeM
         );
     }
     out
+}
+
+/// The producer replication tests drive: acks=all, a 2 ms linger, 16 KiB batches, retries
+/// 200 ms apart (a failover takes seconds).
+pub fn acks_all_producer(bootstrap: String) -> Producer {
+    Producer::new(
+        ClientConfig::new(bootstrap),
+        ProducerConfig {
+            acks: Acks::All,
+            linger: Duration::from_millis(2),
+            batch_bytes: 16 << 10,
+            retry_backoff: Duration::from_millis(200),
+            ..ProducerConfig::default()
+        },
+    )
+    .expect("producer")
 }
