@@ -104,7 +104,7 @@ fn null_and_empty_values_and_header_values_stay_apart_through_both_protocols() {
     use kafka_protocol::indexmap::IndexMap;
 
     use kafka_protocol::messages::ProduceResponse;
-    use kafka_protocol::records::{Record, TimestampType};
+    use kafka_protocol::records::Record;
     use rill::client::StartFrom;
 
     let b = TestBroker::start_kafka(1, &[]);
@@ -151,22 +151,13 @@ fn null_and_empty_values_and_header_values_stay_apart_through_both_protocols() {
             StrBytes::from_static_str("h"),
             header.map(Bytes::from_static),
         );
-        Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: -1,
-            producer_id: -1,
-            producer_epoch: -1,
-            timestamp_type: TimestampType::Creation,
+        let mut r = rill_testkit::kafka_record(
             offset,
-            // kafka-protocol's encoder starts a new batch wherever offset - sequence changes.
-            sequence: offset as i32,
-            timestamp: 1_700_000_000_000,
-            key: Some(Bytes::from_static(b"k")),
-            value: value.map(Bytes::from_static),
-            headers,
-        }
+            Some(Bytes::from_static(b"k")),
+            value.map(Bytes::from_static),
+        );
+        r.headers = headers;
+        r
     };
     let records = [record(0, None, Some(b"")), record(1, Some(b""), None)];
     let req = rill_testkit::kafka_produce_request("t", 0, &records, 10_000);

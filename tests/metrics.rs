@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use kafka_protocol::messages::{ApiKey, ProduceResponse};
-use kafka_protocol::records::{Record, TimestampType};
+use kafka_protocol::records::Record;
 use rill::client::StartFrom;
 use rill_testkit::{free_ports, kafka_call, TestBroker, DEADLINE};
 
@@ -122,22 +122,7 @@ impl Scrape {
 }
 
 fn kafka_record(offset: i64, value: &str) -> Record {
-    Record {
-        transactional: false,
-        control: false,
-        delete_horizon: false,
-        partition_leader_epoch: -1,
-        producer_id: -1,
-        producer_epoch: -1,
-        timestamp_type: TimestampType::Creation,
-        offset,
-        // kafka-protocol's encoder starts a new batch wherever offset - sequence changes.
-        sequence: offset as i32,
-        timestamp: 1_700_000_000_000,
-        key: None,
-        value: Some(Bytes::from(value.to_string())),
-        headers: Default::default(),
-    }
+    rill_testkit::kafka_record(offset, None, Some(Bytes::from(value.to_string())))
 }
 
 /// A raw Kafka Produce of `n` records to `partition`; its partition error code.

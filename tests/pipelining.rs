@@ -337,28 +337,14 @@ fn kafka_request<R: kafka_protocol::protocol::Encodable>(
 
 /// A Kafka Produce v9 (acks=all) of `values` to partition 0 of `topic`.
 fn kafka_produce(correlation: i32, topic: &str, values: &[String]) -> Vec<u8> {
-    use kafka_protocol::indexmap::IndexMap;
-
     use kafka_protocol::messages::ApiKey as KafkaApi;
 
-    use kafka_protocol::records::{Record, TimestampType};
+    use kafka_protocol::records::Record;
     let records: Vec<Record> = values
         .iter()
         .enumerate()
-        .map(|(i, v)| Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: -1,
-            producer_id: -1,
-            producer_epoch: -1,
-            timestamp_type: TimestampType::Creation,
-            offset: i as i64,
-            sequence: i as i32,
-            timestamp: 1_700_000_000_000,
-            key: None,
-            value: Some(bytes::Bytes::from(v.clone())),
-            headers: IndexMap::new(),
+        .map(|(i, v)| {
+            rill_testkit::kafka_record(i as i64, None, Some(bytes::Bytes::from(v.clone())))
         })
         .collect();
     let req = rill_testkit::kafka_produce_request(topic, 0, &records, 60_000);

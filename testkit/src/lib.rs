@@ -1000,6 +1000,31 @@ where
     r
 }
 
+/// A plain Kafka record at `offset` (no producer id, create time fixed) with no headers, for
+/// [`kafka_produce_request`].
+pub fn kafka_record(
+    offset: i64,
+    key: Option<bytes::Bytes>,
+    value: Option<bytes::Bytes>,
+) -> kafka_protocol::records::Record {
+    kafka_protocol::records::Record {
+        transactional: false,
+        control: false,
+        delete_horizon: false,
+        partition_leader_epoch: -1,
+        producer_id: -1,
+        producer_epoch: -1,
+        timestamp_type: kafka_protocol::records::TimestampType::Creation,
+        offset,
+        // kafka-protocol's encoder starts a new batch wherever offset - sequence changes.
+        sequence: offset as i32,
+        timestamp: 1_700_000_000_000,
+        key,
+        value,
+        headers: Default::default(),
+    }
+}
+
 /// A Kafka acks=all Produce of `records` (encoded as one uncompressed RecordBatch v2) to
 /// one partition, for tests that send raw requests.
 pub fn kafka_produce_request(
