@@ -83,6 +83,31 @@ impl SegmentReader {
         }
     }
 
+    /// The base offset of the first batch holding `offset` or a later one (compaction may
+    /// have removed the record itself); only headers are read. `None`: no such batch yet.
+    pub async fn batch_base(&self, offset: u64) -> Result<Option<u64>, LogError> {
+        let mut scan = SegmentScan::new(
+            &self.file,
+            &self.path,
+            self.position,
+            self.written,
+            self.expected,
+            HEADER_WALK_BYTES,
+        )
+        .headers_only();
+        loop {
+            match scan.next().await? {
+                ScanStep::Batch(b) if b.next_offset <= offset => continue,
+                ScanStep::Batch(b) => return Ok(Some(b.base_offset)),
+                ScanStep::End {
+                    stop: None | Some(ScanStop::Truncated { .. }),
+                    ..
+                } => return Ok(None),
+                ScanStep::End { stop: Some(s), .. } => return Err(s.corrupt(&self.path)),
+            }
+        }
+    }
+
     /// Reads whole batches starting with the one holding `offset`, up to `max_bytes` (at least
     /// one batch), stopping before `limit_offset`. Every batch is checked (header, CRC,
     /// contiguous offsets); the bytes are returned as read from the file, not copied.
