@@ -832,6 +832,31 @@ impl TestCluster {
         }
     }
 
+    /// Starts one more broker that is not a voter (`--process-roles broker`, the next node
+    /// id), with the Kafka listener on if `kafka`; returns its node id once it serves.
+    pub fn add_broker(&mut self, shards: usize, extra: &[&str], kafka: bool) -> u64 {
+        let id = self.nodes.len() as u64 + 1;
+        let mut args: Vec<String> = vec![
+            "--node-id".into(),
+            id.to_string(),
+            "--process-roles".into(),
+            "broker".into(),
+            "--controller-voters".into(),
+            self.voters.clone(),
+        ];
+        let kafka = kafka.then(|| free_ports(shards));
+        if let Some(k) = kafka {
+            args.extend(["--kafka-listen".into(), format!("127.0.0.1:{k}")]);
+        }
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let mut b = TestBroker::unstarted(shards, &args);
+        b.kafka_port = kafka;
+        b.launch();
+        b.wait_ready();
+        self.nodes.push(b);
+        id
+    }
+
     /// Node `id`'s broker (ids from 1).
     pub fn node(&mut self, id: u64) -> &mut TestBroker {
         &mut self.nodes[id as usize - 1]
