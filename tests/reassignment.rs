@@ -38,18 +38,7 @@ impl Cluster {
         let c = TestCluster::start(3, 2, SESSIONS);
         c.wait_leader(&[1, 2, 3]);
         let mut brokers: Vec<TestBroker> = (0..extra)
-            .map(|i| {
-                let mut args: Vec<String> = vec![
-                    "--node-id".into(),
-                    (4 + i).to_string(),
-                    "--process-roles".into(),
-                    "broker".into(),
-                    "--controller-voters".into(),
-                    c.voters.clone(),
-                ];
-                args.extend(SESSIONS.iter().map(|s| s.to_string()));
-                TestBroker::unstarted(2, &args)
-            })
+            .map(|i| c.non_voter(4 + i as u32, 2, SESSIONS))
             .collect();
         for b in &mut brokers {
             b.launch();
