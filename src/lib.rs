@@ -20,5 +20,6 @@ pub mod replication;
 pub mod server;
 #[cfg(test)]
 mod test_shard;
+pub mod tls;
 pub mod topic_config;
 pub mod tune;

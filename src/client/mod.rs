@@ -13,6 +13,7 @@ pub mod error;
 pub mod group_consumer;
 pub mod pipeline;
 pub mod producer;
+pub mod socket;
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -49,6 +50,8 @@ pub struct ClientConfig {
     pub connect_timeout: Duration,
     /// How long to wait for a response (`request.timeout.ms`); fetches add their `max_wait`.
     pub request_timeout: Duration,
+    /// TLS to every shard (`--tls-ca`, client certificate for mutual TLS), or plaintext.
+    pub tls: Option<crate::tls::ClientTls>,
 }
 
 impl ClientConfig {
@@ -59,6 +62,7 @@ impl ClientConfig {
             client_id: "rill-client".into(),
             connect_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(30),
+            tls: None,
         }
     }
 }
@@ -260,7 +264,12 @@ impl Client {
             self.connections.remove(&addr);
         }
         if !self.connections.contains_key(&addr) {
-            let c = Connection::connect(addr, self.cfg.connect_timeout, &self.cfg.client_id)?;
+            let c = Connection::connect(
+                addr,
+                self.cfg.connect_timeout,
+                &self.cfg.client_id,
+                self.cfg.tls.as_ref(),
+            )?;
             c.set_read_timeout(Some(self.cfg.request_timeout));
             self.connections.insert(addr, c);
         }

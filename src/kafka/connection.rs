@@ -17,14 +17,13 @@ use bytes::{Buf, Bytes, BytesMut};
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
 use kafka_protocol::protocol::{Decodable, Encodable};
-use rill_shards::rt::TcpStream;
 
 use super::handlers::{self, Handled};
 use super::versions;
 use crate::broker::produce::hold_until_acked;
 use crate::broker::Shard;
 use crate::metrics::{Listener, Timed, UNKNOWN_API};
-use crate::net::conn_limits::{accepted, after, until};
+use crate::net::conn_limits::{after, until};
 use crate::net::in_order::InOrder;
 use crate::net::request_memory::{read_body, Grant};
 use crate::net::shared_stream::SharedStream;
@@ -37,9 +36,10 @@ const MIN_REQUEST: usize = 8;
 /// An encoded response (size prefix included), or why it could not be encoded.
 type Encoded = Result<Bytes, String>;
 
-pub async fn serve(shard: Rc<Shard>, stream: TcpStream) {
-    let peer = accepted(&stream);
-    let stream = SharedStream::new(stream);
+/// Serves one accepted connection (plain, or TLS after its handshake); `peer` names it in
+/// the logs. Kafka fetches always read files by copy (records are converted), so TLS changes
+/// nothing here.
+pub async fn serve(shard: Rc<Shard>, peer: String, stream: SharedStream) {
     let replies: InOrder<Encoded> = InOrder::new(shard.cfg.max_in_flight_requests_per_connection);
     let reader = stream.clone();
     replies

@@ -9,3 +9,4 @@ pub mod in_order;
 pub mod request_memory;
 pub mod sendfile;
 pub mod shared_stream;
+pub mod tls_stream;
