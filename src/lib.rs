@@ -1,4 +1,5 @@
 //! rill: a persistent, partitioned, replicated log broker, thread-per-core on io_uring.
+pub mod auth;
 pub mod batch;
 pub mod broker;
 pub mod cli;
