@@ -183,6 +183,15 @@ impl ScramServer {
         }
     }
 
+    pub fn mechanism(&self) -> Mechanism {
+        self.mechanism
+    }
+
+    /// Whether client-first was answered (client-final is due next).
+    pub fn challenged(&self) -> bool {
+        !matches!(self.state, State::Start)
+    }
+
     /// client-first-message in, server-first-message out. An unknown user fails here (after
     /// the caller's lookup).
     pub fn client_first(

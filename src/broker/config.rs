@@ -90,6 +90,11 @@ pub struct BrokerConfig {
     /// A TLS handshake not done within this is abandoned and the connection closed
     /// (`--tls-handshake-timeout-ms`).
     pub tls_handshake_timeout: Duration,
+    /// SASL mechanisms the Kafka listener requires a client to authenticate with
+    /// (`--kafka-sasl-mechanisms`; empty: no authentication).
+    pub kafka_sasl_mechanisms: Vec<String>,
+    /// A connection not authenticated within this is closed (`--sasl-authentication-timeout-ms`).
+    pub sasl_authentication_timeout: Duration,
     pub max_partitions_per_topic: u32,
     /// Partition replicas the cluster holds per live shard at most
     /// (`--max-partitions-per-shard`); the same on every controller voter.
@@ -178,6 +183,8 @@ impl BrokerConfig {
             native_tls: None,
             kafka_tls: None,
             tls_handshake_timeout: Duration::from_secs(10),
+            kafka_sasl_mechanisms: Vec::new(),
+            sasl_authentication_timeout: Duration::from_secs(10),
             max_partitions_per_topic: 10_000,
             max_partitions_per_shard: crate::controller::metadata::DEFAULT_MAX_PARTITIONS_PER_SHARD,
             auto_create_topics: true,

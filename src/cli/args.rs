@@ -63,6 +63,33 @@ pub enum Command {
     /// Host checks.
     #[command(subcommand)]
     Tune(TuneCommand),
+    /// Users Kafka clients authenticate as (SASL SCRAM and PLAIN).
+    #[command(subcommand)]
+    User(UserCommand),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum UserCommand {
+    /// Create a user, or set its password (salted and iterated; never stored in plaintext).
+    Create {
+        name: String,
+        #[arg(long, env = "RILL_USER_PASSWORD")]
+        password: String,
+        /// SCRAM-SHA-256, SCRAM-SHA-512 or all.
+        #[arg(long, default_value = "all")]
+        mechanism: String,
+        /// PBKDF2 iterations (4096..=16384, Kafka's bounds).
+        #[arg(long, default_value_t = 4096)]
+        iterations: u32,
+    },
+    /// Delete a user (its credentials for --mechanism).
+    Delete {
+        name: String,
+        #[arg(long, default_value = "all")]
+        mechanism: String,
+    },
+    /// List users and their mechanisms.
+    List,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -151,6 +178,23 @@ pub struct BrokerArgs {
     /// closed.
     #[arg(long, env = "RILL_TLS_HANDSHAKE_TIMEOUT_MS", default_value_t = 10_000)]
     pub tls_handshake_timeout_ms: u64,
+    /// SASL mechanisms Kafka clients must authenticate with on the Kafka listener:
+    /// PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (comma-separated), or `none` (the default).
+    /// Users are made with `rill user create` (over the native listener).
+    #[arg(
+        long,
+        env = "RILL_KAFKA_SASL_MECHANISMS",
+        value_name = "LIST",
+        default_value = "none"
+    )]
+    pub kafka_sasl_mechanisms: String,
+    /// A Kafka connection not authenticated within this many ms is closed.
+    #[arg(
+        long,
+        env = "RILL_SASL_AUTHENTICATION_TIMEOUT_MS",
+        default_value_t = 10_000
+    )]
+    pub sasl_authentication_timeout_ms: u64,
     /// Serve Prometheus metrics (text format) at http://HOST:PORT/metrics; `off` (the
     /// default) serves none.
     #[arg(long, env = "RILL_METRICS_LISTEN", value_name = "HOST:PORT")]

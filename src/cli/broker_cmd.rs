@@ -246,6 +246,29 @@ pub fn config_from_args(a: &BrokerArgs) -> Result<BrokerConfig, String> {
         return Err("--tls-handshake-timeout-ms must be at least 1".into());
     }
     c.tls_handshake_timeout = Duration::from_millis(a.tls_handshake_timeout_ms);
+    for m in a.kafka_sasl_mechanisms.split(',').map(str::trim) {
+        match m {
+            "none" | "" => {}
+            "PLAIN" | "SCRAM-SHA-256" | "SCRAM-SHA-512" => {
+                if !c.kafka_sasl_mechanisms.iter().any(|x| x == m) {
+                    c.kafka_sasl_mechanisms.push(m.to_string());
+                }
+            }
+            other => {
+                return Err(format!(
+                    "--kafka-sasl-mechanisms: unknown mechanism '{other}' (PLAIN, \
+                     SCRAM-SHA-256, SCRAM-SHA-512)"
+                ))
+            }
+        }
+    }
+    if !c.kafka_sasl_mechanisms.is_empty() && c.kafka_listen.is_none() {
+        return Err("--kafka-sasl-mechanisms needs the Kafka listener (--kafka-listen)".into());
+    }
+    if a.sasl_authentication_timeout_ms == 0 {
+        return Err("--sasl-authentication-timeout-ms must be at least 1".into());
+    }
+    c.sasl_authentication_timeout = Duration::from_millis(a.sasl_authentication_timeout_ms);
     if a.broker_heartbeat_interval_ms == 0
         || a.broker_heartbeat_interval_ms >= a.broker_session_timeout_ms
     {

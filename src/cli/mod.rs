@@ -5,6 +5,7 @@ pub mod client_cmds;
 pub mod config_file;
 pub mod group_cmds;
 pub mod tune_cmd;
+pub mod user_cmds;
 
 use clap::{CommandFactory, FromArgMatches};
 

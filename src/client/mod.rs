@@ -453,6 +453,69 @@ impl Client {
         reassignment_results(resp)
     }
 
+    /// Sets `user`'s password for `mechanism` (salted here with a random salt and
+    /// `iterations`; the broker keeps StoredKey and ServerKey only).
+    pub fn upsert_user(
+        &mut self,
+        user: &str,
+        password: &str,
+        mechanism: crate::auth::scram::Mechanism,
+        iterations: u32,
+    ) -> Result<(), ClientError> {
+        use ring::rand::SecureRandom;
+        let mut salt = vec![0u8; 32];
+        ring::rand::SystemRandom::new()
+            .fill(&mut salt)
+            .map_err(|_| ClientError::Invalid("no random salt".into()))?;
+        let salted_password = mechanism.salted_password(password.as_bytes(), &salt, iterations);
+        self.alter_user(AlterUserRequest {
+            user: user.to_string(),
+            mechanism: mechanism.name().to_string(),
+            delete: false,
+            iterations,
+            salt,
+            salted_password,
+            timeout_ms: self.cfg.request_timeout.as_millis() as u32,
+        })
+    }
+
+    /// Removes `user`'s credential for `mechanism`.
+    pub fn delete_user(
+        &mut self,
+        user: &str,
+        mechanism: crate::auth::scram::Mechanism,
+    ) -> Result<(), ClientError> {
+        self.alter_user(AlterUserRequest {
+            user: user.to_string(),
+            mechanism: mechanism.name().to_string(),
+            delete: true,
+            iterations: 0,
+            salt: Vec::new(),
+            salted_password: Vec::new(),
+            timeout_ms: self.cfg.request_timeout.as_millis() as u32,
+        })
+    }
+
+    fn alter_user(&mut self, req: AlterUserRequest) -> Result<(), ClientError> {
+        let addr = self.bootstrap_addr()?;
+        let (resp, _): (AlterUserResponse, _) = self.call(addr, ApiKey::AlterUser, &req, &[])?;
+        if resp.error_code != 0 {
+            return Err(ClientError::broker(
+                ErrorCode::from_code(resp.error_code),
+                resp.message,
+            ));
+        }
+        Ok(())
+    }
+
+    /// Every user, with its mechanisms and their iterations.
+    pub fn list_users(&mut self) -> Result<Vec<UserEntry>, ClientError> {
+        let addr = self.bootstrap_addr()?;
+        let (resp, _): (ListUsersResponse, _) =
+            self.call(addr, ApiKey::ListUsers, &ListUsersRequest {}, &[])?;
+        Ok(resp.users)
+    }
+
     /// Moves leadership back to preferred replicas (all partitions, a topic's, or one);
     /// returns how many changed leader.
     pub fn elect_preferred(

@@ -19,6 +19,7 @@ use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeade
 use kafka_protocol::protocol::{Decodable, Encodable};
 
 use super::handlers::{self, Handled};
+use super::sasl::{self, Gate, Sasl};
 use super::versions;
 use crate::broker::produce::hold_until_acked;
 use crate::broker::Shard;
@@ -57,6 +58,10 @@ async fn read_requests(
     mut stream: SharedStream,
     replies: &InOrder<Encoded>,
 ) {
+    let mechanisms = &shard.cfg.kafka_sasl_mechanisms;
+    let mut sasl = (!mechanisms.is_empty()).then(|| Sasl::new(mechanisms.clone()));
+    // Authentication must end by then (a TLS handshake before it had its own bound).
+    let authenticate_until = after(shard.cfg.sasl_authentication_timeout);
     loop {
         // Not read while the bound is reached: a client that does not read its replies stops
         // being read.
@@ -64,7 +69,22 @@ async fn read_requests(
         // Waiting for request memory counts as idle: the request is not in yet.
         let read = read_request(shard, &mut stream);
         let idle = shard.cfg.connection_idle_timeout;
-        let (body, grant) = match replies.unless_idle(&shard.deadlines, idle, read).await {
+        let read = replies.unless_idle(&shard.deadlines, idle, read);
+        let read = match sasl.as_ref().is_some_and(|s| s.user().is_none()) {
+            true => match until(&shard.deadlines, authenticate_until, read).await {
+                Some(r) => r,
+                None => {
+                    log::info!(
+                        "kafka {peer}: not authenticated within {} ms \
+                         (--sasl-authentication-timeout-ms); closing",
+                        shard.cfg.sasl_authentication_timeout.as_millis()
+                    );
+                    return;
+                }
+            },
+            false => read.await,
+        };
+        let (body, grant) = match read {
             None => {
                 log::debug!(
                     "kafka {peer}: no request for {} ms (--connection-idle-timeout-ms); closing",
@@ -86,6 +106,32 @@ async fn read_requests(
             Ok(Decoded::Request(api, version, header, request)) => {
                 let correlation = header.correlation_id;
                 let client = header.client_id.as_ref().map(|c| c.to_string());
+                let gate = match sasl.as_mut() {
+                    Some(s) => s.gate(shard, api, &request),
+                    None => sasl::gate_off(api),
+                };
+                match gate {
+                    Gate::Pass => {}
+                    Gate::Refuse(why) => {
+                        log::info!("kafka {peer}: {why}; closing");
+                        return;
+                    }
+                    Gate::Answer { response, close } => {
+                        drop(grant);
+                        replies
+                            .push_ready(encode(api, version, correlation, &response))
+                            .await;
+                        if close {
+                            // Written by the writer before the connection closes.
+                            log::info!("kafka {peer}: SASL refused; closing");
+                            return;
+                        }
+                        if let Some(user) = sasl.as_ref().and_then(|s| s.user()) {
+                            log::debug!("kafka {peer}: authenticated as {user:?}");
+                        }
+                        continue;
+                    }
+                }
                 let name = versions::name(api);
                 let timed = match api {
                     ApiKey::Produce => Timed::Produce,

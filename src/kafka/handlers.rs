@@ -118,6 +118,12 @@ pub async fn handle(
                 metadata(shard, &super::admin::brokers_only()).await,
             ))
         }
+        RequestKind::DescribeUserScramCredentials(r) => ResponseKind::DescribeUserScramCredentials(
+            super::admin::describe_user_scram_credentials(shard, &r),
+        ),
+        RequestKind::AlterUserScramCredentials(r) => ResponseKind::AlterUserScramCredentials(
+            super::admin::alter_user_scram_credentials(shard, r).await,
+        ),
         RequestKind::InitProducerId(r) => {
             ResponseKind::InitProducerId(super::admin::init_producer_id(shard, &r))
         }

@@ -35,6 +35,11 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::OffsetDelete, 0, 0),
+    // v0 of SaslHandshake is followed by raw SASL tokens: only the framed v1 is served.
+    (ApiKey::SaslHandshake, 1, 1),
+    (ApiKey::SaslAuthenticate, 0, 2),
+    (ApiKey::DescribeUserScramCredentials, 0, 0),
+    (ApiKey::AlterUserScramCredentials, 0, 0),
 ];
 
 /// The lowest Produce version whose body this listener decodes (record batch v2).
@@ -78,6 +83,8 @@ mod tests {
     fn served_apis_are_named_as_kafka_names_them() {
         assert_eq!(name(ApiKey::Produce), "Produce");
         assert_eq!(name(ApiKey::OffsetForLeaderEpoch), "OffsetForLeaderEpoch");
-        assert_eq!(name(ApiKey::SaslHandshake), crate::metrics::UNKNOWN_API);
+        assert_eq!(name(ApiKey::SaslHandshake), "SaslHandshake");
+        assert_eq!(name(ApiKey::Heartbeat), "Heartbeat");
+        assert_eq!(name(ApiKey::CreateAcls), crate::metrics::UNKNOWN_API);
     }
 }

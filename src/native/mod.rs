@@ -16,6 +16,7 @@ mod reassignments;
 mod replica_fetch;
 pub mod replica_fetcher;
 mod topics;
+mod users;
 
 use std::rc::Rc;
 
@@ -133,5 +134,7 @@ pub async fn dispatch(shard: &Rc<Shard>, frame: RequestFrame, file_reads: FileRe
         ApiKey::ReassignPartitions => reassignments::reassign(shard, &frame).await,
         ApiKey::DrainBroker => reassignments::drain_broker(shard, &frame).await,
         ApiKey::ElectLeaders => reassignments::elect_leaders(shard, &frame).await,
+        ApiKey::AlterUser => users::alter_user(shard, &frame).await,
+        ApiKey::ListUsers => users::list_users(shard),
     }
 }

@@ -13,6 +13,7 @@ mod producer_ids;
 #[cfg(test)]
 mod test_support;
 mod topics;
+mod users;
 
 pub use alter_configs::{alter_configs, incremental_alter_configs};
 pub use cluster::{brokers_only, describe_cluster};
@@ -20,6 +21,7 @@ pub use configs::describe_configs;
 pub use logs::{delete_records, describe_log_dirs};
 pub use producer_ids::init_producer_id;
 pub use topics::{create_partitions, create_topics, delete_topics};
+pub use users::{alter_user_scram_credentials, describe_user_scram_credentials};
 
 use kafka_protocol::protocol::StrBytes;
 
