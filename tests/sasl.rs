@@ -102,7 +102,8 @@ fn confluent_kafka_over_sasl_ssl_with_scram_and_plain() {
 
 #[test]
 fn wrong_passwords_early_requests_and_malformed_messages_close_the_connection() {
-    let b = sasl_broker(&[]);
+    let metrics = format!("127.0.0.1:{}", rill_testkit::free_ports(1));
+    let b = sasl_broker(&["--metrics-listen", &metrics]);
     create_user(&b, "bob", "right");
     let kafka = b.kafka_bootstrap();
 
@@ -172,6 +173,23 @@ fn wrong_passwords_early_requests_and_malformed_messages_close_the_connection() 
     let mut c = KafkaConn::open(&kafka);
     assert_eq!(c.handshake("PLAIN"), 0);
     assert_eq!(c.authenticate(b"\0bob\0right").unwrap().error_code, 0);
+
+    // The refusals are counted: 3 wrong credentials and 5 malformed messages.
+    let text = scrape(&metrics);
+    let failed = "rill_request_errors_total{shard=\"0\",listener=\"kafka\",api=\"SaslAuthenticate\",code=\"SASL_AUTHENTICATION_FAILED\"} 8";
+    assert!(text.contains(failed), "{text}");
+    let unsupported = "api=\"SaslHandshake\",code=\"UNSUPPORTED_SASL_MECHANISM\"} 1";
+    assert!(text.contains(unsupported), "{text}");
+}
+
+/// The broker's Prometheus text (HTTP/1.0 GET /metrics).
+fn scrape(addr: &str) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(DEADLINE)).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
 }
 
 #[test]

@@ -118,6 +118,17 @@ async fn read_requests(
                     }
                     Gate::Answer { response, close } => {
                         drop(grant);
+                        // Counted as any request (metrics): refusals by their error code.
+                        let name = versions::name(api);
+                        shard
+                            .metrics
+                            .done(shard.metrics.request(Listener::Kafka, name, Timed::No));
+                        let code = match &*response {
+                            ResponseKind::SaslHandshake(r) => r.error_code,
+                            ResponseKind::SaslAuthenticate(r) => r.error_code,
+                            _ => 0,
+                        };
+                        shard.metrics.wire_error(Listener::Kafka, name, code);
                         replies
                             .push_ready(encode(api, version, correlation, &response))
                             .await;
