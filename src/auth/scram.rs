@@ -278,7 +278,11 @@ impl ScramServer {
         if binding != Some(B64.encode(gs2_header.as_bytes()).as_str()) {
             return Err(MALFORMED("channel binding does not match the gs2 header"));
         }
-        if final_nonce != Some(nonce.as_str()) {
+        // RFC 5802 wants the combined nonce echoed exactly; librdkafka 2.0 (Debian's kcat)
+        // sends the client nonce before it once more, which Kafka 3.x accepts by checking
+        // only that the nonce ends with the combined one. The proof covers the nonce as sent
+        // and the fresh server nonce must end it, so accepting that costs no replay safety.
+        if !final_nonce.is_some_and(|n| n.ends_with(nonce.as_str())) {
             return Err(MALFORMED("nonce does not match"));
         }
         let proof = B64
@@ -363,6 +367,17 @@ mod tests {
 
     /// A client computing its proof from `password` (what librdkafka does).
     fn client_final(m: Mechanism, password: &[u8], first_bare: &str, server_first: &str) -> String {
+        client_final_with(m, password, first_bare, server_first, "")
+    }
+
+    /// `nonce_prefix` goes before the combined nonce in client-final (librdkafka 2.0's habit).
+    fn client_final_with(
+        m: Mechanism,
+        password: &[u8],
+        first_bare: &str,
+        server_first: &str,
+        nonce_prefix: &str,
+    ) -> String {
         let attrs: Vec<(&str, &str)> = server_first
             .split(',')
             .filter_map(|a| a.split_once('='))
@@ -372,7 +387,7 @@ mod tests {
         let salted = m.salted_password(password, &salt, get("i").parse().unwrap());
         let client_key = m.mac(&salted, b"Client Key");
         let stored = m.hash(&client_key);
-        let without_proof = format!("c=biws,r={}", get("r"));
+        let without_proof = format!("c=biws,r={nonce_prefix}{}", get("r"));
         let auth = format!("{first_bare},{server_first},{without_proof}");
         let sig = m.mac(&stored, auth.as_bytes());
         let proof: Vec<u8> = client_key.iter().zip(&sig).map(|(a, b)| a ^ b).collect();
@@ -406,6 +421,14 @@ mod tests {
                 ),
             }
         }
+        // librdkafka 2.0's client-final repeats the client nonce before the combined one.
+        let mut s = ScramServer::new(m, "SERVERNONCE".into());
+        let first = s
+            .client_first(b"n,,n=al=3Dice,r=abc", |_| Some(cred.clone()))
+            .unwrap();
+        let first = std::str::from_utf8(&first).unwrap();
+        let fin = client_final_with(m, b"s3cret", "n=al=3Dice,r=abc", first, "abc");
+        assert_eq!(s.client_final(fin.as_bytes()).unwrap().1, "al=ice");
         assert!(cred.verifies(m, b"s3cret"));
         assert!(!cred.verifies(m, b"s3cre"));
     }

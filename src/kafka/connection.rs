@@ -107,7 +107,7 @@ async fn read_requests(
                 let correlation = header.correlation_id;
                 let client = header.client_id.as_ref().map(|c| c.to_string());
                 let gate = match sasl.as_mut() {
-                    Some(s) => s.gate(shard, api, &request),
+                    Some(s) => s.gate(shard, api, version, &request),
                     None => sasl::gate_off(api),
                 };
                 match gate {

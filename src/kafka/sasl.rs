@@ -67,10 +67,19 @@ impl Sasl {
     }
 
     /// Looks at one request of the connection.
-    pub fn gate(&mut self, shard: &Shard, api: ApiKey, request: &RequestKind) -> Gate {
+    pub fn gate(
+        &mut self,
+        shard: &Shard,
+        api: ApiKey,
+        version: i16,
+        request: &RequestKind,
+    ) -> Gate {
         let authenticated = matches!(self.stage, Stage::Done(_));
         match (api, request) {
             (ApiKey::ApiVersions, _) => Gate::Pass,
+            (ApiKey::SaslHandshake, _) if version == 0 => {
+                Gate::Refuse("SaslHandshake v0 (unframed SASL tokens) is not served".into())
+            }
             (ApiKey::SaslHandshake, RequestKind::SaslHandshake(r)) if !authenticated => {
                 self.handshake(r.mechanism.as_str())
             }

@@ -35,8 +35,10 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::OffsetDelete, 0, 0),
-    // v0 of SaslHandshake is followed by raw SASL tokens: only the framed v1 is served.
-    (ApiKey::SaslHandshake, 1, 1),
+    // v0 of SaslHandshake is followed by unframed SASL tokens, which rill does not read (a
+    // v0 handshake closes the connection); it is listed because librdkafka (2.0 at least)
+    // enables SASL only when v0 is, and then uses v1 with SaslAuthenticate.
+    (ApiKey::SaslHandshake, 0, 1),
     (ApiKey::SaslAuthenticate, 0, 2),
     (ApiKey::DescribeUserScramCredentials, 0, 0),
     (ApiKey::AlterUserScramCredentials, 0, 0),
