@@ -433,6 +433,52 @@ mod tests {
         assert!(!cred.verifies(m, b"s3cre"));
     }
 
+    /// Hostile bytes (random, and valid messages with bytes flipped) never panic and never
+    /// authenticate.
+    #[test]
+    fn random_and_mutated_messages_never_authenticate() {
+        let m = Mechanism::ScramSha256;
+        let cred = Credential::from_password(m, b"pw", b"salt".to_vec(), MIN_ITERATIONS);
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let first = b"n,,n=user,r=abc".to_vec();
+        for round in 0..2000 {
+            let mut msg: Vec<u8> = match round % 2 {
+                0 => (0..next() % 64).map(|_| next() as u8).collect(),
+                _ => first.clone(),
+            };
+            if round % 2 == 1 {
+                let i = (next() as usize) % msg.len();
+                msg[i] = next() as u8;
+            }
+            let mut s = ScramServer::new(m, "N".into());
+            if let Ok(server_first) = s.client_first(&msg, |_| Some(cred.clone())) {
+                let server_first = String::from_utf8(server_first).unwrap();
+                let bare = std::str::from_utf8(&msg)
+                    .unwrap()
+                    .splitn(3, ',')
+                    .nth(2)
+                    .unwrap()
+                    .to_string();
+                let mut fin = client_final(m, b"pw", &bare, &server_first).into_bytes();
+                let i = (next() as usize) % fin.len();
+                let flipped = fin[i] ^ (1 + (next() % 255) as u8);
+                fin[i] = flipped;
+                assert!(
+                    s.client_final(&fin).is_err(),
+                    "{:?}",
+                    String::from_utf8_lossy(&fin)
+                );
+            }
+            let _ = super::super::plain::authenticate(&msg, |_| Some((m, cred.clone())));
+        }
+    }
+
     #[test]
     fn malformed_and_out_of_order_messages_are_refused() {
         let m = Mechanism::ScramSha256;
