@@ -1,4 +1,5 @@
 //! rill: a persistent, partitioned, replicated log broker, thread-per-core on io_uring.
+pub mod auth;
 pub mod batch;
 pub mod broker;
 pub mod cli;
@@ -20,5 +21,6 @@ pub mod replication;
 pub mod server;
 #[cfg(test)]
 mod test_shard;
+pub mod tls;
 pub mod topic_config;
 pub mod tune;

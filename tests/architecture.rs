@@ -173,6 +173,20 @@ const RULES: &[Rule] = &[
         forbidden_tokens: &["crate::protocol::messages", "kafka_protocol"],
     },
     Rule {
+        name: "authentication exchanges are sans-IO: no runtime, no clock, no I/O",
+        dir: "src/auth",
+        except: &[],
+        forbidden_modules: ABOVE_THE_DATA,
+        forbidden_tokens: SANS_IO,
+    },
+    Rule {
+        name: "TLS settings are configuration only: no sockets, no runtime, nothing above",
+        dir: "src/tls",
+        except: &[],
+        forbidden_modules: ABOVE_THE_DATA,
+        forbidden_tokens: &["rill_shards", "glommio", "TcpStream", "TcpListener"],
+    },
+    Rule {
         name: "metrics are plain counters and encoding: no broker, listener or controller",
         dir: "src/metrics",
         except: &[],

@@ -43,6 +43,10 @@ pub struct LoadArgs {
     /// Broker address [default: 127.0.0.1:9292 with --driver native, 127.0.0.1:9092 with kafka]
     #[arg(short = 'b', long)]
     pub bootstrap: Option<String>,
+    /// With --driver native: connect over TLS trusting this CA (PEM); with --driver kafka
+    /// set librdkafka's security.protocol=ssl and ssl.ca.location with --kafka-config.
+    #[arg(long, value_name = "FILE")]
+    pub tls_ca: Option<std::path::PathBuf>,
     /// With --driver kafka: a librdkafka property, set last (repeat for more).
     #[arg(long = "kafka-config", value_name = "KEY=VALUE")]
     pub kafka_config: Vec<String>,
@@ -92,6 +96,15 @@ pub struct LoadArgs {
 
 impl LoadArgs {
     /// `--bootstrap`, or the driver's default port (rill's native and Kafka listeners).
+    /// The native client's settings: the broker, and TLS with --tls-ca.
+    pub fn client_config(&self) -> Result<ClientConfig, String> {
+        let mut cfg = ClientConfig::new(self.bootstrap());
+        if let Some(ca) = &self.tls_ca {
+            cfg.tls = Some(rill::tls::ClientTls::load(ca, None, None).map_err(|e| e.to_string())?);
+        }
+        Ok(cfg)
+    }
+
     pub fn bootstrap(&self) -> &str {
         match (&self.bootstrap, self.driver) {
             (Some(b), _) => b,
@@ -121,8 +134,7 @@ impl LoadArgs {
         if self.driver == Driver::Kafka {
             return kafka_driver::ensure_topic(self);
         }
-        let mut admin =
-            Client::connect(ClientConfig::new(self.bootstrap())).map_err(|e| e.to_string())?;
+        let mut admin = Client::connect(self.client_config()?).map_err(|e| e.to_string())?;
         if let Ok(n) = admin.metadata().partitions(&self.topic) {
             return Ok(n);
         }
@@ -198,8 +210,8 @@ struct NativeSink {
 
 impl NativeSink {
     fn new(a: &LoadArgs, warmup_end: Instant) -> Result<NativeSink, String> {
-        let producer = Producer::new(ClientConfig::new(a.bootstrap()), a.producer_config()?)
-            .map_err(|e| e.to_string())?;
+        let producer =
+            Producer::new(a.client_config()?, a.producer_config()?).map_err(|e| e.to_string())?;
         let (tx, rx) = flume::bounded::<(Instant, DeliveryFuture)>(1 << 16);
         let waiter = std::thread::spawn(move || -> Result<Histogram<u64>, String> {
             let mut h = new_histogram();
@@ -379,7 +391,7 @@ pub fn run_consumer(
         );
     }
     let mut c = Consumer::new(
-        ClientConfig::new(a.bootstrap()),
+        a.client_config()?,
         ConsumerConfig {
             fetch_max_wait: Duration::from_millis(100),
             ..ConsumerConfig::default()

@@ -83,6 +83,18 @@ pub struct BrokerConfig {
     pub max_in_flight_requests_per_connection: usize,
     /// At start, the longest wait for the broker's ports to be released.
     pub port_release_wait: Duration,
+    /// TLS on each listener (`--tls-listeners`, `--tls-cert`, `--tls-key`,
+    /// `--tls-client-ca`): the server configuration, or `None` for plaintext.
+    pub native_tls: Option<std::sync::Arc<rustls::ServerConfig>>,
+    pub kafka_tls: Option<std::sync::Arc<rustls::ServerConfig>>,
+    /// A TLS handshake not done within this is abandoned and the connection closed
+    /// (`--tls-handshake-timeout-ms`).
+    pub tls_handshake_timeout: Duration,
+    /// SASL mechanisms the Kafka listener requires a client to authenticate with
+    /// (`--kafka-sasl-mechanisms`; empty: no authentication).
+    pub kafka_sasl_mechanisms: Vec<String>,
+    /// A connection not authenticated within this is closed (`--sasl-authentication-timeout-ms`).
+    pub sasl_authentication_timeout: Duration,
     pub max_partitions_per_topic: u32,
     /// Partition replicas the cluster holds per live shard at most
     /// (`--max-partitions-per-shard`); the same on every controller voter.
@@ -168,6 +180,11 @@ impl BrokerConfig {
             fetch_send_timeout: Duration::from_secs(30),
             max_in_flight_requests_per_connection: 5,
             port_release_wait: Duration::from_secs(30),
+            native_tls: None,
+            kafka_tls: None,
+            tls_handshake_timeout: Duration::from_secs(10),
+            kafka_sasl_mechanisms: Vec::new(),
+            sasl_authentication_timeout: Duration::from_secs(10),
             max_partitions_per_topic: 10_000,
             max_partitions_per_shard: crate::controller::metadata::DEFAULT_MAX_PARTITIONS_PER_SHARD,
             auto_create_topics: true,

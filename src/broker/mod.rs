@@ -32,6 +32,7 @@ pub mod reassignments;
 pub mod replica_fetch;
 pub mod shard;
 pub mod topics;
+pub mod users;
 
 #[cfg(test)]
 pub(crate) mod tests;

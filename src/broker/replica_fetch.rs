@@ -10,7 +10,7 @@ use futures_util::future::select_all;
 
 use super::{locate, OpError, Shard};
 use crate::clock::now_ms;
-use crate::log::ReadChunk;
+use crate::log::{FileReads, ReadChunk};
 use crate::partition::ReadLimits;
 use crate::protocol::ErrorCode;
 use crate::replication::ReplicaFetch;
@@ -31,6 +31,9 @@ pub struct ReplicaFetchRequest {
     pub partitions: Vec<ReplicaFetchPartition>,
     pub max_wait: Duration,
     pub max_bytes: usize,
+    /// How file data is read: sendfile ranges, or copies where the connection cannot take
+    /// them (TLS).
+    pub file_reads: FileReads,
 }
 
 /// What one partition answered.
@@ -132,7 +135,7 @@ pub async fn replica_fetch(
             if room > 0 {
                 let limits = ReadLimits {
                     max_bytes: fp.max_bytes.min(room).max(1),
-                    file_reads: shard.cfg.file_reads,
+                    file_reads: req.file_reads,
                 };
                 match p
                     .read_replica(fp.fetch.fetch_offset, limits, &shard.cache)

@@ -23,6 +23,19 @@ pub struct Cli {
         default_value = "127.0.0.1:9292"
     )]
     pub bootstrap: String,
+    /// Connect over TLS, trusting the CAs of this PEM file.
+    #[arg(long, global = true, env = "RILL_TLS_CA", value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
+    /// With --tls-ca: the client certificate (PEM) presented for mutual TLS.
+    #[arg(long, global = true, env = "RILL_TLS_CLIENT_CERT", value_name = "FILE")]
+    pub tls_client_cert: Option<PathBuf>,
+    /// The private key of --tls-client-cert (PEM).
+    #[arg(long, global = true, env = "RILL_TLS_CLIENT_KEY", value_name = "FILE")]
+    pub tls_client_key: Option<PathBuf>,
+    /// With --tls-ca: the name the broker's certificate must carry (default: the address
+    /// connected to, which must then be an IP address in the certificate).
+    #[arg(long, global = true, env = "RILL_TLS_SERVER_NAME", value_name = "NAME")]
+    pub tls_server_name: Option<String>,
     /// TOML file with flag values (keys are flag names, e.g. `fsync = "never"`).
     #[arg(long = "config", value_name = "FILE")]
     pub config_file: Option<PathBuf>,
@@ -50,6 +63,33 @@ pub enum Command {
     /// Host checks.
     #[command(subcommand)]
     Tune(TuneCommand),
+    /// Users Kafka clients authenticate as (SASL SCRAM and PLAIN).
+    #[command(subcommand)]
+    User(UserCommand),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum UserCommand {
+    /// Create a user, or set its password (salted and iterated; never stored in plaintext).
+    Create {
+        name: String,
+        #[arg(long, env = "RILL_USER_PASSWORD")]
+        password: String,
+        /// SCRAM-SHA-256, SCRAM-SHA-512 or all.
+        #[arg(long, default_value = "all")]
+        mechanism: String,
+        /// PBKDF2 iterations (4096..=16384, Kafka's bounds).
+        #[arg(long, default_value_t = 4096)]
+        iterations: u32,
+    },
+    /// Delete a user (its credentials for --mechanism).
+    Delete {
+        name: String,
+        #[arg(long, default_value = "all")]
+        mechanism: String,
+    },
+    /// List users and their mechanisms.
+    List,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -120,6 +160,41 @@ pub struct BrokerArgs {
     /// Kafka protocol address of shard 0, or `off`.
     #[arg(long, env = "RILL_KAFKA_LISTEN", default_value = "127.0.0.1:9092")]
     pub kafka_listen: String,
+    /// Listeners that speak TLS: `native`, `kafka`, both (`native,kafka`) or `none`.
+    /// Defaults to both when --tls-cert is given. The others stay plaintext.
+    #[arg(long, env = "RILL_TLS_LISTENERS", value_name = "LIST")]
+    pub tls_listeners: Option<String>,
+    /// The broker's certificate chain (PEM, the leaf first), for its TLS listeners.
+    #[arg(long, env = "RILL_TLS_CERT", value_name = "FILE")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM: PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, env = "RILL_TLS_KEY", value_name = "FILE")]
+    pub tls_key: Option<PathBuf>,
+    /// CAs (PEM) that clients' certificates must chain to: mutual TLS, a client without
+    /// such a certificate is refused during the handshake.
+    #[arg(long, env = "RILL_TLS_CLIENT_CA", value_name = "FILE")]
+    pub tls_client_ca: Option<PathBuf>,
+    /// A TLS handshake not finished within this many ms is abandoned and its connection
+    /// closed.
+    #[arg(long, env = "RILL_TLS_HANDSHAKE_TIMEOUT_MS", default_value_t = 10_000)]
+    pub tls_handshake_timeout_ms: u64,
+    /// SASL mechanisms Kafka clients must authenticate with on the Kafka listener:
+    /// PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (comma-separated), or `none` (the default).
+    /// Users are made with `rill user create` (over the native listener).
+    #[arg(
+        long,
+        env = "RILL_KAFKA_SASL_MECHANISMS",
+        value_name = "LIST",
+        default_value = "none"
+    )]
+    pub kafka_sasl_mechanisms: String,
+    /// A Kafka connection not authenticated within this many ms is closed.
+    #[arg(
+        long,
+        env = "RILL_SASL_AUTHENTICATION_TIMEOUT_MS",
+        default_value_t = 10_000
+    )]
+    pub sasl_authentication_timeout_ms: u64,
     /// Serve Prometheus metrics (text format) at http://HOST:PORT/metrics; `off` (the
     /// default) serves none.
     #[arg(long, env = "RILL_METRICS_LISTEN", value_name = "HOST:PORT")]

@@ -232,6 +232,43 @@ pub fn config_from_args(a: &BrokerArgs) -> Result<BrokerConfig, String> {
     c.controller_max_message_bytes = a.controller_max_message_bytes;
     c.broker_role = quorum.broker;
     c.controller_role = quorum.controller;
+    (c.native_tls, c.kafka_tls) = parse_tls(a)?;
+    if c.native_tls.is_some() && !c.controller_voters.is_empty() {
+        // Followers fetch from leaders over the native listener with a plain connection.
+        return Err(
+            "--tls-listeners native: replicas fetch over the native listener without \
+                    TLS, so a cluster (--controller-voters) can have TLS on its kafka listener \
+                    only for now"
+                .into(),
+        );
+    }
+    if a.tls_handshake_timeout_ms == 0 {
+        return Err("--tls-handshake-timeout-ms must be at least 1".into());
+    }
+    c.tls_handshake_timeout = Duration::from_millis(a.tls_handshake_timeout_ms);
+    for m in a.kafka_sasl_mechanisms.split(',').map(str::trim) {
+        match m {
+            "none" | "" => {}
+            "PLAIN" | "SCRAM-SHA-256" | "SCRAM-SHA-512" => {
+                if !c.kafka_sasl_mechanisms.iter().any(|x| x == m) {
+                    c.kafka_sasl_mechanisms.push(m.to_string());
+                }
+            }
+            other => {
+                return Err(format!(
+                    "--kafka-sasl-mechanisms: unknown mechanism '{other}' (PLAIN, \
+                     SCRAM-SHA-256, SCRAM-SHA-512)"
+                ))
+            }
+        }
+    }
+    if !c.kafka_sasl_mechanisms.is_empty() && c.kafka_listen.is_none() {
+        return Err("--kafka-sasl-mechanisms needs the Kafka listener (--kafka-listen)".into());
+    }
+    if a.sasl_authentication_timeout_ms == 0 {
+        return Err("--sasl-authentication-timeout-ms must be at least 1".into());
+    }
+    c.sasl_authentication_timeout = Duration::from_millis(a.sasl_authentication_timeout_ms);
     if a.broker_heartbeat_interval_ms == 0
         || a.broker_heartbeat_interval_ms >= a.broker_session_timeout_ms
     {
@@ -313,6 +350,53 @@ pub fn parse_voters(v: &str) -> Result<Vec<(u64, String)>, String> {
         return Err(format!("--controller-voters '{v}' names no voter"));
     }
     Ok(out)
+}
+
+/// A TLS server configuration per listener: `--tls-listeners` names which, `--tls-cert`
+/// and `--tls-key` what they present, `--tls-client-ca` whom they accept (mutual TLS).
+type ListenerTls = Option<std::sync::Arc<rustls::ServerConfig>>;
+
+fn parse_tls(a: &BrokerArgs) -> Result<(ListenerTls, ListenerTls), String> {
+    let default = if a.tls_cert.is_some() {
+        "native,kafka"
+    } else {
+        "none"
+    };
+    let (mut native, mut kafka) = (false, false);
+    for name in a
+        .tls_listeners
+        .as_deref()
+        .unwrap_or(default)
+        .split(',')
+        .map(str::trim)
+    {
+        match name {
+            "native" => native = true,
+            "kafka" => kafka = true,
+            "none" | "" => {}
+            other => {
+                return Err(format!(
+                    "--tls-listeners: unknown listener '{other}' (native, kafka or none)"
+                ))
+            }
+        }
+    }
+    if !native && !kafka {
+        if a.tls_cert.is_some() || a.tls_key.is_some() || a.tls_client_ca.is_some() {
+            return Err(
+                "--tls-cert, --tls-key and --tls-client-ca need a TLS listener: \
+                        --tls-listeners native,kafka (or one of them)"
+                    .into(),
+            );
+        }
+        return Ok((None, None));
+    }
+    let (Some(cert), Some(key)) = (&a.tls_cert, &a.tls_key) else {
+        return Err("--tls-listeners needs --tls-cert FILE and --tls-key FILE".into());
+    };
+    let config = crate::tls::server_config(cert, key, a.tls_client_ca.as_deref())
+        .map_err(|e| format!("TLS: {e}"))?;
+    Ok((native.then(|| config.clone()), kafka.then_some(config)))
 }
 
 fn parse_quorum(a: &BrokerArgs) -> Result<Quorum, String> {

@@ -12,25 +12,26 @@ use crate::client::{
     ProducerRecord, StartFrom,
 };
 
-pub fn run(bootstrap: &str, cmd: Command) -> Result<(), String> {
+pub fn run(target: &ClientConfig, cmd: Command) -> Result<(), String> {
     match cmd {
         Command::Broker(_) | Command::Tune(_) => unreachable!("handled by the caller"),
-        Command::Group(g) => super::group_cmds::run(bootstrap, g),
-        Command::Topic(t) => topic(connect(bootstrap)?, t),
-        Command::Produce(p) => produce(bootstrap, p),
-        Command::Consume(c) => consume(bootstrap, c),
-        Command::Cluster(ClusterCommand::Info) => cluster_info(connect(bootstrap)?),
+        Command::Group(g) => super::group_cmds::run(target, g),
+        Command::Topic(t) => topic(connect(target)?, t),
+        Command::Produce(p) => produce(target, p),
+        Command::Consume(c) => consume(target, c),
+        Command::User(u) => super::user_cmds::run(&mut connect(target)?, u),
+        Command::Cluster(ClusterCommand::Info) => cluster_info(connect(target)?),
         Command::Cluster(ClusterCommand::DrainBroker {
             node_id,
             wait,
             timeout_ms,
         }) => drain_broker(
-            connect(bootstrap)?,
+            connect(target)?,
             node_id,
             wait.then(|| Duration::from_millis(timeout_ms)),
         ),
         Command::Cluster(ClusterCommand::ElectPreferred { topic, partition }) => {
-            let changed = connect(bootstrap)?
+            let changed = connect(target)?
                 .elect_preferred(topic.as_deref(), partition)
                 .map_err(|e| format!("cannot elect preferred leaders: {e}"))?;
             println!("{changed} partitions moved to their preferred leader");
@@ -39,8 +40,8 @@ pub fn run(bootstrap: &str, cmd: Command) -> Result<(), String> {
     }
 }
 
-fn connect(bootstrap: &str) -> Result<Client, String> {
-    Client::connect(ClientConfig::new(bootstrap)).map_err(|e| e.to_string())
+fn connect(target: &ClientConfig) -> Result<Client, String> {
+    Client::connect(target.clone()).map_err(|e| e.to_string())
 }
 
 fn topic(mut client: Client, cmd: TopicCommand) -> Result<(), String> {
@@ -264,7 +265,7 @@ fn cluster_info(mut client: Client) -> Result<(), String> {
     Ok(())
 }
 
-fn produce(bootstrap: &str, a: ProduceArgs) -> Result<(), String> {
+fn produce(target: &ClientConfig, a: ProduceArgs) -> Result<(), String> {
     if let Some(ms) = a.delay_ms.filter(|ms| *ms < 0) {
         return Err(format!("--delay-ms {ms}: a delay cannot be negative"));
     }
@@ -288,7 +289,7 @@ fn produce(bootstrap: &str, a: ProduceArgs) -> Result<(), String> {
         batch_bytes: a.batch_bytes,
         ..ProducerConfig::default()
     };
-    let producer = Producer::new(ClientConfig::new(bootstrap), cfg).map_err(|e| e.to_string())?;
+    let producer = Producer::new(target.clone(), cfg).map_err(|e| e.to_string())?;
     // Fail before reading stdin if the topic or partition does not exist.
     let n = producer
         .partitions_for(&a.topic)
@@ -305,7 +306,7 @@ fn produce(bootstrap: &str, a: ProduceArgs) -> Result<(), String> {
     // Delayed messages go one by one, each answered once the broker holds it durably.
     let mut delayed = match a.delay_ms {
         Some(ms) => Some((
-            Client::connect(ClientConfig::new(bootstrap)).map_err(|e| e.to_string())?,
+            Client::connect(target.clone()).map_err(|e| e.to_string())?,
             ms,
         )),
         None => None,
@@ -365,7 +366,7 @@ fn parse_from(v: &str) -> Result<StartFrom, String> {
     }
 }
 
-fn consume(bootstrap: &str, a: ConsumeArgs) -> Result<(), String> {
+fn consume(target: &ClientConfig, a: ConsumeArgs) -> Result<(), String> {
     if a.tags_all && a.tags.is_empty() {
         return Err("--tags-all needs --tags".into());
     }
@@ -378,14 +379,13 @@ fn consume(bootstrap: &str, a: ConsumeArgs) -> Result<(), String> {
     }
     let from = parse_from(&a.from)?;
     if let Some(group) = &a.group {
-        return consume_in_group(bootstrap, group, from, &a);
+        return consume_in_group(target, group, from, &a);
     }
     let cfg = ConsumerConfig {
         tags: TagFilter::new(a.tags.clone(), a.tags_all),
         ..ConsumerConfig::default()
     };
-    let mut consumer =
-        Consumer::new(ClientConfig::new(bootstrap), cfg).map_err(|e| e.to_string())?;
+    let mut consumer = Consumer::new(target.clone(), cfg).map_err(|e| e.to_string())?;
     consumer
         .assign(&a.topic, a.partition.map(|p| vec![p]), from)
         .map_err(|e| e.to_string())?;
@@ -439,7 +439,7 @@ fn print_record(
 /// printed and flushed (exactly those, so `-n` never commits a record it did not print);
 /// at-most-once commits each poll's records before printing them.
 fn consume_in_group(
-    bootstrap: &str,
+    target: &ClientConfig,
     group: &str,
     from: StartFrom,
     a: &ConsumeArgs,
@@ -473,8 +473,7 @@ fn consume_in_group(
     cfg.session_timeout = Duration::from_millis(a.session_timeout_ms);
     cfg.heartbeat_interval = (cfg.session_timeout / 10).max(Duration::from_millis(100));
     let at_least_once = cfg.delivery == Delivery::Manual;
-    let mut consumer =
-        GroupConsumer::new(ClientConfig::new(bootstrap), cfg).map_err(|e| e.to_string())?;
+    let mut consumer = GroupConsumer::new(target.clone(), cfg).map_err(|e| e.to_string())?;
     consumer.subscribe(&[&a.topic]).map_err(|e| e.to_string())?;
     let mut idle = Idle::new(a.timeout_ms);
     let mut printed = 0u64;

@@ -17,25 +17,25 @@ use crate::client::{Client, ClientConfig, ClientError};
 use crate::group::consumer_protocol::MemberAssignment;
 use crate::protocol::ErrorCode;
 
-pub fn run(bootstrap: &str, cmd: GroupCommand) -> Result<(), String> {
+pub fn run(target: &ClientConfig, cmd: GroupCommand) -> Result<(), String> {
     match cmd {
         GroupCommand::List => {
-            let mut client = connect(bootstrap)?;
+            let mut client = connect(target)?;
             for (group, _state) in client.list_groups().map_err(|e| e.to_string())? {
                 println!("{group}");
             }
             Ok(())
         }
-        GroupCommand::Describe { group } => describe(&mut connect(bootstrap)?, &group),
+        GroupCommand::Describe { group } => describe(&mut connect(target)?, &group),
         GroupCommand::ResetOffsets { group, topic, to } => {
             let to = ResetTo::parse(&to)?;
-            reset_offsets(&mut connect(bootstrap)?, &group, &topic, to)
+            reset_offsets(&mut connect(target)?, &group, &topic, to)
         }
     }
 }
 
-fn connect(bootstrap: &str) -> Result<Client, String> {
-    Client::connect(ClientConfig::new(bootstrap)).map_err(|e| e.to_string())
+fn connect(target: &ClientConfig) -> Result<Client, String> {
+    Client::connect(target.clone()).map_err(|e| e.to_string())
 }
 
 fn describe(client: &mut Client, group: &str) -> Result<(), String> {

@@ -5,6 +5,7 @@ pub mod client_cmds;
 pub mod config_file;
 pub mod group_cmds;
 pub mod tune_cmd;
+pub mod user_cmds;
 
 use clap::{CommandFactory, FromArgMatches};
 
@@ -66,10 +67,11 @@ pub fn main() -> i32 {
         args::Command::Broker(b) => b.log_format,
         _ => crate::logging::LogFormat::Text,
     });
+    let target = client_config(&cli);
     let result = match cli.command {
         args::Command::Broker(b) => broker_cmd::run(*b),
         args::Command::Tune(args::TuneCommand::Check(t)) => return tune_cmd::check(&t),
-        other => client_cmds::run(&cli.bootstrap, other),
+        other => target.and_then(|t| client_cmds::run(&t, other)),
     };
     match result {
         Ok(()) => 0,
@@ -79,4 +81,26 @@ pub fn main() -> i32 {
             1
         }
     }
+}
+
+/// The client settings of `-b` commands: the bootstrap broker and TLS (`--tls-ca`,
+/// `--tls-client-cert`, `--tls-client-key`, `--tls-server-name`).
+fn client_config(cli: &args::Cli) -> Result<crate::client::ClientConfig, String> {
+    let mut cfg = crate::client::ClientConfig::new(cli.bootstrap.clone());
+    let client_cert = match (&cli.tls_client_cert, &cli.tls_client_key) {
+        (Some(c), Some(k)) => Some((c.as_path(), k.as_path())),
+        (None, None) => None,
+        _ => return Err("--tls-client-cert and --tls-client-key go together".into()),
+    };
+    cfg.tls = match &cli.tls_ca {
+        Some(ca) => Some(
+            crate::tls::ClientTls::load(ca, client_cert, cli.tls_server_name.as_deref())
+                .map_err(|e| format!("TLS: {e}"))?,
+        ),
+        None if client_cert.is_some() || cli.tls_server_name.is_some() => {
+            return Err("--tls-client-cert and --tls-server-name need --tls-ca FILE".into())
+        }
+        None => None,
+    };
+    Ok(cfg)
 }

@@ -1,10 +1,11 @@
 //! A blocking connection to one shard: send a request, read its response.
 
 use std::io::Write;
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use super::error::ClientError;
+use super::socket::Socket;
 use crate::protocol::frame::{
     encode_meta, encode_request, read_frame_blocking, RequestHeader, ResponseFrame,
 };
@@ -44,25 +45,26 @@ pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 256 << 20;
 /// A blocking connection to one broker shard: each request waits for its response.
 pub struct Connection {
     addr: SocketAddr,
-    stream: TcpStream,
+    stream: Socket,
     next_correlation: u32,
     client_id: String,
     max_response_bytes: usize,
 }
 
 impl Connection {
-    /// Opens a TCP connection to `addr` within `timeout`; requests carry `client_id`.
+    /// Opens a connection to `addr` within `timeout` (TLS with `tls`: the handshake within
+    /// it too); requests carry `client_id`.
     pub fn connect(
         addr: SocketAddr,
         timeout: Duration,
         client_id: &str,
+        tls: Option<&crate::tls::ClientTls>,
     ) -> Result<Connection, ClientError> {
         let stream =
-            TcpStream::connect_timeout(&addr, timeout).map_err(|source| ClientError::Connect {
+            Socket::connect(addr, timeout, tls).map_err(|source| ClientError::Connect {
                 addr: addr.to_string(),
                 source,
             })?;
-        let _ = stream.set_nodelay(true);
         Ok(Connection {
             addr,
             stream,

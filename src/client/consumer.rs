@@ -719,6 +719,7 @@ impl Fetcher {
                     1,
                     super::connection::DEFAULT_MAX_RESPONSE_BYTES,
                     &cfg.client_id,
+                    cfg.tls.as_ref(),
                 );
                 match conn {
                     Ok(conn) => {

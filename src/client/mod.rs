@@ -13,6 +13,7 @@ pub mod error;
 pub mod group_consumer;
 pub mod pipeline;
 pub mod producer;
+pub mod socket;
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -49,6 +50,8 @@ pub struct ClientConfig {
     pub connect_timeout: Duration,
     /// How long to wait for a response (`request.timeout.ms`); fetches add their `max_wait`.
     pub request_timeout: Duration,
+    /// TLS to every shard (`--tls-ca`, client certificate for mutual TLS), or plaintext.
+    pub tls: Option<crate::tls::ClientTls>,
 }
 
 impl ClientConfig {
@@ -59,6 +62,7 @@ impl ClientConfig {
             client_id: "rill-client".into(),
             connect_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(30),
+            tls: None,
         }
     }
 }
@@ -260,7 +264,12 @@ impl Client {
             self.connections.remove(&addr);
         }
         if !self.connections.contains_key(&addr) {
-            let c = Connection::connect(addr, self.cfg.connect_timeout, &self.cfg.client_id)?;
+            let c = Connection::connect(
+                addr,
+                self.cfg.connect_timeout,
+                &self.cfg.client_id,
+                self.cfg.tls.as_ref(),
+            )?;
             c.set_read_timeout(Some(self.cfg.request_timeout));
             self.connections.insert(addr, c);
         }
@@ -442,6 +451,69 @@ impl Client {
         let (resp, _): (ReassignPartitionsResponse, _) =
             self.call(addr, ApiKey::DrainBroker, &req, &[])?;
         reassignment_results(resp)
+    }
+
+    /// Sets `user`'s password for `mechanism` (salted here with a random salt and
+    /// `iterations`; the broker keeps StoredKey and ServerKey only).
+    pub fn upsert_user(
+        &mut self,
+        user: &str,
+        password: &str,
+        mechanism: crate::auth::scram::Mechanism,
+        iterations: u32,
+    ) -> Result<(), ClientError> {
+        use ring::rand::SecureRandom;
+        let mut salt = vec![0u8; 32];
+        ring::rand::SystemRandom::new()
+            .fill(&mut salt)
+            .map_err(|_| ClientError::Invalid("no random salt".into()))?;
+        let salted_password = mechanism.salted_password(password.as_bytes(), &salt, iterations);
+        self.alter_user(AlterUserRequest {
+            user: user.to_string(),
+            mechanism: mechanism.name().to_string(),
+            delete: false,
+            iterations,
+            salt,
+            salted_password,
+            timeout_ms: self.cfg.request_timeout.as_millis() as u32,
+        })
+    }
+
+    /// Removes `user`'s credential for `mechanism`.
+    pub fn delete_user(
+        &mut self,
+        user: &str,
+        mechanism: crate::auth::scram::Mechanism,
+    ) -> Result<(), ClientError> {
+        self.alter_user(AlterUserRequest {
+            user: user.to_string(),
+            mechanism: mechanism.name().to_string(),
+            delete: true,
+            iterations: 0,
+            salt: Vec::new(),
+            salted_password: Vec::new(),
+            timeout_ms: self.cfg.request_timeout.as_millis() as u32,
+        })
+    }
+
+    fn alter_user(&mut self, req: AlterUserRequest) -> Result<(), ClientError> {
+        let addr = self.bootstrap_addr()?;
+        let (resp, _): (AlterUserResponse, _) = self.call(addr, ApiKey::AlterUser, &req, &[])?;
+        if resp.error_code != 0 {
+            return Err(ClientError::broker(
+                ErrorCode::from_code(resp.error_code),
+                resp.message,
+            ));
+        }
+        Ok(())
+    }
+
+    /// Every user, with its mechanisms and their iterations.
+    pub fn list_users(&mut self) -> Result<Vec<UserEntry>, ClientError> {
+        let addr = self.bootstrap_addr()?;
+        let (resp, _): (ListUsersResponse, _) =
+            self.call(addr, ApiKey::ListUsers, &ListUsersRequest {}, &[])?;
+        Ok(resp.users)
     }
 
     /// Moves leadership back to preferred replicas (all partitions, a topic's, or one);

@@ -5,13 +5,14 @@
 //! Threads, not an async runtime: the client works the same under tokio, glommio or none.
 
 use std::collections::VecDeque;
-use std::io::{IoSlice, Write};
-use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::io::IoSlice;
+use std::net::{Shutdown, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::error::ClientError;
+use super::socket::Socket;
 use crate::protocol::frame::{
     encode_request_head, read_frame_blocking, RequestHeader, ResponseFrame,
 };
@@ -34,20 +35,11 @@ struct Outgoing {
 }
 
 /// Writes the head and every payload chunk with as few syscalls as the kernel allows.
-fn write_request(socket: &mut TcpStream, out: &Outgoing) -> std::io::Result<()> {
+fn write_request(socket: &mut Socket, out: &Outgoing) -> std::io::Result<()> {
     let mut slices: Vec<IoSlice<'_>> = Vec::with_capacity(1 + out.payload.len());
     slices.push(IoSlice::new(&out.head));
     slices.extend(out.payload.iter().map(|p| IoSlice::new((**p).as_ref())));
-    let mut bufs = &mut slices[..];
-    while !bufs.is_empty() {
-        match socket.write_vectored(bufs) {
-            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
-            Ok(n) => IoSlice::advance_slices(&mut bufs, n),
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
+    socket.write_all_vectored(&mut slices)
 }
 
 type InFlight = Arc<Mutex<VecDeque<(u32, Completion)>>>;
@@ -59,7 +51,7 @@ pub struct PipelinedConnection {
     next_correlation: AtomicU32,
     dead: Arc<AtomicBool>,
     client_id: String,
-    socket: TcpStream,
+    socket: Socket,
 }
 
 impl PipelinedConnection {
@@ -71,14 +63,13 @@ impl PipelinedConnection {
         max_in_flight: usize,
         max_response_bytes: usize,
         client_id: &str,
+        tls: Option<&crate::tls::ClientTls>,
     ) -> Result<PipelinedConnection, ClientError> {
-        let socket = TcpStream::connect_timeout(&addr, connect_timeout).map_err(|source| {
-            ClientError::Connect {
+        let socket =
+            Socket::connect(addr, connect_timeout, tls).map_err(|source| ClientError::Connect {
                 addr: addr.to_string(),
                 source,
-            }
-        })?;
-        let _ = socket.set_nodelay(true);
+            })?;
         let io_err = |source| ClientError::Io {
             addr: addr.to_string(),
             source,
@@ -194,7 +185,7 @@ fn fail_all(addr: SocketAddr, inflight: &InFlight, why: &str) {
 
 fn write_loop(
     addr: SocketAddr,
-    mut socket: TcpStream,
+    mut socket: Socket,
     rx: flume::Receiver<Outgoing>,
     slots: flume::Sender<()>,
     inflight: InFlight,
@@ -228,7 +219,7 @@ fn write_loop(
 
 fn read_loop(
     addr: SocketAddr,
-    mut socket: TcpStream,
+    mut socket: Socket,
     max_response_bytes: usize,
     slots: flume::Receiver<()>,
     inflight: InFlight,

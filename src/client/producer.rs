@@ -849,6 +849,7 @@ impl Sender {
                     self.shared.cfg.max_in_flight,
                     super::connection::DEFAULT_MAX_RESPONSE_BYTES,
                     &cfg.client_id,
+                    cfg.tls.as_ref(),
                 ) {
                     Ok(c) => {
                         self.connections.insert(addr, c);

@@ -26,6 +26,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use super::cluster::{split_cluster_configs, BrokerMember, BrokerRegistration};
+use crate::auth::scram::{Credential, Mechanism};
 use crate::protocol::error_code::ErrorCode;
 use crate::topic_config::TopicConfigError;
 
@@ -49,6 +50,10 @@ pub struct ClusterMetadata {
     /// before.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub members: BTreeMap<u32, BrokerMember>,
+    /// Users' SCRAM credentials (salted, iterated; never a password), per mechanism
+    /// (`users.rs`); left out of the JSON while empty.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub users: BTreeMap<String, BTreeMap<Mechanism, Credential>>,
 }
 
 /// A registered broker.
@@ -195,6 +200,18 @@ pub enum Command {
         topic: Option<String>,
         partition: Option<u32>,
     },
+    /// Sets a user's credential for one mechanism (Kafka's AlterUserScramCredentials
+    /// upsertion; `rill user create`).
+    UpsertScramCredential {
+        user: String,
+        mechanism: Mechanism,
+        credential: Credential,
+    },
+    /// Removes a user's credential for one mechanism (the user goes with its last one).
+    DeleteScramCredential {
+        user: String,
+        mechanism: Mechanism,
+    },
 }
 
 /// What an applied command did (serde: a leader answers a forwarded proposal with it).
@@ -222,6 +239,8 @@ pub enum Applied {
     LeadersElected {
         changed: usize,
     },
+    /// A user's credential set or removed.
+    UserChanged,
     /// The active controller's answer to a broker's heartbeat (no raft entry).
     Heartbeat(super::cluster::HeartbeatReply),
 }
@@ -543,6 +562,9 @@ impl ClusterMetadata {
             Command::ReassignPartition { .. } | Command::ElectPreferred { .. } => {
                 self.validate_reassignment(cmd)
             }
+            Command::UpsertScramCredential { .. } | Command::DeleteScramCredential { .. } => {
+                self.validate_user(cmd)
+            }
         }
     }
 
@@ -653,6 +675,9 @@ impl ClusterMetadata {
             | Command::AlterPartition { .. } => self.apply_cluster(index, cmd)?,
             Command::ReassignPartition { .. } | Command::ElectPreferred { .. } => {
                 self.apply_reassignment(cmd)?
+            }
+            Command::UpsertScramCredential { .. } | Command::DeleteScramCredential { .. } => {
+                self.apply_user(cmd)
             }
         };
         self.applied_index = index;

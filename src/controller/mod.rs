@@ -28,6 +28,7 @@ mod observer;
 pub mod raft_log;
 pub mod reassignment;
 pub mod transport;
+pub mod users;
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::path::PathBuf;

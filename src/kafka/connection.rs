@@ -17,14 +17,14 @@ use bytes::{Buf, Bytes, BytesMut};
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
 use kafka_protocol::protocol::{Decodable, Encodable};
-use rill_shards::rt::TcpStream;
 
 use super::handlers::{self, Handled};
+use super::sasl::{self, Gate, Sasl};
 use super::versions;
 use crate::broker::produce::hold_until_acked;
 use crate::broker::Shard;
 use crate::metrics::{Listener, Timed, UNKNOWN_API};
-use crate::net::conn_limits::{accepted, after, until};
+use crate::net::conn_limits::{after, until};
 use crate::net::in_order::InOrder;
 use crate::net::request_memory::{read_body, Grant};
 use crate::net::shared_stream::SharedStream;
@@ -37,9 +37,10 @@ const MIN_REQUEST: usize = 8;
 /// An encoded response (size prefix included), or why it could not be encoded.
 type Encoded = Result<Bytes, String>;
 
-pub async fn serve(shard: Rc<Shard>, stream: TcpStream) {
-    let peer = accepted(&stream);
-    let stream = SharedStream::new(stream);
+/// Serves one accepted connection (plain, or TLS after its handshake); `peer` names it in
+/// the logs. Kafka fetches always read files by copy (records are converted), so TLS changes
+/// nothing here.
+pub async fn serve(shard: Rc<Shard>, peer: String, stream: SharedStream) {
     let replies: InOrder<Encoded> = InOrder::new(shard.cfg.max_in_flight_requests_per_connection);
     let reader = stream.clone();
     replies
@@ -57,6 +58,10 @@ async fn read_requests(
     mut stream: SharedStream,
     replies: &InOrder<Encoded>,
 ) {
+    let mechanisms = &shard.cfg.kafka_sasl_mechanisms;
+    let mut sasl = (!mechanisms.is_empty()).then(|| Sasl::new(mechanisms.clone()));
+    // Authentication must end by then (a TLS handshake before it had its own bound).
+    let authenticate_until = after(shard.cfg.sasl_authentication_timeout);
     loop {
         // Not read while the bound is reached: a client that does not read its replies stops
         // being read.
@@ -64,7 +69,22 @@ async fn read_requests(
         // Waiting for request memory counts as idle: the request is not in yet.
         let read = read_request(shard, &mut stream);
         let idle = shard.cfg.connection_idle_timeout;
-        let (body, grant) = match replies.unless_idle(&shard.deadlines, idle, read).await {
+        let read = replies.unless_idle(&shard.deadlines, idle, read);
+        let read = match sasl.as_ref().is_some_and(|s| s.user().is_none()) {
+            true => match until(&shard.deadlines, authenticate_until, read).await {
+                Some(r) => r,
+                None => {
+                    log::info!(
+                        "kafka {peer}: not authenticated within {} ms \
+                         (--sasl-authentication-timeout-ms); closing",
+                        shard.cfg.sasl_authentication_timeout.as_millis()
+                    );
+                    return;
+                }
+            },
+            false => read.await,
+        };
+        let (body, grant) = match read {
             None => {
                 log::debug!(
                     "kafka {peer}: no request for {} ms (--connection-idle-timeout-ms); closing",
@@ -86,6 +106,43 @@ async fn read_requests(
             Ok(Decoded::Request(api, version, header, request)) => {
                 let correlation = header.correlation_id;
                 let client = header.client_id.as_ref().map(|c| c.to_string());
+                let gate = match sasl.as_mut() {
+                    Some(s) => s.gate(shard, api, version, &request),
+                    None => sasl::gate_off(api),
+                };
+                match gate {
+                    Gate::Pass => {}
+                    Gate::Refuse(why) => {
+                        log::info!("kafka {peer}: {why}; closing");
+                        return;
+                    }
+                    Gate::Answer { response, close } => {
+                        drop(grant);
+                        // Counted as any request (metrics): refusals by their error code.
+                        let name = versions::name(api);
+                        shard
+                            .metrics
+                            .done(shard.metrics.request(Listener::Kafka, name, Timed::No));
+                        let code = match &*response {
+                            ResponseKind::SaslHandshake(r) => r.error_code,
+                            ResponseKind::SaslAuthenticate(r) => r.error_code,
+                            _ => 0,
+                        };
+                        shard.metrics.wire_error(Listener::Kafka, name, code);
+                        replies
+                            .push_ready(encode(api, version, correlation, &response))
+                            .await;
+                        if close {
+                            // Written by the writer before the connection closes.
+                            log::info!("kafka {peer}: SASL refused; closing");
+                            return;
+                        }
+                        if let Some(user) = sasl.as_ref().and_then(|s| s.user()) {
+                            log::debug!("kafka {peer}: authenticated as {user:?}");
+                        }
+                        continue;
+                    }
+                }
                 let name = versions::name(api);
                 let timed = match api {
                     ApiKey::Produce => Timed::Produce,

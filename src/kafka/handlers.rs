@@ -127,6 +127,12 @@ pub async fn handle(
         RequestKind::ElectLeaders(r) => {
             ResponseKind::ElectLeaders(super::admin::elect_leaders(shard, version, &r).await)
         }
+        RequestKind::DescribeUserScramCredentials(r) => ResponseKind::DescribeUserScramCredentials(
+            super::admin::describe_user_scram_credentials(shard, &r),
+        ),
+        RequestKind::AlterUserScramCredentials(r) => ResponseKind::AlterUserScramCredentials(
+            super::admin::alter_user_scram_credentials(shard, r).await,
+        ),
         RequestKind::InitProducerId(r) => {
             ResponseKind::InitProducerId(super::admin::init_producer_id(shard, &r))
         }

@@ -16,6 +16,7 @@ mod groups;
 mod handlers;
 mod leader_epochs;
 pub mod records;
+pub mod sasl;
 pub mod versions;
 
 /// The Kafka node id of a broker's shard: every shard is its own node to Kafka clients.

@@ -17,14 +17,13 @@
 use std::rc::Rc;
 
 use futures_lite::AsyncWriteExt;
-use rill_shards::rt::TcpStream;
 
 use super::{dispatch, Reply};
 use crate::broker::produce::hold_until_acked;
 use crate::broker::Shard;
-use crate::log::ReadChunk;
+use crate::log::{FileReads, ReadChunk};
 use crate::metrics::{Listener, Timed, UNKNOWN_API};
-use crate::net::conn_limits::{accepted, after, shutdown, until};
+use crate::net::conn_limits::{after, shutdown, until};
 use crate::net::in_order::InOrder;
 use crate::net::request_memory::read_frame;
 use crate::net::shared_stream::SharedStream;
@@ -35,9 +34,9 @@ use crate::protocol::{ApiKey, ErrorCode};
 /// A reply with the correlation id it answers.
 type Answer = (u32, Reply);
 
-pub async fn serve(shard: Rc<Shard>, stream: TcpStream) {
-    let peer = accepted(&stream);
-    let stream = SharedStream::new(stream);
+/// Serves one accepted connection (plain, or TLS after its handshake); `peer` names it in
+/// the logs.
+pub async fn serve(shard: Rc<Shard>, peer: String, stream: SharedStream) {
     let replies: InOrder<Answer> = InOrder::new(shard.cfg.max_in_flight_requests_per_connection);
     let reader = stream.clone();
     replies
@@ -56,6 +55,11 @@ async fn read_requests(
     mut stream: SharedStream,
     replies: &InOrder<Answer>,
 ) {
+    // Sealed bytes cannot go out with sendfile: a TLS connection's fetches read by copy.
+    let file_reads = match stream.is_tls() {
+        true => FileReads::Copy,
+        false => shard.cfg.file_reads,
+    };
     loop {
         // Not read while the bound is reached: a client that does not read its replies stops
         // being read.
@@ -110,7 +114,7 @@ async fn read_requests(
         // The request is done when its reply is: what a produce keeps of its frame is the
         // tail cache's and the pending writes' (see `request_memory`); unanswered writes
         // keep the grant until durable.
-        match dispatch(shard, frame).await {
+        match dispatch(shard, frame, file_reads).await {
             Reply::Unanswered(waits) => {
                 shard.metrics.done(timer);
                 hold_until_acked(shard, waits, grant)
@@ -208,6 +212,11 @@ async fn write_all(
     stream.write_all(head).await?;
     for c in chunks {
         match (c, &shard.sendfile) {
+            (ReadChunk::Sendfile(_), _) if stream.is_tls() => {
+                // The reader asked for copies on this connection (`file_reads`).
+                debug_assert!(false, "a sendfile range on a TLS connection");
+                return Err(std::io::Error::other("sendfile range on a TLS connection"));
+            }
             (ReadChunk::Sendfile(range), Some(worker)) => {
                 // Nothing of ours may be in flight on the socket while the worker owns it.
                 stream.flush().await?;

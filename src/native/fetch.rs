@@ -10,7 +10,7 @@ use super::Reply;
 use crate::batch::TagFilter;
 use crate::broker::fetch::{self, FetchPartition, PartitionRead};
 use crate::broker::{OpError, Shard};
-use crate::log::ReadChunk;
+use crate::log::{FileReads, ReadChunk};
 use crate::metrics::Listener;
 use crate::protocol::error_code::ErrorCode;
 use crate::protocol::frame::RequestFrame;
@@ -20,12 +20,12 @@ use crate::protocol::messages::{
 };
 use crate::protocol::ApiKey;
 
-pub async fn fetch(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
+pub async fn fetch(shard: &Rc<Shard>, frame: &RequestFrame, file_reads: FileReads) -> Reply {
     let req: FetchRequest = match frame.decode_meta() {
         Ok(r) => r,
         Err(e) => return e.into(),
     };
-    let (results, chunks) = read(shard, &req, None).await;
+    let (results, chunks) = read(shard, &req, None, file_reads).await;
     count_errors(shard, ApiKey::Fetch, &results);
     Reply::with_payload(
         &FetchResponse {
@@ -46,7 +46,7 @@ pub async fn filtered_fetch(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
             "a filtered fetch needs at least one tag".into(),
         );
     };
-    let (results, chunks) = read(shard, &req.fetch, Some(filter)).await;
+    let (results, chunks) = read(shard, &req.fetch, Some(filter), FileReads::Copy).await;
     count_errors(shard, ApiKey::FilteredFetch, &results);
     let partitions = req
         .fetch
@@ -76,6 +76,7 @@ async fn read(
     shard: &Rc<Shard>,
     req: &FetchRequest,
     filter: Option<TagFilter>,
+    file_reads: FileReads,
 ) -> (Vec<(FetchPartitionResult, Option<u64>)>, Vec<ReadChunk>) {
     let op = fetch::FetchRequest {
         partitions: req
@@ -91,7 +92,7 @@ async fn read(
         min_bytes: req.min_bytes as usize,
         max_wait: Duration::from_millis(u64::from(req.max_wait_ms)),
         max_bytes: req.max_bytes as usize,
-        file_reads: shard.cfg.file_reads,
+        file_reads,
         filter,
     };
     let reads = fetch::fetch(shard, &op).await;

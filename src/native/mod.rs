@@ -16,12 +16,13 @@ mod reassignments;
 mod replica_fetch;
 pub mod replica_fetcher;
 mod topics;
+mod users;
 
 use std::rc::Rc;
 
 use crate::broker::produce::AckWait;
 use crate::broker::{OpError, Shard};
-use crate::log::ReadChunk;
+use crate::log::{FileReads, ReadChunk};
 use crate::net::in_order::Later;
 use crate::protocol::frame::{encode_meta, FrameError, RequestFrame};
 use crate::protocol::{ApiKey, ErrorCode};
@@ -84,7 +85,9 @@ impl From<FrameError> for Reply {
     }
 }
 
-pub async fn dispatch(shard: &Rc<Shard>, frame: RequestFrame) -> Reply {
+/// `file_reads` is how this connection takes file data: the broker's `--file-reads`, or
+/// copies on a TLS connection (sendfile cannot carry sealed bytes).
+pub async fn dispatch(shard: &Rc<Shard>, frame: RequestFrame, file_reads: FileReads) -> Reply {
     let h = &frame.header;
     let Some(api) = ApiKey::from_u16(h.api_key) else {
         return Reply::Error(
@@ -108,7 +111,7 @@ pub async fn dispatch(shard: &Rc<Shard>, frame: RequestFrame) -> Reply {
         ApiKey::CreateTopics => topics::create(shard, &frame).await,
         ApiKey::DeleteTopics => topics::delete(shard, &frame).await,
         ApiKey::Produce => produce::produce(shard, frame),
-        ApiKey::Fetch => fetch::fetch(shard, &frame).await,
+        ApiKey::Fetch => fetch::fetch(shard, &frame, file_reads).await,
         ApiKey::FilteredFetch => fetch::filtered_fetch(shard, &frame).await,
         ApiKey::DelayedProduce => delayed_produce::delayed_produce(shard, &frame).await,
         ApiKey::ListOffsets => list_offsets::list_offsets(shard, &frame).await,
@@ -126,10 +129,12 @@ pub async fn dispatch(shard: &Rc<Shard>, frame: RequestFrame) -> Reply {
         ApiKey::OffsetFetch => offsets::fetch(shard, &frame),
         ApiKey::ListGroups => groups::list(shard),
         ApiKey::DescribeGroups => groups::describe(shard, &frame),
-        ApiKey::ReplicaFetch => replica_fetch::replica_fetch(shard, &frame).await,
+        ApiKey::ReplicaFetch => replica_fetch::replica_fetch(shard, &frame, file_reads).await,
         ApiKey::OffsetForLeaderEpoch => leader_epochs::offset_for_leader_epoch_api(shard, &frame),
         ApiKey::ReassignPartitions => reassignments::reassign(shard, &frame).await,
         ApiKey::DrainBroker => reassignments::drain_broker(shard, &frame).await,
         ApiKey::ElectLeaders => reassignments::elect_leaders(shard, &frame).await,
+        ApiKey::AlterUser => users::alter_user(shard, &frame).await,
+        ApiKey::ListUsers => users::list_users(shard),
     }
 }

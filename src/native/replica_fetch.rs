@@ -7,14 +7,18 @@ use std::time::Duration;
 use super::Reply;
 use crate::broker::replica_fetch::{self, ReplicaFetchPartition};
 use crate::broker::{OpError, Shard};
-use crate::log::ReadChunk;
+use crate::log::{FileReads, ReadChunk};
 use crate::protocol::frame::RequestFrame;
 use crate::protocol::messages::{
     ReplicaFetchPartitionResult, ReplicaFetchRequest, ReplicaFetchResponse,
 };
 use crate::replication::ReplicaFetch;
 
-pub async fn replica_fetch(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
+pub async fn replica_fetch(
+    shard: &Rc<Shard>,
+    frame: &RequestFrame,
+    file_reads: FileReads,
+) -> Reply {
     let req: ReplicaFetchRequest = match frame.decode_meta() {
         Ok(r) => r,
         Err(e) => return e.into(),
@@ -38,6 +42,7 @@ pub async fn replica_fetch(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
             .collect(),
         max_wait: Duration::from_millis(u64::from(req.max_wait_ms)),
         max_bytes: req.max_bytes as usize,
+        file_reads,
     };
     let reads = replica_fetch::replica_fetch(shard, &op).await;
     let mut partitions = Vec::with_capacity(reads.len());

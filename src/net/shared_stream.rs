@@ -1,6 +1,9 @@
 //! One socket read by a connection's reader and written by its writer at the same time, on
 //! one shard thread. glommio keeps separate readiness sources for the two directions, so a
 //! read and a write may both be pending; each poll borrows the socket only for its call.
+//! The socket is plain or carries TLS ([`super::tls_stream`]); a TLS one never takes
+//! sendfile ranges (the bytes must be sealed in user space), so its listener reads files by
+//! copy ([`SharedStream::is_tls`]).
 
 use std::cell::RefCell;
 use std::io;
@@ -12,16 +15,37 @@ use std::task::{Context, Poll};
 use futures_lite::{AsyncRead, AsyncWrite};
 use rill_shards::rt::TcpStream;
 
+use super::tls_stream::TlsStream;
+
+enum Socket {
+    Plain(TcpStream),
+    Tls(Box<TlsStream>),
+}
+
 #[derive(Clone)]
-pub struct SharedStream(Rc<RefCell<TcpStream>>);
+pub struct SharedStream(Rc<RefCell<Socket>>);
 
 impl SharedStream {
     pub fn new(stream: TcpStream) -> SharedStream {
-        SharedStream(Rc::new(RefCell::new(stream)))
+        SharedStream(Rc::new(RefCell::new(Socket::Plain(stream))))
+    }
+
+    /// A socket whose TLS handshake is done.
+    pub fn tls(stream: TlsStream) -> SharedStream {
+        SharedStream(Rc::new(RefCell::new(Socket::Tls(Box::new(stream)))))
     }
 
     pub fn fd(&self) -> RawFd {
-        self.0.borrow().as_raw_fd()
+        match &*self.0.borrow() {
+            Socket::Plain(s) => s.as_raw_fd(),
+            Socket::Tls(s) => s.tcp().as_raw_fd(),
+        }
+    }
+
+    /// Whether the bytes are sealed by TLS: then nothing may be written to the socket
+    /// behind the session's back (no sendfile).
+    pub fn is_tls(&self) -> bool {
+        matches!(&*self.0.borrow(), Socket::Tls(_))
     }
 }
 
@@ -31,7 +55,10 @@ impl AsyncRead for SharedStream {
         cx: &mut Context<'_>,
         buf: &mut [u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut *self.0.borrow_mut()).poll_read(cx, buf)
+        match &mut *self.0.borrow_mut() {
+            Socket::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Socket::Tls(s) => s.poll_read(cx, buf),
+        }
     }
 }
 
@@ -41,14 +68,23 @@ impl AsyncWrite for SharedStream {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut *self.0.borrow_mut()).poll_write(cx, buf)
+        match &mut *self.0.borrow_mut() {
+            Socket::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Socket::Tls(s) => s.poll_write(cx, buf),
+        }
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut *self.0.borrow_mut()).poll_flush(cx)
+        match &mut *self.0.borrow_mut() {
+            Socket::Plain(s) => Pin::new(s).poll_flush(cx),
+            Socket::Tls(s) => s.poll_flush(cx),
+        }
     }
 
     fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut *self.0.borrow_mut()).poll_close(cx)
+        match &mut *self.0.borrow_mut() {
+            Socket::Plain(s) => Pin::new(s).poll_close(cx),
+            Socket::Tls(s) => s.poll_close(cx),
+        }
     }
 }

@@ -36,6 +36,10 @@ pub enum ApiKey {
     DrainBroker = 26,
     /// Preferred-leader election (Kafka's ElectLeaders).
     ElectLeaders = 27,
+    /// Sets or removes a user's SCRAM credential (Kafka's AlterUserScramCredentials).
+    AlterUser = 28,
+    /// Every user and its mechanisms (Kafka's DescribeUserScramCredentials).
+    ListUsers = 29,
     /// A fetch of only the records with given tags (native only; keys 30-34 are the tags and
     /// delay features').
     FilteredFetch = 30,
@@ -71,6 +75,8 @@ impl ApiKey {
         ApiKey::ReassignPartitions,
         ApiKey::DrainBroker,
         ApiKey::ElectLeaders,
+        ApiKey::AlterUser,
+        ApiKey::ListUsers,
         ApiKey::FilteredFetch,
         ApiKey::DelayedProduce,
     ];
@@ -104,6 +110,8 @@ impl ApiKey {
             ApiKey::ReassignPartitions => "ReassignPartitions",
             ApiKey::DrainBroker => "DrainBroker",
             ApiKey::ElectLeaders => "ElectLeaders",
+            ApiKey::AlterUser => "AlterUser",
+            ApiKey::ListUsers => "ListUsers",
             ApiKey::FilteredFetch => "FilteredFetch",
             ApiKey::DelayedProduce => "DelayedProduce",
         }

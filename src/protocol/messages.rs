@@ -636,3 +636,45 @@ pub struct ElectLeadersResponse {
     /// Partitions whose leader moved.
     pub changed: u32,
 }
+
+/// Sets (or with `delete`, removes) a user's credential for one SCRAM mechanism (native key
+/// 28). As Kafka's AlterUserScramCredentials, the client salts the password: the broker gets
+/// the salt and the salted password and stores StoredKey and ServerKey only.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct AlterUserRequest {
+    pub user: String,
+    /// `SCRAM-SHA-256` or `SCRAM-SHA-512`.
+    pub mechanism: String,
+    pub delete: bool,
+    pub iterations: u32,
+    pub salt: Vec<u8>,
+    pub salted_password: Vec<u8>,
+    pub timeout_ms: u32,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct AlterUserResponse {
+    pub error_code: i16,
+    pub message: String,
+}
+
+/// Every user (native key 29).
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct ListUsersRequest {}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct UserMechanism {
+    pub mechanism: String,
+    pub iterations: u32,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct UserEntry {
+    pub user: String,
+    pub mechanisms: Vec<UserMechanism>,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct ListUsersResponse {
+    pub users: Vec<UserEntry>,
+}

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ::log::Level;
-use rill_shards::rt::{spawn_local, TcpListener};
+use rill_shards::rt::{spawn_local, TcpListener, TcpStream};
 use rill_shards::{start_shards, ShardConfig, ShardContext};
 
 use super::stray;
@@ -20,7 +20,10 @@ use crate::controller::metadata::{BrokerInfo, Command, MetadataLimits};
 use crate::controller::{self, ControllerConfig, ControllerError};
 use crate::log::{FileReads, FsyncPolicy};
 use crate::logging::announce;
+use crate::net::conn_limits::{accepted, after, until};
 use crate::net::sendfile::SendfileWorker;
+use crate::net::shared_stream::SharedStream;
+use crate::net::tls_stream;
 use crate::protocol::error_code::ErrorCode;
 
 #[derive(Debug, thiserror::Error)]
@@ -305,6 +308,20 @@ pub fn run_broker(cfg: BrokerConfig) -> Result<(), BrokerError> {
             k.ip(),
             k.port(),
             u32::from(k.port()) + shards as u32 - 1
+        );
+    }
+    let tls: Vec<&str> = [
+        ("native", cfg.native_tls.is_some()),
+        ("kafka", cfg.kafka_tls.is_some()),
+    ]
+    .into_iter()
+    .filter_map(|(name, on)| on.then_some(name))
+    .collect();
+    if !tls.is_empty() {
+        announce!(
+            Level::Info,
+            "rill: TLS on the {} listener(s)",
+            tls.join(" and ")
         );
     }
     let metrics = match scrapers {
@@ -754,12 +771,27 @@ async fn accept_loop(shard: Rc<Shard>, listener: TcpListener, protocol: Protocol
                     }
                 };
                 let s = shard.clone();
+                let tls = match protocol {
+                    Protocol::Native => shard.cfg.native_tls.clone(),
+                    Protocol::Kafka => shard.cfg.kafka_tls.clone(),
+                };
                 spawn_local(async move {
+                    let peer = accepted(&stream);
+                    // The handshake runs on this shard, inside the connection's admission.
+                    let stream = match tls {
+                        None => SharedStream::new(stream),
+                        Some(config) => match tls_accept(&s, &peer, stream, config).await {
+                            Some(stream) => stream,
+                            None => return,
+                        },
+                    };
                     match protocol {
                         Protocol::Native => {
-                            crate::native::connection::serve(s.clone(), stream).await
+                            crate::native::connection::serve(s.clone(), peer, stream).await
                         }
-                        Protocol::Kafka => crate::kafka::connection::serve(s.clone(), stream).await,
+                        Protocol::Kafka => {
+                            crate::kafka::connection::serve(s.clone(), peer, stream).await
+                        }
                     }
                     drop(guard);
                 })
@@ -770,6 +802,37 @@ async fn accept_loop(shard: Rc<Shard>, listener: TcpListener, protocol: Protocol
                 log::warn!("shard {}: accept failed: {e}", shard.id);
                 shard.deadlines.sleep(Duration::from_millis(50)).await;
             }
+        }
+    }
+}
+
+/// Runs a TLS handshake within `--tls-handshake-timeout-ms`; `None` (logged) when it fails
+/// or takes longer, and the connection is closed.
+async fn tls_accept(
+    shard: &Shard,
+    peer: &str,
+    stream: TcpStream,
+    config: Arc<rustls::ServerConfig>,
+) -> Option<SharedStream> {
+    let timeout = shard.cfg.tls_handshake_timeout;
+    match until(
+        &shard.deadlines,
+        after(timeout),
+        tls_stream::handshake(stream, config),
+    )
+    .await
+    {
+        Some(Ok(tls)) => Some(SharedStream::tls(tls)),
+        Some(Err(e)) => {
+            log::info!("{peer}: TLS handshake failed: {e}; closing");
+            None
+        }
+        None => {
+            log::info!(
+                "{peer}: TLS handshake not done within {} ms (--tls-handshake-timeout-ms); closing",
+                timeout.as_millis()
+            );
+            None
         }
     }
 }

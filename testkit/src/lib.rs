@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 mod netlab;
 mod replicas;
+pub mod tls;
 
 pub use netlab::NetLab;
 pub use replicas::{
@@ -75,6 +76,8 @@ pub struct TestBroker {
     log: PathBuf,
     /// Where the data dir is when it is not `dir/data` (e.g. on a mounted filesystem).
     data: Option<PathBuf>,
+    /// How the harness's own clients connect when the native listener speaks TLS.
+    pub client_tls: Option<rill::tls::ClientTls>,
 }
 
 /// Test ports come from below the kernel's ephemeral range (32768-60999 here): a port the
@@ -166,6 +169,7 @@ impl TestBroker {
             child: None,
             log,
             data,
+            client_tls: None,
         };
         b.spawn();
         b
@@ -236,6 +240,7 @@ impl TestBroker {
             child: None,
             log,
             data: None,
+            client_tls: None,
         }
     }
 
@@ -337,7 +342,7 @@ impl TestBroker {
                 TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
             });
             let announced = self.log_text().matches(" ready: ").count() >= self.spawns;
-            if all_up && announced && Client::connect(ClientConfig::new(self.bootstrap())).is_ok() {
+            if all_up && announced && Client::connect(self.client_config()).is_ok() {
                 return;
             }
             assert!(
@@ -407,8 +412,36 @@ impl TestBroker {
             .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
     }
 
+    /// Starts a broker with the Kafka listener on (`kafka`) and `extra` flags (TLS ones,
+    /// typically); the harness's clients connect with `client_tls` (needed when the native
+    /// listener speaks TLS).
+    pub fn start_tls(
+        shards: usize,
+        kafka: bool,
+        extra: &[String],
+        client_tls: Option<rill::tls::ClientTls>,
+    ) -> TestBroker {
+        let mut args = extra.to_vec();
+        let kafka_port = kafka.then(|| free_ports(shards));
+        if let Some(k) = kafka_port {
+            args.extend(["--kafka-listen".to_string(), format!("127.0.0.1:{k}")]);
+        }
+        let mut b = TestBroker::unstarted(shards, &args);
+        b.kafka_port = kafka_port;
+        b.client_tls = client_tls;
+        b.spawn();
+        b
+    }
+
+    /// Client settings for this broker (with its TLS settings, if any).
+    pub fn client_config(&self) -> ClientConfig {
+        let mut cfg = ClientConfig::new(self.bootstrap());
+        cfg.tls = self.client_tls.clone();
+        cfg
+    }
+
     pub fn client(&self) -> Client {
-        Client::connect(ClientConfig::new(self.bootstrap())).expect("client")
+        Client::connect(self.client_config()).expect("client")
     }
 
     /// Runs the `rill` CLI against this broker.
@@ -499,7 +532,7 @@ pub fn partition_dir(data: &Path, topic: &str, p: u32) -> PathBuf {
 /// A producer with acks=all and a small linger.
 pub fn producer(b: &TestBroker, batch_bytes: usize) -> Producer {
     Producer::new(
-        ClientConfig::new(b.bootstrap()),
+        b.client_config(),
         ProducerConfig {
             acks: Acks::All,
             linger: Duration::from_millis(2),
@@ -533,8 +566,7 @@ pub fn produce_values(
 
 /// A consumer assigned every partition of `topic`.
 pub fn consumer(b: &TestBroker, topic: &str, from: StartFrom) -> Consumer {
-    let mut c = Consumer::new(ClientConfig::new(b.bootstrap()), ConsumerConfig::default())
-        .expect("consumer");
+    let mut c = Consumer::new(b.client_config(), ConsumerConfig::default()).expect("consumer");
     c.assign(topic, None, from).expect("assign");
     c
 }
@@ -874,7 +906,7 @@ impl TestCluster {
     /// The controller leader as broker `id` reports it (0: none known, or no answer).
     pub fn controller_seen_by(&self, id: u64) -> u64 {
         let b = &self.nodes[id as usize - 1];
-        Client::connect(ClientConfig::new(b.bootstrap()))
+        Client::connect(b.client_config())
             .and_then(|mut c| c.cluster_info())
             .map(|i| i.controller_id)
             .unwrap_or(0)
@@ -904,7 +936,7 @@ impl TestCluster {
     /// counts; `None` when it does not answer.
     pub fn topics_on(&self, id: u64) -> Option<std::collections::BTreeMap<String, usize>> {
         let b = &self.nodes[id as usize - 1];
-        let mut c = Client::connect(ClientConfig::new(b.bootstrap())).ok()?;
+        let mut c = Client::connect(b.client_config()).ok()?;
         let md = c.refresh_metadata().ok()?;
         Some(
             md.topics

@@ -81,7 +81,7 @@ pub fn assert_replicas_equal(c: &TestCluster, topic: &str, p: u32, hw: u64) {
 
 /// Partition `p` of `topic` as broker `b` sees it (None: no answer or no such partition).
 pub fn partition_meta(b: &TestBroker, topic: &str, p: u32) -> Option<PartitionMeta> {
-    let mut c = Client::connect(ClientConfig::new(b.bootstrap())).ok()?;
+    let mut c = Client::connect(b.client_config()).ok()?;
     let md = c.refresh_metadata().ok()?;
     md.topics.get(topic)?.partitions.get(p as usize).cloned()
 }

@@ -25,12 +25,22 @@
   topics BOOTSTRAP                            lists topic names (AdminClient.list_topics: librdkafka
                                               sends Metadata v12 with trailing bytes)
 Exits non-zero on any delivery or consume error.
+KAFKA_CLIENT_CONFIG (JSON object, optional) adds settings to every client, e.g. TLS:
+{"security.protocol": "SSL", "ssl.ca.location": "ca.pem"}.
 """
 import json
+import os
 import sys
 import time
 
 import confluent_kafka as ck
+
+EXTRA_CONFIG = json.loads(os.environ.get("KAFKA_CLIENT_CONFIG", "{}"))
+
+
+def connection(bootstrap):
+    """How every client connects: the bootstrap broker and KAFKA_CLIENT_CONFIG."""
+    return {"bootstrap.servers": bootstrap, **EXTRA_CONFIG}
 
 
 def message_json(m):
@@ -46,7 +56,7 @@ def message_json(m):
 
 def produce(bootstrap, topic, count, compression):
     p = ck.Producer({
-        "bootstrap.servers": bootstrap,
+        **connection(bootstrap),
         # Java's partitioner (murmur2), which rill's client uses too.
         "partitioner": "murmur2_random",
         "compression.type": compression,
@@ -74,7 +84,7 @@ def produce(bootstrap, topic, count, compression):
 
 def produce_until_error(bootstrap, topic, timeout_ms):
     p = ck.Producer({
-        "bootstrap.servers": bootstrap,
+        **connection(bootstrap),
         "message.timeout.ms": timeout_ms,
         # No retries: a broker error is reported as itself, not as a later local timeout.
         "retries": 0,
@@ -107,7 +117,7 @@ def produce_until_error(bootstrap, topic, timeout_ms):
 
 def produce_acked(bootstrap, topic, count, per_s):
     p = ck.Producer({
-        "bootstrap.servers": bootstrap,
+        **connection(bootstrap),
         "acks": "all",
         "enable.idempotence": False,
         "partitioner": "murmur2_random",
@@ -144,7 +154,7 @@ def produce_acked(bootstrap, topic, count, per_s):
 
 
 def consume(bootstrap, topic, partitions, count):
-    c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "unused",
+    c = ck.Consumer({**connection(bootstrap), "group.id": "unused",
                      "enable.auto.commit": False})
     c.assign([ck.TopicPartition(topic, p, ck.OFFSET_BEGINNING) for p in range(partitions)])
     got = 0
@@ -165,7 +175,7 @@ def consume(bootstrap, topic, partitions, count):
 def consume_to_end(bootstrap, topic, partition):
     """Every message of one partition from the beginning up to the high watermark it had
     when this started (offsets may have gaps: a compacted topic)."""
-    c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "unused",
+    c = ck.Consumer({**connection(bootstrap), "group.id": "unused",
                      "enable.auto.commit": False})
     tp = ck.TopicPartition(topic, partition)
     _, high = c.get_watermark_offsets(tp, timeout=30)
@@ -189,7 +199,7 @@ def group(bootstrap, topic, group_id, strategy, max_messages, idle_s):
             print(json.dumps({kind: [[p.topic, p.partition] for p in partitions]}), flush=True)
         return cb
 
-    c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": group_id,
+    c = ck.Consumer({**connection(bootstrap), "group.id": group_id,
                      "partition.assignment.strategy": strategy,
                      "auto.offset.reset": "earliest", "enable.auto.commit": False,
                      "session.timeout.ms": 6000, "heartbeat.interval.ms": 300})
@@ -227,7 +237,7 @@ if __name__ == "__main__":
         produce_acked(sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5]))
     elif cmd == "topics":
         from confluent_kafka.admin import AdminClient
-        md = AdminClient({"bootstrap.servers": sys.argv[2]}).list_topics(timeout=30)
+        md = AdminClient(connection(sys.argv[2])).list_topics(timeout=30)
         for name in sorted(md.topics):
             print(name)
     elif cmd == "group":

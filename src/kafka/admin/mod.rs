@@ -15,6 +15,7 @@ mod reassignments;
 #[cfg(test)]
 mod test_support;
 mod topics;
+mod users;
 
 pub use alter_configs::{alter_configs, incremental_alter_configs};
 pub use cluster::{brokers_only, describe_cluster};
@@ -25,6 +26,7 @@ pub use reassignments::{
     alter_partition_reassignments, elect_leaders, list_partition_reassignments,
 };
 pub use topics::{create_partitions, create_topics, delete_topics};
+pub use users::{alter_user_scram_credentials, describe_user_scram_credentials};
 
 use kafka_protocol::protocol::StrBytes;
 

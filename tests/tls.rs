@@ -1,0 +1,438 @@
+//! TLS on the listeners (`--tls-listeners`, `--tls-cert`, `--tls-key`, `--tls-client-ca`,
+//! `--tls-handshake-timeout-ms`): rill's client, its CLI, confluent-kafka and kcat over TLS;
+//! untrusted, expired and missing certificates refused; broken and stalled handshakes and
+//! garbage on a TLS port leave the broker serving others. Certificates are made in the test
+//! (`rill_testkit::tls`, rcgen).
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use rill::client::{Client, StartFrom};
+use rill_testkit::tls::TestCerts;
+use rill_testkit::{consume_exactly, produce_values, rill_bin, values, TestBroker, DEADLINE};
+
+/// Values of many sizes, up to 200 KiB, so responses span many TLS records and partial
+/// socket writes.
+fn sized_values(n: usize) -> Vec<String> {
+    (0..n)
+        .map(|i| {
+            let len = match i % 50 {
+                0 => 200 << 10,
+                1..=5 => 16 << 10,
+                _ => 1000,
+            };
+            let head = format!("v{i}:");
+            head.clone() + &"x".repeat(len - head.len())
+        })
+        .collect()
+}
+
+#[test]
+fn native_client_and_cli_produce_and_consume_over_tls() {
+    let certs = TestCerts::new();
+    let flags = certs.broker_flags("native,kafka", &certs.server, false);
+    let b = TestBroker::start_tls(2, true, &flags, Some(certs.client_tls(false)));
+    assert!(b
+        .log_text()
+        .contains("TLS on the native and kafka listener(s)"));
+    b.client().create_topic("sealed", 2, 1, vec![]).unwrap();
+    let sent = sized_values(1200);
+    produce_values(&b, "sealed", 1, sent.clone());
+    let got = consume_exactly(&b, "sealed", StartFrom::Beginning, sent.len());
+    assert_eq!(values(&got), sent, "every value, in order, over TLS");
+
+    // The CLI with --tls-ca.
+    let ca = certs.ca_str();
+    let out = cli(
+        &b,
+        &["--tls-ca", ca, "produce", "sealed", "--partition", "0"],
+        Some("a\nb\nc\n"),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = cli(
+        &b,
+        &[
+            "--tls-ca",
+            ca,
+            "consume",
+            "sealed",
+            "--partition",
+            "0",
+            "--from",
+            "beginning",
+            "-n",
+            "3",
+        ],
+        None,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "a\nb\nc\n");
+
+    // A plaintext client on the TLS listener gets nothing.
+    let plain = Client::connect(rill::client::ClientConfig::new(b.bootstrap()));
+    assert!(
+        plain.is_err(),
+        "a plaintext client was served on a TLS listener"
+    );
+    let out = cli(&b, &["topic", "list"], None);
+    assert!(
+        !out.status.success(),
+        "the plaintext CLI was served on a TLS listener"
+    );
+}
+
+#[test]
+fn untrusted_and_expired_broker_certificates_are_refused() {
+    let certs = TestCerts::new();
+    for (server, why) in [
+        (&certs.untrusted_server, "UnknownIssuer"),
+        (&certs.expired_server, "certificate expired"),
+    ] {
+        let flags = certs.broker_flags("native", server, false);
+        let mut b = TestBroker::unstarted(1, &flags);
+        b.launch();
+        wait_announced(&b);
+        let mut cfg = b.client_config();
+        cfg.tls = Some(certs.client_tls(false));
+        let err = Client::connect(cfg)
+            .err()
+            .expect("a refused certificate was accepted");
+        assert!(err.to_string().contains(why), "refused, but for: {err}");
+        let out = cli(&b, &["--tls-ca", certs.ca_str(), "topic", "list"], None);
+        assert!(!out.status.success());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("certificate"), "the CLI says why: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    }
+}
+
+#[test]
+fn mutual_tls_refuses_clients_without_a_trusted_certificate() {
+    let certs = TestCerts::new();
+    let flags = certs.broker_flags("native", &certs.server, true);
+    let b = TestBroker::start_tls(1, false, &flags, Some(certs.client_tls(true)));
+    let mut with_cert = b.client();
+    with_cert.create_topic("mutual", 1, 1, vec![]).unwrap();
+
+    let mut no_cert = b.client_config();
+    no_cert.tls = Some(certs.client_tls(false));
+    assert!(
+        Client::connect(no_cert).is_err(),
+        "served a client without a certificate"
+    );
+    let mut wrong_cert = b.client_config();
+    wrong_cert.tls = Some(
+        rill::tls::ClientTls::load(
+            &certs.ca,
+            Some((&certs.untrusted_client.cert, &certs.untrusted_client.key)),
+            None,
+        )
+        .unwrap(),
+    );
+    assert!(
+        Client::connect(wrong_cert).is_err(),
+        "served an untrusted client certificate"
+    );
+    assert!(
+        b.log_text().contains("TLS handshake failed"),
+        "the broker logs the refusals"
+    );
+
+    let sent = sized_values(200);
+    produce_values(&b, "mutual", 0, sent.clone());
+    let got = consume_exactly(&b, "mutual", StartFrom::Beginning, sent.len());
+    assert_eq!(values(&got), sent);
+}
+
+#[test]
+fn kafka_clients_over_tls_beside_a_plaintext_native_listener() {
+    let certs = TestCerts::new();
+    let flags = certs.broker_flags("kafka", &certs.server, false);
+    // Native stays plaintext: the harness's own client needs no TLS.
+    let b = TestBroker::start_tls(2, true, &flags, None);
+    assert!(b.log_text().contains("TLS on the kafka listener(s)"));
+    b.client().create_topic("kt", 2, 1, vec![]).unwrap();
+    let kafka = b.kafka_bootstrap();
+    let ssl = format!(
+        r#"{{"security.protocol": "SSL", "ssl.ca.location": "{}"}}"#,
+        certs.ca_str()
+    );
+    let produced = python(&ssl, &["produce", &kafka, "kt", "500", "none"]);
+    assert_eq!(produced.lines().count(), 500, "every message delivered");
+    let consumed = python(&ssl, &["consume", &kafka, "kt", "2", "500"]);
+    let mut got: Vec<String> = consumed
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["value"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    got.sort_by_key(|v| v.rsplit(':').next().unwrap().parse::<u32>().unwrap());
+    let want: Vec<String> = (0..500).map(|i| format!("key{}:{i}", i % 50)).collect();
+    assert_eq!(got, want, "every message read back over TLS");
+
+    // The same records through the plaintext native listener.
+    let native = consume_exactly(&b, "kt", StartFrom::Beginning, 500);
+    assert_eq!(native.len(), 500);
+
+    // kcat (Debian's librdkafka) lists metadata over TLS.
+    let md = run(
+        "kcat",
+        &[
+            "-b",
+            &kafka,
+            "-X",
+            "security.protocol=ssl",
+            "-X",
+            &format!("ssl.ca.location={}", certs.ca_str()),
+            "-L",
+        ],
+        &[],
+    );
+    let md = String::from_utf8_lossy(&md.stdout);
+    assert!(md.contains("topic \"kt\" with 2 partitions"), "{md}");
+
+    // Plaintext on the TLS Kafka port fails the handshake; the broker keeps serving.
+    let mut plain = TcpStream::connect(&kafka).unwrap();
+    let api_versions = [0u8, 0, 0, 10, 0, 18, 0, 0, 0, 0, 0, 1, 0, 0];
+    let _ = plain.write_all(&api_versions);
+    assert_closed_by_broker(&mut plain);
+    let md = run(
+        "kcat",
+        &[
+            "-b",
+            &kafka,
+            "-X",
+            "security.protocol=ssl",
+            "-X",
+            &format!("ssl.ca.location={}", certs.ca_str()),
+            "-L",
+        ],
+        &[],
+    );
+    assert!(String::from_utf8_lossy(&md.stdout).contains("topic \"kt\""));
+}
+
+#[test]
+fn broken_stalled_and_garbage_handshakes_leave_the_broker_serving() {
+    let certs = TestCerts::new();
+    let mut flags = certs.broker_flags("native,kafka", &certs.server, false);
+    flags.extend(["--tls-handshake-timeout-ms".to_string(), "1000".to_string()]);
+    let b = TestBroker::start_tls(1, true, &flags, Some(certs.client_tls(false)));
+    b.client().create_topic("busy", 1, 1, vec![]).unwrap();
+
+    // A handshake that never finishes: half a ClientHello, then silence. Kept open while
+    // others are served; the broker closes it after --tls-handshake-timeout-ms (the idle
+    // timeout is 10 minutes, so a close within the test's deadline is the handshake's).
+    let hello = client_hello();
+    let mut stalled = TcpStream::connect(b.bootstrap()).unwrap();
+    stalled.write_all(&hello[..hello.len() / 2]).unwrap();
+    let mut silent = TcpStream::connect(b.kafka_bootstrap()).unwrap();
+
+    // A handshake cut in the middle, and garbage, on both ports.
+    for addr in [b.bootstrap(), b.kafka_bootstrap()] {
+        let mut cut = TcpStream::connect(&addr).unwrap();
+        cut.write_all(&hello[..hello.len() / 3]).unwrap();
+        drop(cut);
+        let mut garbage = TcpStream::connect(&addr).unwrap();
+        let junk: Vec<u8> = (0..64 << 10)
+            .map(|i: u32| (i.wrapping_mul(2654435761) >> 13) as u8)
+            .collect();
+        let _ = garbage.write_all(&junk);
+        assert_closed_by_broker(&mut garbage);
+    }
+
+    // Others are served meanwhile.
+    let sent = sized_values(300);
+    produce_values(&b, "busy", 0, sent.clone());
+    assert_eq!(
+        values(&consume_exactly(&b, "busy", StartFrom::Beginning, 300)),
+        sent
+    );
+
+    assert_closed_by_broker(&mut stalled);
+    assert_closed_by_broker(&mut silent);
+    assert!(
+        b.log_text().contains("--tls-handshake-timeout-ms"),
+        "the timeout is logged: {}",
+        b.log_text()
+    );
+    // And still serving after.
+    assert_eq!(
+        values(&consume_exactly(&b, "busy", StartFrom::Beginning, 300)),
+        sent
+    );
+}
+
+#[test]
+fn bad_tls_flags_are_refused_with_one_line() {
+    let certs = TestCerts::new();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("d");
+    let data = data.to_str().unwrap();
+    let missing = dir.path().join("missing.pem");
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["--tls-listeners", "kafka"], "--tls-cert"),
+        (
+            vec![
+                "--tls-listeners",
+                "http",
+                "--tls-cert",
+                certs.server.cert_str(),
+                "--tls-key",
+                certs.server.key_str(),
+            ],
+            "unknown listener 'http'",
+        ),
+        (
+            vec![
+                "--tls-cert",
+                missing.to_str().unwrap(),
+                "--tls-key",
+                certs.server.key_str(),
+            ],
+            "missing.pem",
+        ),
+        (
+            vec![
+                "--tls-cert",
+                certs.server.cert_str(),
+                "--tls-key",
+                certs.server.cert_str(),
+            ],
+            "private key",
+        ),
+        (
+            vec!["--tls-client-ca", certs.ca_str()],
+            "need a TLS listener",
+        ),
+        (
+            vec![
+                "--tls-cert",
+                certs.server.cert_str(),
+                "--tls-key",
+                certs.server.key_str(),
+                "--tls-handshake-timeout-ms",
+                "0",
+            ],
+            "--tls-handshake-timeout-ms",
+        ),
+    ];
+    for (flags, why) in cases {
+        let out = Command::new(rill_bin())
+            .args(["broker", "--data-dir", data, "--shards", "1"])
+            .args(&flags)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{flags:?} was accepted");
+        assert!(stderr.contains(why), "{flags:?}: {stderr}");
+        assert!(stderr.lines().count() == 1, "{flags:?}: one line: {stderr}");
+    }
+    let out = Command::new(rill_bin())
+        .args([
+            "-b",
+            "127.0.0.1:1",
+            "--tls-client-cert",
+            certs.client.cert_str(),
+            "topic",
+            "list",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--tls-client-key"));
+}
+
+/// The first flight of a real TLS client (rustls), to cut.
+fn client_hello() -> Vec<u8> {
+    let certs = TestCerts::new();
+    let tls = certs.client_tls(false);
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let mut c = rustls::ClientConnection::new(tls.config, name).unwrap();
+    let mut out = Vec::new();
+    while c.wants_write() {
+        c.write_tls(&mut out).unwrap();
+    }
+    assert!(out.len() > 100, "a ClientHello");
+    out
+}
+
+/// Waits until the broker closes `s` (EOF or reset), reading and dropping what it sends.
+fn assert_closed_by_broker(s: &mut TcpStream) {
+    s.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let start = Instant::now();
+    let mut buf = [0u8; 4096];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return,
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => return,
+        }
+        assert!(
+            start.elapsed() < DEADLINE,
+            "the broker never closed the connection"
+        );
+    }
+}
+
+/// Waits for the broker's "ready" line (its TLS listeners may refuse the harness's client).
+fn wait_announced(b: &TestBroker) {
+    let start = Instant::now();
+    while !b.log_text().contains(" ready: ") {
+        assert!(
+            start.elapsed() < DEADLINE,
+            "broker not ready: {}",
+            b.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn cli(b: &TestBroker, args: &[&str], stdin: Option<&str>) -> Output {
+    b.cli(args, stdin)
+}
+
+fn python(extra_config: &str, args: &[&str]) -> String {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/kafka/clients.py");
+    let mut all = vec![script];
+    all.extend_from_slice(args);
+    let out = run("python3", &all, &[("KAFKA_CLIENT_CONFIG", extra_config)]);
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn run(program: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let out = Command::new(program)
+        .args(args)
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("cannot run {program} ({e}): run .ci/run, or install kcat (apt) and confluent-kafka (pip)")
+        });
+    assert!(
+        out.status.success(),
+        "{program} {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
