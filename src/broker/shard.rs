@@ -361,6 +361,10 @@ impl Shard {
                         } else {
                             p.load_epochs().await.map(|_| ())
                         };
+                        let started = match started {
+                            Ok(()) => p.load_producer_state(&self.cache).await,
+                            Err(e) => Err(e),
+                        };
                         if let Err(e) = started {
                             log::error!("shard {}: cannot open {}: {e}", self.id, dir.display());
                             let failure = Some(e.to_string());

@@ -626,6 +626,7 @@ async fn run_shard(
     shard.group_commit.quiesce().await;
     shard.group_commit.sync_all(&shard.all_partitions()).await;
     checkpoint_high_watermarks(&shard).await;
+    snapshot_producers(&shard, true).await;
 }
 
 /// Records every partition's high watermark whose checkpoint is behind.
@@ -637,11 +638,22 @@ async fn checkpoint_high_watermarks(shard: &Shard) {
     }
 }
 
+/// Writes the producer-state snapshot of every partition that rolled a segment since its
+/// last one (all of them when `force`d, at a clean stop), so a restart replays little.
+async fn snapshot_producers(shard: &Shard, force: bool) {
+    for p in shard.all_partitions() {
+        if let Err(e) = p.snapshot_producers(force).await {
+            log::warn!("{}-{}: producer-state snapshot: {e}", p.topic, p.index);
+        }
+    }
+}
+
 /// Every `--replica-high-watermark-checkpoint-interval-ms`, checkpoints high watermarks.
 async fn checkpoint_loop(shard: Rc<Shard>) {
     loop {
         rill_shards::rt::sleep(shard.cfg.hw_checkpoint_interval).await;
         checkpoint_high_watermarks(&shard).await;
+        snapshot_producers(&shard, false).await;
     }
 }
 

@@ -1,0 +1,235 @@
+//! The partition's side of the idempotent producer: judging a leader's batches against the
+//! producer state ([`super::producer_state`]), keeping that state with the log (every append
+//! records its batches; retention forgets producers; cut tails and reopens take batches back),
+//! rebuilding it at open from the snapshot and the batches after it, and writing the snapshot
+//! when the log rolled a segment.
+
+use std::path::Path;
+
+use super::producer_snapshot::{self, SNAPSHOT_FILE};
+use super::producer_state::{ProducerBatch, ProducerStates, SequenceError, Verdict};
+use super::tail_cache::TailCache;
+use super::{Partition, ReadLimits};
+use crate::batch::{BatchHeader, BatchIter};
+use crate::log::{FileReads, LogError};
+
+/// Bytes read at a time when a partition rebuilds its producer state from the log.
+const REBUILD_READ_BYTES: usize = 1 << 20;
+
+impl Partition {
+    /// Judges a produce's batches for this partition (headers in order; they would be
+    /// stamped from the log end on, duplicates taking no offsets). Changes nothing: the append
+    /// records them. One refused batch refuses them all.
+    pub fn admit_producer_batches(
+        &self,
+        headers: &[BatchHeader],
+    ) -> Result<Vec<Verdict>, SequenceError> {
+        let mut states = self.producers.borrow_mut();
+        let tracked: Vec<Option<ProducerBatch>> = headers.iter().map(ProducerBatch::of).collect();
+        if tracked.iter().all(Option::is_none) {
+            return Ok(vec![Verdict::Append; headers.len()]);
+        }
+        // Later batches of the same producer are judged after the earlier ones: recorded on
+        // the state, then taken back.
+        let undo = states.save(tracked.iter().flatten().map(|b| b.producer_id));
+        let mut next = self.log_end_offset();
+        let mut verdicts = Vec::with_capacity(headers.len());
+        let mut refused = None;
+        for (h, b) in headers.iter().zip(&tracked) {
+            let v = match b {
+                None => Ok(Verdict::Append),
+                Some(b) => states.check(b),
+            };
+            match v {
+                Ok(Verdict::Append) => {
+                    if let Some(b) = b {
+                        states.record(b, next);
+                    }
+                    next += u64::from(h.record_count);
+                    verdicts.push(Verdict::Append);
+                }
+                Ok(d) => verdicts.push(d),
+                Err(e) => {
+                    refused = Some(e);
+                    break;
+                }
+            }
+        }
+        states.restore(undo);
+        match refused {
+            Some(e) => Err(e),
+            None => Ok(verdicts),
+        }
+    }
+
+    /// What this partition knows of producer `id`: (epoch, last sequence, last offset).
+    pub fn producer_position(&self, id: i64) -> Option<(i16, i32, u64)> {
+        self.producers
+            .borrow()
+            .get(id)
+            .map(|e| (e.epoch, e.last().last_seq, e.last().last_offset))
+    }
+
+    /// How many producers this partition tracks.
+    pub fn producer_count(&self) -> usize {
+        self.producers.borrow().len()
+    }
+
+    /// The log starts at `start` now: producers with no batch left are forgotten.
+    pub(super) fn forget_producers_before(&self, start: u64) {
+        let n = self.producers.borrow_mut().drop_before(start);
+        if n > 0 {
+            log::debug!(
+                "{}-{}: forgot {n} producers whose batches are all below {start}",
+                self.topic,
+                self.index
+            );
+        }
+    }
+
+    /// Loads the producer state at open: the snapshot (if it is whole and not past the log
+    /// end) and the batches after it, else every batch of the log. A read error of the log
+    /// fails the open (dedupe would silently not hold); a bad snapshot never does.
+    pub async fn load_producer_state(&self, cache: &TailCache) -> Result<(), LogError> {
+        let dir = self.dir();
+        let (start, end) = (self.log_start_offset(), self.log_end_offset());
+        let d = dir.clone();
+        let snapshot =
+            rill_shards::rt::spawn_blocking(move || std::fs::read(d.join(SNAPSHOT_FILE)).ok())
+                .await;
+        let (states, from) = match snapshot.as_deref().map(producer_snapshot::decode) {
+            Some(Some((states, at))) if at <= end => (states, at.max(start)),
+            Some(_) => {
+                log::warn!(
+                    "{}-{}: ignoring a damaged or stale {SNAPSHOT_FILE} (the log ends at {end}): \
+                     rebuilding producer state from the log",
+                    self.topic,
+                    self.index
+                );
+                (ProducerStates::new(), start)
+            }
+            None => (ProducerStates::new(), start),
+        };
+        let states = self.replay_producers(states, from, end, cache).await?;
+        *self.producers.borrow_mut() = states;
+        self.forget_producers_before(start);
+        log::debug!(
+            "{}-{}: producer state: {} producers, replayed offsets {from}..{end}",
+            self.topic,
+            self.index,
+            self.producer_count()
+        );
+        Ok(())
+    }
+
+    /// `states` with the producer batches of offsets `from..end` (in the log) recorded.
+    async fn replay_producers(
+        &self,
+        mut states: ProducerStates,
+        from: u64,
+        end: u64,
+        cache: &TailCache,
+    ) -> Result<ProducerStates, LogError> {
+        let limits = ReadLimits {
+            max_bytes: REBUILD_READ_BYTES,
+            file_reads: FileReads::Copy,
+        };
+        let mut at = from;
+        while at < end {
+            let chunks = self.read_below(at, end, None, limits, cache).await?;
+            let before = at;
+            for c in &chunks {
+                let Some(bytes) = c.as_slice() else { break };
+                for b in BatchIter::new(bytes) {
+                    let h = *b.map_err(|e| LogError::Failed(e.to_string()))?.header();
+                    if h.next_offset() <= at {
+                        continue;
+                    }
+                    states.replay(&h);
+                    at = h.next_offset();
+                }
+            }
+            if at == before {
+                // Nothing more below `end` (a compacted tail): done.
+                break;
+            }
+        }
+        Ok(states)
+    }
+
+    /// The log was cut to end at its current end (a follower's divergent tail, a reopen that
+    /// lost unwritten batches): takes their batches out of the state (rebuilding it from the
+    /// log when a producer lost every batch it had) and drops the snapshot, which may name
+    /// them. Call it before any await after the cut: appends made meanwhile would be cut too.
+    pub(super) async fn cut_producer_state(&self, cache: &TailCache) -> Result<(), LogError> {
+        let end = self.log_end_offset();
+        let complete = self.producers.borrow_mut().truncate_to(end);
+        self.snapshot_end.set(None);
+        remove_snapshot(&self.dir()).await;
+        if complete {
+            return Ok(());
+        }
+        // Rebuilt aside: appends made while the log is read are recorded on the live state
+        // (at `end` and after) and carried over.
+        let mut rebuilt = self
+            .replay_producers(ProducerStates::new(), self.log_start_offset(), end, cache)
+            .await?;
+        let live = self.producers.borrow();
+        for (id, e) in live.entries() {
+            for m in e.batches().filter(|m| m.base_offset >= end) {
+                rebuilt.record(
+                    &ProducerBatch {
+                        producer_id: id,
+                        epoch: e.epoch,
+                        first_seq: m.first_seq,
+                        record_count: (m.last_offset - m.base_offset + 1) as u32,
+                        max_timestamp: e.last_timestamp,
+                    },
+                    m.base_offset,
+                );
+            }
+        }
+        drop(live);
+        *self.producers.borrow_mut() = rebuilt;
+        Ok(())
+    }
+
+    /// The log starts over empty: so does the producer state.
+    pub(super) async fn clear_producer_state(&self) {
+        self.snapshot_end.set(None);
+        remove_snapshot(&self.dir()).await;
+        *self.producers.borrow_mut() = ProducerStates::new();
+    }
+
+    /// Writes the producer-state snapshot when the log has rolled (or lost) a segment since
+    /// the last one, or when `force`d (a clean stop); only while the log is durable to its
+    /// end, so the snapshot names no batch a crash could take back.
+    pub async fn snapshot_producers(&self, force: bool) -> Result<(), LogError> {
+        let segments = self.log.borrow().segment_count();
+        let end = self.log_end_offset();
+        let durable = self.durable_end() == end && !self.log.borrow().has_pending();
+        let due = force || segments != self.snapshot_segments.get();
+        if !due || !durable || self.is_deleted() || self.snapshot_end.get() == Some(end) {
+            return Ok(());
+        }
+        let bytes = producer_snapshot::encode(&self.producers.borrow(), end);
+        let dir = self.dir();
+        rill_shards::rt::spawn_blocking(move || {
+            crate::log::partition_log::replace_file(&dir, SNAPSHOT_FILE, &bytes)
+        })
+        .await?;
+        if self.log_end_offset() < end {
+            // Cut while it was written: it may name batches that are gone.
+            remove_snapshot(&self.dir()).await;
+            return Ok(());
+        }
+        self.snapshot_segments.set(segments);
+        self.snapshot_end.set(Some(end));
+        Ok(())
+    }
+}
+
+async fn remove_snapshot(dir: &Path) {
+    let path = dir.join(SNAPSHOT_FILE);
+    let _ = rill_shards::rt::spawn_blocking(move || std::fs::remove_file(path)).await;
+}
