@@ -110,6 +110,8 @@ pub struct Shard {
     /// When this shard last proposed creating `__consumer_offsets` (a cluster creates it
     /// lazily).
     pub offsets_topic_create: super::offsets_topic::CreateThrottle,
+    /// Producer ids this shard reserved from the controller and has not handed out.
+    pub producer_ids: super::producer_ids::ProducerIdBlock,
 }
 
 /// Where a topic's partition lives on disk. The topic id keeps a re-created topic from
@@ -180,6 +182,7 @@ impl Shard {
             metrics: Default::default(),
             replication_changed: event_listener::Event::new(),
             offsets_topic_create: Default::default(),
+            producer_ids: Default::default(),
         })
     }
 

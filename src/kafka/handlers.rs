@@ -119,7 +119,7 @@ pub async fn handle(
             ))
         }
         RequestKind::InitProducerId(r) => {
-            ResponseKind::InitProducerId(super::admin::init_producer_id(shard, &r))
+            ResponseKind::InitProducerId(super::admin::init_producer_id(shard, &r).await)
         }
         // `versions::SUPPORTED` lets nothing else through.
         _ => return Handled::Unanswered(Vec::new()),

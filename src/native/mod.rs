@@ -12,6 +12,7 @@ mod log_admin;
 mod metadata;
 mod offsets;
 mod produce;
+mod producer_ids;
 mod reassignments;
 mod replica_fetch;
 pub mod replica_fetcher;
@@ -131,5 +132,6 @@ pub async fn dispatch(shard: &Rc<Shard>, frame: RequestFrame) -> Reply {
         ApiKey::ReassignPartitions => reassignments::reassign(shard, &frame).await,
         ApiKey::DrainBroker => reassignments::drain_broker(shard, &frame).await,
         ApiKey::ElectLeaders => reassignments::elect_leaders(shard, &frame).await,
+        ApiKey::InitProducerId => producer_ids::init_producer_id(shard, &frame).await,
     }
 }

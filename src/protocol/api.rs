@@ -41,6 +41,8 @@ pub enum ApiKey {
     FilteredFetch = 30,
     /// A message appended to its partition at a given time, not now (native only).
     DelayedProduce = 31,
+    /// A producer id and epoch for an idempotent producer (Kafka's InitProducerId).
+    InitProducerId = 35,
 }
 
 impl ApiKey {
@@ -73,6 +75,7 @@ impl ApiKey {
         ApiKey::ElectLeaders,
         ApiKey::FilteredFetch,
         ApiKey::DelayedProduce,
+        ApiKey::InitProducerId,
     ];
 
     /// The API's name (the `api` label of metrics).
@@ -106,6 +109,7 @@ impl ApiKey {
             ApiKey::ElectLeaders => "ElectLeaders",
             ApiKey::FilteredFetch => "FilteredFetch",
             ApiKey::DelayedProduce => "DelayedProduce",
+            ApiKey::InitProducerId => "InitProducerId",
         }
     }
 

@@ -636,3 +636,22 @@ pub struct ElectLeadersResponse {
     /// Partitions whose leader moved.
     pub changed: u32,
 }
+
+/// Asks for a producer id (native key 35, Kafka's InitProducerId): `producer_id` and
+/// `producer_epoch` are -1 for a new producer, or its current ones to bump the epoch and
+/// keep the id (KIP-360).
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct InitProducerIdRequest {
+    pub transactional_id: Option<String>,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub timeout_ms: u32,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct InitProducerIdResponse {
+    pub error_code: i16,
+    pub message: String,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+}
