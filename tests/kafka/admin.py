@@ -21,6 +21,9 @@ and an idempotent producer against rill. Every command prints JSON on stdout.
   produce-idempotent BOOTSTRAP TOPIC COUNT RUN
                                        enable.idempotence=true, keyed messages key<i%20> =
                                        "<RUN>:<key>:<i>"; {"producer_id", "epoch", "delivered"}
+  produce-idempotent-reports BOOTSTRAP TOPIC COUNT RUN
+                                       the same, printing {"reports": [[partition, offset,
+                                       value]...], "producer_id", "epoch"}
 Exits non-zero on anything unexpected (a failed delivery, a fatal producer error).
 """
 import json
@@ -143,7 +146,7 @@ def delete_groups(bootstrap, groups):
     wait_all(a.delete_consumer_groups(groups, request_timeout=30))
 
 
-def produce_idempotent(bootstrap, topic, count, run):
+def produce_idempotent(bootstrap, topic, count, run, reports=False):
     fatal = []
     stats = {}
 
@@ -172,7 +175,7 @@ def produce_idempotent(bootstrap, topic, count, run):
         if err is not None:
             errors.append(str(err))
         else:
-            delivered.append(msg.offset())
+            delivered.append([msg.partition(), msg.offset(), msg.value().decode()])
 
     for i in range(count):
         key = f"key{i % 20}"
@@ -186,11 +189,14 @@ def produce_idempotent(bootstrap, topic, count, run):
         p.poll(0.1)
     if errors or left or fatal:
         sys.exit(f"delivery failed: {left} undelivered, errors {errors[:5]}, fatal {fatal}")
-    print(json.dumps({
+    out = {
         "producer_id": stats.get("producer_id"),
         "epoch": stats.get("producer_epoch"),
         "delivered": len(delivered),
-    }))
+    }
+    if reports:
+        out["reports"] = delivered
+    print(json.dumps(out))
 
 
 if __name__ == "__main__":
@@ -215,5 +221,7 @@ if __name__ == "__main__":
         delete_groups(args[0], args[1:])
     elif cmd == "produce-idempotent":
         produce_idempotent(args[0], args[1], int(args[2]), args[3])
+    elif cmd == "produce-idempotent-reports":
+        produce_idempotent(args[0], args[1], int(args[2]), args[3], reports=True)
     else:
         sys.exit(f"unknown command {cmd}")
