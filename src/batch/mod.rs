@@ -42,6 +42,7 @@ mod builder;
 mod header;
 mod record;
 mod record_ref;
+pub mod sequence;
 pub mod tag_summary;
 #[cfg(test)]
 pub(crate) mod test_support;

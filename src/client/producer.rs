@@ -1182,6 +1182,6 @@ fn number(q: &mut PartitionQueue, b: &mut SealedBatch, producer: (i64, i16)) {
     let seq = q.next_seq;
     let encoded: &mut rkyv::util::AlignedVec<16> = Arc::make_mut(&mut b.encoded);
     crate::batch::set_producer(encoded.as_mut_slice(), id, epoch, seq);
-    q.next_seq = crate::partition::producer_state::increment_sequence(seq, b.records);
+    q.next_seq = crate::batch::sequence::increment_sequence(seq, b.records);
     b.sequence = Some((epoch, seq));
 }

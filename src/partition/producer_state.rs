@@ -27,6 +27,8 @@
 
 use std::collections::{HashMap, VecDeque};
 
+use crate::batch::sequence::in_sequence;
+pub use crate::batch::sequence::increment_sequence;
 use crate::batch::{BatchHeader, FLAG_DELAYED};
 use crate::protocol::ErrorCode;
 
@@ -95,17 +97,6 @@ impl ProducerBatch {
     pub fn last_seq(&self) -> i32 {
         increment_sequence(self.first_seq, self.record_count.saturating_sub(1))
     }
-}
-
-/// `seq + by`, wrapping from `i32::MAX` to 0 as Kafka's sequences do.
-pub fn increment_sequence(seq: i32, by: u32) -> i32 {
-    let wrapped = (i64::from(seq.max(0)) + i64::from(by)) % (i64::from(i32::MAX) + 1);
-    wrapped as i32
-}
-
-/// Whether `next` follows `last`.
-fn in_sequence(last: i32, next: i32) -> bool {
-    i64::from(next) == i64::from(last) + 1 || (next == 0 && last == i32::MAX)
 }
 
 /// What to do with a batch.
