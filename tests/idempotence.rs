@@ -342,3 +342,33 @@ fn a_retry_to_the_new_leader_after_a_failover_is_answered_as_a_duplicate() {
     let got = read_partition(witness.bootstrap(), "fo", 0, 161);
     assert_eq!(got.len(), 161);
 }
+
+/// A producer that sends one record at a time, waiting for each: its partition queues empty
+/// between sends, and its sequences must go on (a sequence that started over would be taken
+/// for a retry and never stored).
+#[test]
+fn one_record_at_a_time_every_record_is_stored_at_its_own_offset() {
+    let b = TestBroker::start(1, &[]);
+    let mut c = b.client();
+    c.create_topic("seq", 2, 1, vec![]).unwrap();
+    let p = Producer::new(
+        ClientConfig::new(b.bootstrap()),
+        ProducerConfig {
+            linger: Duration::ZERO,
+            ..ProducerConfig::default()
+        },
+    )
+    .unwrap();
+    let mut offsets = HashSet::new();
+    for i in 0..200u32 {
+        let v = format!("s{i}");
+        let md = p
+            .send(ProducerRecord::new("seq", v.as_bytes()).partition(i % 2))
+            .unwrap()
+            .wait()
+            .unwrap();
+        assert!(offsets.insert((md.partition, md.offset.unwrap())));
+    }
+    let stored: usize = (0..2).map(|p| stored(&mut c, "seq", p).len()).sum();
+    assert_eq!(stored, 200);
+}

@@ -376,9 +376,6 @@ struct PartitionQueue {
     open: Option<OpenBatch>,
     ready: VecDeque<SealedBatch>,
     in_flight: bool,
-    /// The next batch's base sequence, in epoch `seq_epoch` (idempotence).
-    next_seq: i32,
-    seq_epoch: i16,
 }
 
 /// The idempotent producer's identity and whether it must bump its epoch.
@@ -388,6 +385,10 @@ struct Identity {
     current: Option<(i64, i16)>,
     /// A numbered batch failed for good, or the broker lost track: bump before sending more.
     bump_wanted: bool,
+    /// Each partition's next base sequence in the current epoch. Kept apart from the
+    /// partition queues, which come and go with the traffic: a sequence never starts over
+    /// within an epoch.
+    next_seq: HashMap<(Arc<str>, u32), i32>,
 }
 
 #[derive(Default)]
@@ -459,6 +460,7 @@ impl Producer {
             Some(Identity {
                 current: Some(client.init_producer_id(None)?),
                 bump_wanted: false,
+                next_seq: HashMap::new(),
             })
         } else {
             None
@@ -767,6 +769,8 @@ impl Sender {
                 if let Some(i) = st.identity.as_mut() {
                     i.current = Some(next);
                     i.bump_wanted = false;
+                    // A new epoch numbers every partition from 0.
+                    i.next_seq.clear();
                 }
             }
             Err(e) => log::warn!("idempotent producer: epoch bump failed (retried): {e}"),
@@ -806,6 +810,11 @@ impl Sender {
         // While a bump is wanted nothing new goes out (it waits for the requests in flight).
         let paused = identity.is_some_and(|(_, bump)| bump);
         let mut expired_numbered = false;
+        let mut next_seq = st
+            .identity
+            .as_mut()
+            .map(|i| std::mem::take(&mut i.next_seq))
+            .unwrap_or_default();
         for ((topic, partition), q) in st.queues.iter_mut() {
             if let Some(open) = &q.open {
                 let due = open.created + cfg.linger;
@@ -865,7 +874,8 @@ impl Sender {
                         bytes += b.encoded.len();
                         let mut b = q.ready.pop_front().expect("checked");
                         if let Some((Some(producer), _)) = identity {
-                            number(q, &mut b, producer);
+                            let next = next_seq.entry((topic.clone(), *partition)).or_insert(0);
+                            number(next, &mut b, producer);
                         }
                         batches.push(b);
                     }
@@ -881,6 +891,9 @@ impl Sender {
         }
         st.queues
             .retain(|_, q| q.open.is_some() || !q.ready.is_empty() || q.in_flight);
+        if let Some(i) = st.identity.as_mut() {
+            i.next_seq = next_seq;
+        }
         st.buffered -= freed;
         st.outstanding -= finished;
         if expired_numbered {
@@ -1169,19 +1182,16 @@ fn finish(
 }
 
 /// Numbers a batch about to be sent for the first time in `producer`'s epoch (a retry keeps
-/// its numbers): the partition's next sequence, written into the batch header.
-fn number(q: &mut PartitionQueue, b: &mut SealedBatch, producer: (i64, i16)) {
+/// its numbers): the partition's next sequence (`next_seq`, moved on), written into the batch
+/// header.
+fn number(next_seq: &mut i32, b: &mut SealedBatch, producer: (i64, i16)) {
     let (id, epoch) = producer;
     if b.sequence.is_some_and(|(e, _)| e == epoch) {
         return;
     }
-    if q.seq_epoch != epoch {
-        q.seq_epoch = epoch;
-        q.next_seq = 0;
-    }
-    let seq = q.next_seq;
+    let seq = *next_seq;
     let encoded: &mut rkyv::util::AlignedVec<16> = Arc::make_mut(&mut b.encoded);
     crate::batch::set_producer(encoded.as_mut_slice(), id, epoch, seq);
-    q.next_seq = crate::batch::sequence::increment_sequence(seq, b.records);
+    *next_seq = crate::batch::sequence::increment_sequence(seq, b.records);
     b.sequence = Some((epoch, seq));
 }
