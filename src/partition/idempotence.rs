@@ -75,6 +75,15 @@ impl Partition {
         self.producers.borrow().len()
     }
 
+    /// Forgets producers idle for `ttl` (`--producer-id-expiration-ms`).
+    pub fn expire_producers(&self, now_ms: i64, ttl: std::time::Duration) {
+        let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
+        let n = self.producers.borrow_mut().expire(now_ms, ttl_ms);
+        if n > 0 {
+            log::debug!("{}-{}: {n} idle producers expired", self.topic, self.index);
+        }
+    }
+
     /// The log starts at `start` now: producers with no batch left are forgotten.
     pub(super) fn forget_producers_before(&self, start: u64) {
         let n = self.producers.borrow_mut().drop_before(start);

@@ -51,7 +51,8 @@ pub struct ProducerEntry {
     pub epoch: i16,
     /// Oldest first; never empty, at most [`BATCHES_KEPT`], all of `epoch`.
     batches: VecDeque<BatchMeta>,
-    /// The max timestamp of its last batch (for expiry by age, later).
+    /// When its last batch was appended (the leader's clock, stamped in the header): idle
+    /// producers expire by it ([`ProducerStates::expire`]).
     pub last_timestamp: i64,
 }
 
@@ -74,6 +75,7 @@ pub struct ProducerBatch {
     pub epoch: i16,
     pub first_seq: i32,
     pub record_count: u32,
+    /// The batch's append time (0 before the leader stamped it).
     pub max_timestamp: i64,
 }
 
@@ -88,7 +90,7 @@ impl ProducerBatch {
             epoch: h.producer_epoch,
             first_seq: h.base_sequence,
             record_count: h.record_count,
-            max_timestamp: h.max_timestamp_ms,
+            max_timestamp: h.append_time_ms,
         })
     }
 
@@ -340,6 +342,16 @@ impl ProducerStates {
         Some(())
     }
 
+    /// Forgets producers whose last batch was appended `ttl_ms` or more before `now_ms`
+    /// (Kafka's `producer.id.expiration.ms`): the state stays bounded by the producers that
+    /// wrote recently. Returns how many went.
+    pub fn expire(&mut self, now_ms: i64, ttl_ms: i64) -> usize {
+        let before = self.producers.len();
+        self.producers
+            .retain(|_, e| now_ms.saturating_sub(e.last_timestamp) < ttl_ms);
+        before - self.producers.len()
+    }
+
     /// Every entry, for a snapshot.
     pub fn entries(&self) -> impl Iterator<Item = (i64, &ProducerEntry)> {
         self.producers.iter().map(|(id, e)| (*id, e))
@@ -466,6 +478,23 @@ mod tests {
         assert!(s.get(2).is_none());
         s.record(&batch(3, 0, 0, 1), 10);
         assert_eq!(s.drop_before(5), 1);
+        // Idle producers expire by their last append time.
+        let mut idle = s.clone();
+        idle.record(
+            &ProducerBatch {
+                max_timestamp: 1_000,
+                ..batch(8, 0, 0, 1)
+            },
+            20,
+        );
+        assert_eq!(
+            idle.expire(1_000 + 500, 600),
+            1,
+            "producer 3 (appended at 7) goes"
+        );
+        assert!(idle.get(8).is_some());
+        assert_eq!(idle.expire(1_000 + 600, 600), 1);
+        assert!(idle.is_empty());
         assert!(s.get(1).is_none() && s.get(3).is_some());
         let before = s.clone();
         let undo = s.save([3, 4, 3].into_iter());

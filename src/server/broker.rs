@@ -727,7 +727,9 @@ async fn retention_loop(shard: Rc<Shard>) {
     loop {
         rill_shards::rt::sleep(shard.cfg.retention_check_interval).await;
         let mut budget = RETENTION_SEGMENTS_PER_TICK;
+        let expiration = shard.cfg.producer_id_expiration;
         for p in shard.all_partitions() {
+            p.expire_producers(crate::clock::now_ms(), expiration);
             if budget == 0 {
                 break;
             }
