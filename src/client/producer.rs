@@ -458,7 +458,7 @@ impl Producer {
         let mut client = Client::connect(client_cfg.clone())?;
         let identity = if cfg.idempotence && cfg.acks != Acks::None {
             Some(Identity {
-                current: Some(client.init_producer_id(None)?),
+                current: Some(init_producer_id(&mut client, &cfg)?),
                 bump_wanted: false,
                 next_seq: HashMap::new(),
             })
@@ -1194,4 +1194,22 @@ fn number(next_seq: &mut i32, b: &mut SealedBatch, producer: (i64, i16)) {
     crate::batch::set_producer(encoded.as_mut_slice(), id, epoch, seq);
     *next_seq = crate::batch::sequence::increment_sequence(seq, b.records);
     b.sequence = Some((epoch, seq));
+}
+
+/// A producer id for a new idempotent producer, retrying retriable failures (no controller
+/// leader during an election, a broker restarting) for up to `max_block`, as `send` waits
+/// for metadata.
+fn init_producer_id(client: &mut Client, cfg: &ProducerConfig) -> Result<(i64, i16), ClientError> {
+    let deadline = Instant::now() + cfg.max_block;
+    loop {
+        match client.init_producer_id(None) {
+            Ok(id) => return Ok(id),
+            Err(e) if e.is_retriable() && Instant::now() + cfg.retry_backoff < deadline => {
+                log::debug!("idempotent producer: InitProducerId failed (retried): {e}");
+                std::thread::sleep(cfg.retry_backoff);
+                let _ = client.refresh_metadata();
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
