@@ -121,6 +121,10 @@ impl Partition {
         };
         let states = self.replay_producers(states, from, end, cache).await?;
         *self.producers.borrow_mut() = states;
+        // The next snapshot is due at the next roll (or a clean stop), not at once: an
+        // empty partition writes none.
+        self.snapshot_segments
+            .set(self.log.borrow().segment_count());
         self.forget_producers_before(start);
         log::debug!(
             "{}-{}: producer state: {} producers, replayed offsets {from}..{end}",
