@@ -11,8 +11,9 @@
 //! producer id at start, and numbers each partition's batches with sequences when it first
 //! sends them; a retry sends the same bytes, so a batch whose acknowledgement was lost is
 //! answered by the broker with the offsets it got the first time instead of being stored
-//! again. A partition's request then carries one batch (a duplicate's offsets and a new
-//! batch's are not contiguous). A numbered batch that fails for good (or a broker that lost
+//! again. A partition's request then carries at most 5 batches (what the broker remembers per
+//! producer), either all new or all a retry of one earlier request (a duplicate's offsets and
+//! a new batch's are not contiguous). A numbered batch that fails for good (or a broker that lost
 //! the producer's state: OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID,
 //! INVALID_PRODUCER_EPOCH) makes the producer bump its epoch (KIP-360) once nothing is in
 //! flight, and number its batches from 0 again. Several partitions (of one shard) share a request, and
@@ -708,6 +709,9 @@ struct Sent {
 
 /// Bytes of batches of one partition that may share a request.
 const MAX_PARTITION_REQUEST_BYTES: usize = 8 << 20;
+/// Batches of one partition an idempotent request carries at most: the broker remembers a
+/// producer's last 5 per partition, so a retry of the whole request is recognised.
+const MAX_IDEMPOTENT_BATCHES: usize = 5;
 /// Unknown topics one metadata refresh asks the broker to create, at most.
 const MAX_UNKNOWN_TOPICS: usize = 64;
 
@@ -865,9 +869,17 @@ impl Sender {
                     let mut batches = Vec::new();
                     let mut bytes = 0;
                     while let Some(b) = q.ready.front() {
+                        // With idempotence a request carries at most the batches the broker
+                        // remembers per producer, and either only batches sent before (a
+                        // retry: the same group, whose stored offsets are contiguous) or only
+                        // new ones: a duplicate's offsets and a new batch's are not.
+                        let same_kind = batches.first().is_none_or(|f: &SealedBatch| {
+                            f.sequence.is_some() == b.sequence.is_some()
+                        });
                         let fits = batches.is_empty()
-                            || (identity.is_none()
-                                && bytes + b.encoded.len() <= MAX_PARTITION_REQUEST_BYTES);
+                            || (bytes + b.encoded.len() <= MAX_PARTITION_REQUEST_BYTES
+                                && (identity.is_none()
+                                    || (batches.len() < MAX_IDEMPOTENT_BATCHES && same_kind)));
                         if !fits || b.not_before > now {
                             break;
                         }

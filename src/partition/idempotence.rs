@@ -149,7 +149,42 @@ impl Partition {
         };
         let mut at = from;
         while at < end {
-            let chunks = self.read_below(at, end, None, limits, cache).await?;
+            let chunks = match self.read_below(at, end, None, limits, cache).await {
+                Ok(c) => c,
+                Err(e) => {
+                    // A range recovery found missing or damaged (the log then refuses writes):
+                    // its producers are not known, the rest of the log still is.
+                    let hole = self
+                        .log
+                        .borrow()
+                        .holes()
+                        .iter()
+                        .find(|h| h.from <= at && at < h.to)
+                        .map(|h| h.to);
+                    match hole {
+                        Some(to) if to > at => {
+                            log::warn!(
+                                "{}-{}: producer state: skipped the unreadable offsets {at}..{to}",
+                                self.topic,
+                                self.index
+                            );
+                            at = to;
+                            continue;
+                        }
+                        _ if self.log.borrow().failure().is_some() => {
+                            // It takes no writes: the state matters again only after a
+                            // reopen, which rebuilds it.
+                            log::warn!(
+                                "{}-{}: producer state read up to {at} only: {e}",
+                                self.topic,
+                                self.index
+                            );
+                            break;
+                        }
+                        _ => return Err(e),
+                    }
+                }
+            };
             let before = at;
             for c in &chunks {
                 let Some(bytes) = c.as_slice() else { break };
@@ -174,9 +209,15 @@ impl Partition {
     /// lost unwritten batches): takes their batches out of the state (rebuilding it from the
     /// log when a producer lost every batch it had) and drops the snapshot, which may name
     /// them. Call it before any await after the cut: appends made meanwhile would be cut too.
-    pub(super) async fn cut_producer_state(&self, cache: &TailCache) -> Result<(), LogError> {
+    /// With `rebuild`, the state is read from the log whatever the cut left (a reopen: the
+    /// state may have been loaded while the log was failed, short of its unreadable ranges).
+    pub(super) async fn cut_producer_state(
+        &self,
+        cache: &TailCache,
+        rebuild: bool,
+    ) -> Result<(), LogError> {
         let end = self.log_end_offset();
-        let complete = self.producers.borrow_mut().truncate_to(end);
+        let complete = self.producers.borrow_mut().truncate_to(end) && !rebuild;
         self.snapshot_end.set(None);
         remove_snapshot(&self.dir()).await;
         if complete {

@@ -673,8 +673,9 @@ impl Partition {
         let end = log.end_position();
         cache.forget(self.cache_key);
         *self.log.borrow_mut() = log;
-        // Batches appended but never written are gone: so are they from the producer state.
-        self.cut_producer_state(cache).await?;
+        // Batches appended but never written are gone: so are they from the producer state,
+        // which is rebuilt from the log if it was loaded while the log was failed.
+        self.cut_producer_state(cache, true).await?;
         if end.offset > self.durable.get().offset {
             // Written before the failure and synced by the reopen: durable now.
             self.advance(end);

@@ -540,7 +540,7 @@ impl Partition {
                 self.index,
                 end.offset
             );
-            self.cut_producer_state(cache).await?;
+            self.cut_producer_state(cache, false).await?;
         }
         let mut epochs = self.epochs.borrow().clone().unwrap_or_default();
         if epochs.truncate_to(self.log_end_offset()) {
