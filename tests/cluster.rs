@@ -621,20 +621,6 @@ fn wait_until(what: &str, f: impl Fn() -> bool) {
     }
 }
 
-/// A broker that is not a voter (`--process-roles broker`) of `c`'s quorum, unstarted.
-fn non_voter(c: &TestCluster, id: u32, shards: usize, extra: &[&str]) -> TestBroker {
-    let mut args: Vec<String> = vec![
-        "--node-id".into(),
-        id.to_string(),
-        "--process-roles".into(),
-        "broker".into(),
-        "--controller-voters".into(),
-        c.voters.clone(),
-    ];
-    args.extend(extra.iter().map(|s| s.to_string()));
-    TestBroker::unstarted(shards, &args)
-}
-
 #[test]
 fn a_broker_that_is_not_a_voter_joins_and_a_second_one_with_its_node_id_is_refused() {
     let c = TestCluster::start(3, 1, FAST_SESSIONS);
@@ -647,8 +633,7 @@ fn a_broker_that_is_not_a_voter_joins_and_a_second_one_with_its_node_id_is_refus
     }
     let kafka4 = rill_testkit::free_ports(2);
     let kafka_flag = format!("127.0.0.1:{kafka4}");
-    let mut b4 = non_voter(
-        &c,
+    let mut b4 = c.non_voter(
         4,
         2,
         &[FAST_SESSIONS, &["--kafka-listen", &kafka_flag]].concat(),
@@ -728,7 +713,7 @@ fn a_broker_that_is_not_a_voter_joins_and_a_second_one_with_its_node_id_is_refus
 
     // A second broker with node id 4 (another data dir, another incarnation): refused while
     // the first heartbeats; it exits with one line naming the node id.
-    let mut dup = non_voter(&c, 4, 1, FAST_SESSIONS);
+    let mut dup = c.non_voter(4, 1, FAST_SESSIONS);
     let last = exit_line(&mut dup);
     assert!(
         last.starts_with("rill: error: ")

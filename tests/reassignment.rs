@@ -38,18 +38,7 @@ impl Cluster {
         let c = TestCluster::start(3, 2, SESSIONS);
         c.wait_leader(&[1, 2, 3]);
         let mut brokers: Vec<TestBroker> = (0..extra)
-            .map(|i| {
-                let mut args: Vec<String> = vec![
-                    "--node-id".into(),
-                    (4 + i).to_string(),
-                    "--process-roles".into(),
-                    "broker".into(),
-                    "--controller-voters".into(),
-                    c.voters.clone(),
-                ];
-                args.extend(SESSIONS.iter().map(|s| s.to_string()));
-                TestBroker::unstarted(2, &args)
-            })
+            .map(|i| c.non_voter(4 + i as u32, 2, SESSIONS))
             .collect();
         for b in &mut brokers {
             b.launch();
@@ -685,4 +674,286 @@ fn drain_broker_under_load_then_elect_preferred_after_a_restart() {
     let tail = Load::start(c.get(2).bootstrap(), "d", vec![0]);
     tail.wait_acked(50);
     tail.finish();
+}
+
+/// Runs tests/kafka/reassign_kafkajs.js; returns its one JSON line.
+fn kafkajs(args: &[&str]) -> serde_json::Value {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/kafka");
+    let out = std::process::Command::new("node")
+        .arg("reassign_kafkajs.js")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run node ({e}): run .ci/run, or npm ci in {dir}"));
+    assert!(
+        out.status.success(),
+        "reassign_kafkajs.js {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("one JSON object")
+}
+
+/// Runs `tests/kafka/admin.py elect-leaders`: (topic, partition) -> Kafka error code or 0.
+fn elect_leaders(bootstrap: &str, kind: &str, partitions: &[&str]) -> BTreeMap<(String, i64), i64> {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/kafka/admin.py");
+    let mut args = vec![script, "elect-leaders", bootstrap, kind];
+    args.extend(partitions);
+    let out = std::process::Command::new("python3")
+        .args(&args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run python3 ({e}): run .ci/run"));
+    assert!(
+        out.status.success(),
+        "admin.py elect-leaders: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).expect("JSON");
+            let code = v["error"]["code"].as_i64().unwrap_or(0);
+            let key = (
+                v["topic"].as_str().unwrap().to_string(),
+                v["partition"].as_i64().unwrap(),
+            );
+            (key, code)
+        })
+        .collect()
+}
+
+#[test]
+fn kafka_admin_clients_move_a_partition_list_the_move_and_elect_preferred_leaders() {
+    // Sessions long enough that a broker stopped while its move is listed stays registered.
+    let long = [
+        "--broker-session-timeout-ms",
+        "60000",
+        "--broker-heartbeat-interval-ms",
+        "500",
+    ];
+    let mut c = TestCluster::start_kafka(3, 1, &long);
+    c.wait_leader(&[1, 2, 3]);
+    c.add_broker(1, &long, true);
+    wait_for("every broker registered", || {
+        client_of(&c.nodes[0])
+            .cluster_info()
+            .is_ok_and(|i| i.brokers.iter().filter(|b| b.state == "alive").count() == 4)
+    });
+    // The partition moves to the broker that is not a voter (Kafka's admin clients send to
+    // the controller, which must not be the broker stopped below): the first topic placed
+    // without it.
+    let topic = (0..8)
+        .map(|i| format!("kr{i}"))
+        .find(|t| {
+            client_of(&c.nodes[0])
+                .create_topic(t, 1, 3, vec![("min.insync.replicas".into(), "2".into())])
+                .expect("created");
+            wait_for(&format!("{t}-0 with a full ISR"), || {
+                partition_meta(&c.nodes[0], t, 0).is_some_and(|m| m.isr.len() == 3)
+            });
+            !partition_meta(&c.nodes[0], t, 0)
+                .unwrap()
+                .replicas
+                .contains(&4)
+        })
+        .expect("a topic placed without broker 4");
+    let topic = topic.as_str();
+    let from = partition_meta(&c.nodes[0], topic, 0).unwrap().replicas;
+    // Asked about the partition throughout: a broker that stays up and keeps it.
+    let watch = from[1] as usize - 1;
+    let spare = 4;
+    let mut acked: BTreeMap<u64, String> = BTreeMap::new();
+    let mut send = |from_i: usize, to_i: usize| {
+        let p = rill_testkit::acks_all_producer(c.nodes[watch].bootstrap());
+        let values: Vec<String> = (from_i..to_i).map(value).collect();
+        let handles: Vec<_> = values
+            .iter()
+            .map(|v| {
+                p.send(ProducerRecord::new(topic, v.as_bytes()).partition(0))
+                    .expect("send")
+            })
+            .collect();
+        let _ = p.flush();
+        for (v, h) in values.into_iter().zip(handles) {
+            let offset = h.wait().expect("acks=all").offset.expect("offset");
+            acked.insert(offset, v);
+        }
+    };
+    send(0, 300);
+
+    // The new replica cannot catch up while stopped: the move stays listed.
+    let target = vec![spare, from[1], from[2]];
+    let target_s = target
+        .iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    let kafka = c.kafka_bootstrap(u64::from(from[1]));
+    c.nodes[spare as usize - 1].signal(libc::SIGSTOP);
+    let r = kafkajs(&["alter", &kafka, topic, "0", &target_s]);
+    assert!(r["error"].is_null(), "{r}");
+    let listed = kafkajs(&["list", &kafka]);
+    let topics = listed["topics"].as_array().expect("topics");
+    assert_eq!(topics.len(), 1, "{listed}");
+    assert_eq!(topics[0]["name"], topic, "{listed}");
+    let p = &topics[0]["partitions"][0];
+    assert_eq!(p["partition"], 0, "{listed}");
+    assert_eq!(p["addingReplicas"], serde_json::json!([spare]), "{listed}");
+    assert_eq!(
+        p["removingReplicas"],
+        serde_json::json!([from[0]]),
+        "{listed}"
+    );
+    let mut union = target.clone();
+    union.push(from[0]);
+    assert_eq!(p["replicas"], serde_json::json!(union), "{listed}");
+    // Refused with Kafka's errors, nothing changed: a second move while one runs, a topic
+    // that does not exist.
+    let again = kafkajs(&[
+        "alter",
+        &kafka,
+        topic,
+        "0",
+        &from
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(","),
+    ]);
+    assert_eq!(
+        again["error"]["type"], "REASSIGNMENT_IN_PROGRESS",
+        "{again}"
+    );
+    let nope = kafkajs(&["alter", &kafka, "nope", "0", &target_s]);
+    assert_eq!(
+        nope["error"]["type"], "UNKNOWN_TOPIC_OR_PARTITION",
+        "{nope}"
+    );
+    assert_eq!(kafkajs(&["list", &kafka]), listed);
+    // What kafkajs would not send: v1 with the replication factor change refused, a cancel
+    // of a move that is not running, a negative broker id.
+    let refused = |t: &str, replicas: Option<Vec<i32>>, version: i16, allow_rf: bool| {
+        use kafka_protocol::messages::alter_partition_reassignments_request::{
+            ReassignablePartition, ReassignableTopic,
+        };
+        use kafka_protocol::messages::{
+            AlterPartitionReassignmentsRequest as Req, AlterPartitionReassignmentsResponse as Resp,
+            ApiKey, BrokerId, TopicName,
+        };
+        let mut p = ReassignablePartition::default();
+        p.partition_index = 0;
+        p.replicas = replicas.map(|r| r.into_iter().map(BrokerId).collect());
+        let mut t_ = ReassignableTopic::default();
+        t_.name = TopicName(kafka_protocol::protocol::StrBytes::from_string(t.into()));
+        t_.partitions = vec![p];
+        let mut req = Req::default();
+        req.timeout_ms = 30_000;
+        req.allow_replication_factor_change = allow_rf;
+        req.topics = vec![t_];
+        let r: Resp =
+            rill_testkit::kafka_call(&kafka, ApiKey::AlterPartitionReassignments, version, &req);
+        r.responses[0].partitions[0].error_code
+    };
+    assert_eq!(
+        refused("nope", None, 1, true),
+        3,
+        "UNKNOWN_TOPIC_OR_PARTITION"
+    );
+    assert_eq!(
+        refused(topic, Some(vec![-1, 2, 3]), 0, true),
+        39,
+        "INVALID_REPLICA_ASSIGNMENT"
+    );
+    assert_eq!(
+        kafkajs(&["list", &kafka]),
+        listed,
+        "a refused request changed the move"
+    );
+
+    c.nodes[spare as usize - 1].signal(libc::SIGCONT);
+    wait_for("kr-0 moved", || {
+        partition_meta(&c.nodes[watch], topic, 0)
+            .is_some_and(|m| m.adding.is_empty() && m.replicas == target)
+    });
+    let done = kafkajs(&["list", &kafka]);
+    assert_eq!(done["topics"], serde_json::json!([]), "{done}");
+    let two: Vec<i32> = target[1..].iter().map(|&b| b as i32).collect();
+    assert_eq!(
+        refused(topic, Some(two.clone()), 1, false),
+        38,
+        "INVALID_REPLICATION_FACTOR"
+    );
+    assert_eq!(
+        refused(topic, None, 1, true),
+        85,
+        "NO_REASSIGNMENT_IN_PROGRESS"
+    );
+    assert_eq!(
+        partition_meta(&c.nodes[watch], topic, 0).unwrap().replicas,
+        target
+    );
+    send(300, 400);
+    let hw = acked.keys().last().unwrap() + 1;
+    let batches = |b: u32| {
+        batches_below(
+            &stored_batches(&partition_dir(
+                &c.nodes[b as usize - 1].data_dir(),
+                topic,
+                0,
+            )),
+            hw,
+        )
+    };
+    wait_for("the new replica holds the leader's batches", || {
+        let leader = partition_meta(&c.nodes[watch], topic, 0).unwrap().leader;
+        let theirs = batches(leader);
+        !theirs.is_empty() && target.iter().all(|&b| batches(b) == theirs)
+    });
+
+    // A controlled shutdown moves leadership off the preferred replica; ElectLeaders brings
+    // it back, once; a partition that does not exist is refused.
+    assert_eq!(
+        partition_meta(&c.nodes[watch], topic, 0).unwrap().leader,
+        spare
+    );
+    c.nodes[spare as usize - 1].terminate();
+    wait_for("leadership moved off the stopped broker", || {
+        partition_meta(&c.nodes[watch], topic, 0)
+            .is_some_and(|m| m.leader != spare && m.leader != 0)
+    });
+    c.nodes[spare as usize - 1].start_again();
+    c.nodes[spare as usize - 1].wait_ready();
+    wait_for("the restarted broker back in the ISR", || {
+        partition_meta(&c.nodes[watch], topic, 0).is_some_and(|m| m.isr.len() == 3)
+    });
+    let kafka = c.kafka_bootstrap(1);
+    let r = elect_leaders(
+        &kafka,
+        "preferred",
+        &[&format!("{topic}:0"), &format!("{topic}:5")],
+    );
+    assert_eq!(r[&(topic.to_string(), 0)], 0, "{r:?}");
+    assert_eq!(
+        r[&(topic.to_string(), 5)],
+        3,
+        "UNKNOWN_TOPIC_OR_PARTITION: {r:?}"
+    );
+    wait_for("the preferred replica leads again", || {
+        partition_meta(&c.nodes[watch], topic, 0).is_some_and(|m| m.leader == spare)
+    });
+    let r = elect_leaders(&kafka, "preferred", &[&format!("{topic}:0")]);
+    assert_eq!(r[&(topic.to_string(), 0)], 84, "ELECTION_NOT_NEEDED: {r:?}");
+    let r = elect_leaders(&kafka, "unclean", &[&format!("{topic}:0")]);
+    assert_eq!(r[&(topic.to_string(), 0)], 84, "ELECTION_NOT_NEEDED: {r:?}");
+
+    // Everything acknowledged reads back where it was acknowledged.
+    let read = read_partition(c.nodes[spare as usize - 1].bootstrap(), topic, 0, hw);
+    for (o, v) in &acked {
+        assert_eq!(
+            read.get(o)
+                .map(|b| String::from_utf8_lossy(b).into_owned())
+                .as_ref(),
+            Some(v),
+            "offset {o}"
+        );
+    }
 }

@@ -867,3 +867,92 @@ fn a_follower_whose_next_records_were_deleted_by_retention_starts_over_at_the_le
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+#[test]
+fn a_follower_behind_a_log_start_inside_a_batch_starts_over_at_that_batch() {
+    let c = TestCluster::start(3, 1, LONG_SESSIONS);
+    let controller = c.wait_leader(&[1, 2, 3]);
+    let (m, behind) = lagging_topic(&c, controller, "mid", &[]);
+    let leader = &c.nodes[m.leader as usize - 1];
+    let long = Duration::from_secs(30);
+    let mut acked: BTreeMap<u64, String> = BTreeMap::new();
+    let mut send = |from: usize, to: usize| {
+        let sent: Vec<String> = (from..to).map(|i| value_of("mid", i)).collect();
+        for (v, r) in sent.iter().zip(send_all(
+            leader.bootstrap(),
+            Acks::All,
+            5,
+            long,
+            "mid",
+            &sent,
+        )) {
+            acked.insert(r.expect("acks=all with two in the ISR"), v.clone());
+        }
+    };
+    send(0, 100);
+    let stopped = &c.nodes[behind as usize - 1];
+    let (_, its_end) = log_range(stopped, "mid").expect("the follower's log");
+    stopped.signal(libc::SIGSTOP);
+    wait_partition(
+        leader,
+        "mid",
+        0,
+        "the stopped follower out of the ISR",
+        |m| !m.isr.contains(&behind),
+    );
+    send(100, 600);
+    // DeleteRecords up to the second record of a batch the stopped follower never had.
+    let leader_dir = rill_testkit::partition_dir(&leader.data_dir(), "mid", 0);
+    let base = rill_testkit::stored_batches(&leader_dir)
+        .into_iter()
+        .filter_map(|(o, b)| rill::batch::BatchHeader::decode(&b).map(|h| (o, h.record_count)))
+        .find(|&(o, n)| o > its_end && n >= 2)
+        .map(|(o, _)| o)
+        .expect("a batch of several records past the follower's end");
+    let cut = base + 1;
+    let mut cl = rill::client::Client::connect(ClientConfig::new(leader.bootstrap())).unwrap();
+    assert_eq!(cl.truncate("mid", 0, cut).unwrap(), cut);
+    stopped.signal(libc::SIGCONT);
+    wait_partition(leader, "mid", 0, "the follower back in the ISR", |m| {
+        m.isr.contains(&behind)
+    });
+    send(600, 700);
+    // It holds the leader's batches from the one the log start lies in.
+    let hw = acked.keys().last().unwrap() + 1;
+    let start = Instant::now();
+    loop {
+        let from_base = |b: &rill_testkit::TestBroker| -> Vec<(u64, Vec<u8>)> {
+            let dir = rill_testkit::partition_dir(&b.data_dir(), "mid", 0);
+            rill_testkit::batches_below(&rill_testkit::stored_batches(&dir), hw)
+                .into_iter()
+                .filter(|(o, _)| *o >= base)
+                .collect()
+        };
+        let (mine, theirs) = (from_base(stopped), from_base(leader));
+        // Its own log start then follows the leader's, inside that batch.
+        let its_start = std::fs::read(
+            rill_testkit::partition_dir(&stopped.data_dir(), "mid", 0).join("log-start-offset"),
+        )
+        .ok()
+        .and_then(|b| Some(u64::from_le_bytes(b.get(..8)?.try_into().ok()?)));
+        if !mine.is_empty() && mine == theirs && mine[0].0 == base && its_start == Some(cut) {
+            break;
+        }
+        assert!(
+            start.elapsed() < DEADLINE,
+            "follower from {:?} (log start {its_start:?}), leader from {:?}",
+            mine.first().map(|(o, _)| *o),
+            theirs.first().map(|(o, _)| *o)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Everything acknowledged from the log start on reads back where it was acknowledged.
+    let read = read_partition(leader.bootstrap(), "mid", 0, hw);
+    for (o, v) in acked.range(cut..) {
+        assert_eq!(
+            read.get(o).map(|b| String::from_utf8_lossy(b).into_owned()),
+            Some(v.clone()),
+            "offset {o}"
+        );
+    }
+}

@@ -67,10 +67,21 @@ fn check_broker_epoch(shard: &Shard, replica_id: u32, broker_epoch: u64) -> Resu
     }
 }
 
-/// Where a partition's log starts on this shard (0: not here). A refused follower learns it
-/// too: one whose fetch offset is below it starts its log over there.
-pub fn log_start(shard: &Shard, topic: &str, partition: u32) -> u64 {
-    locate(shard, topic, partition).map_or(0, |p| p.log_start_offset())
+/// Where a follower may start copying a partition on this shard (0: not here): a refused
+/// follower learns it, and one whose fetch offset is below it starts its log over there.
+/// It is the base of the batch holding the log start
+/// ([`crate::partition::Partition::replica_start`]).
+pub async fn replica_start(shard: &Shard, topic: &str, partition: u32) -> u64 {
+    let Ok(p) = locate(shard, topic, partition) else {
+        return 0;
+    };
+    match p.replica_start().await {
+        Ok(start) => start,
+        Err(e) => {
+            log::warn!("{topic}-{partition}: where replicas may start: {e}");
+            p.log_start_offset()
+        }
+    }
 }
 
 /// Answers a replica fetch: one result per partition, in request order.

@@ -1010,3 +1010,45 @@ fn a_drain_plan_replaces_the_broker_everywhere_and_spreads_the_load() {
     );
     check(&m.md);
 }
+
+#[test]
+fn a_reassignment_adding_replicas_past_the_per_shard_limit_is_refused() {
+    let mut m = Md::new();
+    for id in 1..=4 {
+        m.register(id, 1, None);
+    }
+    // 4 live shards x 2: room for 8 replicas, all taken.
+    let limits = MetadataLimits {
+        max_partitions_per_shard: 2,
+        ..MetadataLimits::default()
+    };
+    m.ok(create("a", 2, 3, &[]));
+    m.ok(create("b", 2, 1, &[]));
+    let replicas = m.topic("a").partitions[0].replicas.clone();
+    let spare = (1..=4).find(|b| !replicas.contains(b)).unwrap();
+    // A move to the spare holds 4 replicas of a-0 while it runs: one past the room.
+    let target = vec![spare, replicas[1], replicas[2]];
+    let cmd = reassign(&m, "a", 0, Some(target.clone()));
+    let before = m.md.clone();
+    let e = m.md.apply(99, &cmd, &limits).expect_err("past the room");
+    assert_eq!(e.code, ErrorCode::InvalidPartitions, "{e}");
+    assert!(e.message.contains("--max-partitions-per-shard"), "{e}");
+    assert_eq!(m.md, before, "a refused move changed the metadata");
+    // Reordering the replicas it has adds none: room enough.
+    let mut reordered = replicas.clone();
+    reordered.rotate_left(1);
+    let cmd = reassign(&m, "a", 0, Some(reordered));
+    m.md.apply(100, &cmd, &limits).expect("no replica added");
+    // With room again (b deleted), the move is accepted.
+    m.ok(Command::DeleteTopic { name: "b".into() });
+    let cmd = reassign(&m, "a", 1, Some(target_for(&m, 1)));
+    m.md.apply(101, &cmd, &limits)
+        .expect("room after the delete");
+}
+
+/// A target for `a`-`p` swapping its first replica for a broker that does not hold it.
+fn target_for(m: &Md, p: usize) -> Vec<u32> {
+    let replicas = m.topic("a").partitions[p].replicas.clone();
+    let spare = (1..=4).find(|b| !replicas.contains(b)).unwrap();
+    vec![spare, replicas[1], replicas[2]]
+}

@@ -551,6 +551,18 @@ impl ClusterMetadata {
             | Command::UnfenceBroker { .. }
             | Command::ControlledShutdown { .. }
             | Command::AlterPartition { .. } => self.validate_cluster(cmd),
+            Command::ReassignPartition {
+                topic,
+                partition,
+                replicas: Some(target),
+                ..
+            } => {
+                self.validate_reassignment(cmd)?;
+                // While it moves, the partition holds the new replicas beside the old ones.
+                let p = self.partition(topic, *partition)?;
+                let adding = target.iter().filter(|b| !p.replicas.contains(b)).count();
+                self.check_replica_room(topic, adding as u64, limits)
+            }
             Command::ReassignPartition { .. } | Command::ElectPreferred { .. } => {
                 self.validate_reassignment(cmd)
             }

@@ -238,6 +238,21 @@ fn count_errors(shard: &Shard, api: &'static str, response: &ResponseKind) {
         ResponseKind::DescribeConfigs(r) => r.results.iter().for_each(|c| count(c.error_code)),
         ResponseKind::DescribeCluster(r) => count(r.error_code),
         ResponseKind::InitProducerId(r) => count(r.error_code),
+        ResponseKind::AlterPartitionReassignments(r) => {
+            count(r.error_code);
+            r.responses
+                .iter()
+                .flat_map(|t| &t.partitions)
+                .for_each(|p| count(p.error_code))
+        }
+        ResponseKind::ListPartitionReassignments(r) => count(r.error_code),
+        ResponseKind::ElectLeaders(r) => {
+            count(r.error_code);
+            r.replica_election_results
+                .iter()
+                .flat_map(|t| &t.partition_result)
+                .for_each(|p| count(p.error_code))
+        }
         _ => {}
     }
 }

@@ -118,6 +118,15 @@ pub async fn handle(
                 metadata(shard, &super::admin::brokers_only()).await,
             ))
         }
+        RequestKind::AlterPartitionReassignments(r) => ResponseKind::AlterPartitionReassignments(
+            super::admin::alter_partition_reassignments(shard, version, &r).await,
+        ),
+        RequestKind::ListPartitionReassignments(r) => ResponseKind::ListPartitionReassignments(
+            super::admin::list_partition_reassignments(shard, &r),
+        ),
+        RequestKind::ElectLeaders(r) => {
+            ResponseKind::ElectLeaders(super::admin::elect_leaders(shard, version, &r).await)
+        }
         RequestKind::InitProducerId(r) => {
             ResponseKind::InitProducerId(super::admin::init_producer_id(shard, &r).await)
         }

@@ -9,7 +9,7 @@ use rill_shards::file::DirectFile;
 use rill_shards::rt::ReadResult;
 
 use super::error::LogError;
-use super::scan::{ScanStep, ScanStop, SegmentScan};
+use super::scan::{ScanStep, ScanStop, ScannedBatch, SegmentScan};
 use super::segment::PAGE;
 use crate::batch::BatchView;
 
@@ -53,6 +53,32 @@ impl SegmentReader {
         limit_position: u64,
     ) -> Result<Option<FileRange>, LogError> {
         let limit = limit_position.min(self.written);
+        Ok(self.first_batch_from(offset, limit).await?.map(|b| {
+            let end = (b.position + (max_bytes as u64).max(u64::from(b.len))).min(limit);
+            FileRange {
+                file: self.read_fd.clone(),
+                position: b.position,
+                len: (end - b.position) as usize,
+            }
+        }))
+    }
+
+    /// The base offset of the first batch holding `offset` or a later one (compaction may
+    /// have removed the record itself). `None`: no such batch yet.
+    pub async fn batch_base(&self, offset: u64) -> Result<Option<u64>, LogError> {
+        Ok(self
+            .first_batch_from(offset, self.written)
+            .await?
+            .map(|b| b.base_offset))
+    }
+
+    /// The first batch holding `offset` or a later one, ending before `limit` (a byte
+    /// position), found by walking headers only (each checked).
+    async fn first_batch_from(
+        &self,
+        offset: u64,
+        limit: u64,
+    ) -> Result<Option<ScannedBatch>, LogError> {
         let mut scan = SegmentScan::new(
             &self.file,
             &self.path,
@@ -65,14 +91,7 @@ impl SegmentReader {
         loop {
             match scan.next().await? {
                 ScanStep::Batch(b) if b.next_offset <= offset => continue,
-                ScanStep::Batch(b) => {
-                    let end = (b.position + (max_bytes as u64).max(u64::from(b.len))).min(limit);
-                    return Ok(Some(FileRange {
-                        file: self.read_fd.clone(),
-                        position: b.position,
-                        len: (end - b.position) as usize,
-                    }));
-                }
+                ScanStep::Batch(b) => return Ok(Some(b)),
                 // Nothing past the limit is visible yet.
                 ScanStep::End {
                     stop: None | Some(ScanStop::Truncated { .. }),

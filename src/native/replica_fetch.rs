@@ -66,7 +66,8 @@ pub async fn replica_fetch(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
             Err(OpError { code, message }) => {
                 r.error_code = code.code();
                 r.message = message;
-                r.log_start_offset = replica_fetch::log_start(shard, &fp.topic, fp.partition);
+                r.log_start_offset =
+                    replica_fetch::replica_start(shard, &fp.topic, fp.partition).await;
             }
         }
         partitions.push(r);

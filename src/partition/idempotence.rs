@@ -149,7 +149,7 @@ impl Partition {
         };
         let mut at = from;
         while at < end {
-            let chunks = match self.read_below(at, end, None, limits, cache).await {
+            let chunks = match self.read_below(at, at, end, None, limits, cache).await {
                 Ok(c) => c,
                 Err(e) => {
                     // A range recovery found missing or damaged (the log then refuses writes):

@@ -517,7 +517,8 @@ impl Partition {
         // A replicated high watermark may sit between flushes: its byte position is not known,
         // so file data is copied, bounded by offset.
         let position = (at.offset == hw).then_some(at);
-        self.read_below(offset, hw, position, limits, cache).await
+        self.read_below(offset, self.log_start_offset(), hw, position, limits, cache)
+            .await
     }
 
     /// For a follower's fetch: whole batches from `offset` below the local durable end.
@@ -528,21 +529,41 @@ impl Partition {
         cache: &TailCache,
     ) -> Result<Vec<ReadChunk>, LogError> {
         let d = self.durable.get();
-        self.read_below(offset, d.offset, Some(d), limits, cache)
+        let start = self.log_start_offset();
+        // Below the log start, a follower may still copy the batch it lies in.
+        let lowest = if offset < start {
+            self.replica_start().await?
+        } else {
+            start
+        };
+        self.read_below(offset, lowest, d.offset, Some(d), limits, cache)
             .await
     }
 
-    /// Reads whole batches from `offset` below `hw` (whose byte position, when known, bounds
-    /// sendfile ranges).
+    /// Where a follower may start copying this log: the base of the batch holding the log
+    /// start. DeleteRecords may put the log start inside a batch, and followers copy batches
+    /// whole, so a follower starting over begins at that batch (as Kafka's does) and moves its
+    /// log start up to the leader's once its high watermark passes it.
+    pub async fn replica_start(&self) -> Result<u64, LogError> {
+        let start = self.log_start_offset();
+        let reader = self.log.borrow().reader_for_offset(start)?;
+        Ok(reader
+            .batch_base(start)
+            .await?
+            .map_or(start, |b| b.min(start)))
+    }
+
+    /// Reads whole batches from `offset` (not below `start`) below `hw` (whose byte position,
+    /// when known, bounds sendfile ranges).
     async fn read_below(
         &self,
         offset: u64,
+        start: u64,
         hw: u64,
         hw_position: Option<Flushed>,
         limits: ReadLimits,
         cache: &TailCache,
     ) -> Result<Vec<ReadChunk>, LogError> {
-        let start = self.log_start_offset();
         if offset < start || offset > hw {
             return Err(LogError::OffsetOutOfRange {
                 offset,

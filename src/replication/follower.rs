@@ -17,9 +17,10 @@ pub enum FollowerAction {
     AskEpochEnd { leader: u32, epoch: u32 },
     /// Cut the local log (and its leader-epoch cache) to end at `offset`.
     Truncate { offset: u64 },
-    /// Drop the whole local log and start it again, empty, at `offset`: the leader's log
-    /// start, past this follower's log end (retention or DeleteRecords removed what it
-    /// needed; Kafka's truncateFullyAndStartAt).
+    /// Drop the whole local log and start it again, empty, at `offset`: where the leader's
+    /// log starts (the base of the batch holding its log start, which DeleteRecords may put
+    /// inside a batch), past this follower's log end (retention or DeleteRecords removed
+    /// what it needed; Kafka's truncateFullyAndStartAt).
     StartAt { offset: u64 },
     /// Fetch from the leader.
     Fetch { leader: u32, fetch: ReplicaFetch },

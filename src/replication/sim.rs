@@ -1,7 +1,11 @@
 //! Deterministic simulation of one partition replicated on 3 to 5 brokers by the sans-IO
-//! [`Leader`] and [`Follower`], under a model controller (the real one's rules: elect from the
-//! ISR on fencing, accept an ISR change only for the current leader and epochs, a restarted
-//! broker is fenced and comes back with leadership re-elected at a new epoch).
+//! [`Leader`] and [`Follower`], under the real controller's state machines: the cluster
+//! metadata ([`ClusterMetadata`]: placement, elections from the ISR on fencing, AlterPartition
+//! accepted only for the current leader and epochs) and the active controller's heartbeat
+//! sessions ([`ClusterManager`]: registration, a restarted broker refused until its old session
+//! runs out, then fenced and registered again, fences when sessions run out, unfences on
+//! heartbeats). Raft itself is not simulated here (the controller simulator does that): the
+//! controller is one node whose commands apply at once.
 //!
 //! One seed drives everything (the controller simulator's PRNG): acks=all produces to whoever
 //! believes it leads, durability flushes, crashes that lose what was not durable (the log
@@ -28,7 +32,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::epochs::{EpochEnd, EpochEntry, LeaderEpochs};
 use super::follower::{Follower, FollowerAction};
 use super::leader::{IsrProposal, Leader, LeaderAction, LeaderConfig, PartitionView, ReplicaFetch};
+use crate::controller::cluster::{BrokerRegistration, ClusterManager, Heartbeat};
+use crate::controller::metadata::{BrokerInfo, MetadataLimits};
 use crate::controller::sim::{env_u64, fnv, replay_on_failure, seeds_from_env, Rng};
+use crate::controller::{Applied, ClusterMetadata, Command};
 use crate::protocol::ErrorCode;
 
 const CI_SEEDS: u64 = 24;
@@ -39,8 +46,9 @@ const MAX_BROKERS: u32 = 5;
 /// The controller's node on the simulated network.
 const CONTROLLER: u32 = 0;
 const NO_LEADER: u32 = u32::MAX;
-/// Steps without hearing from a broker before the model controller fences it.
+/// Steps without a heartbeat from a broker before the controller fences it.
 const SESSION_STEPS: u64 = 30;
+const TOPIC: &str = "t";
 const MAX_DELAY_STEPS: u64 = 3;
 /// A request unanswered this long is sent again.
 const RESEND_STEPS: u64 = 6;
@@ -115,10 +123,76 @@ struct Broker {
 }
 
 struct Controller {
-    view: PartitionView,
-    last_heard: BTreeMap<u32, u64>,
-    incarnation: BTreeMap<u32, u64>,
-    fenced: BTreeSet<u32>,
+    md: ClusterMetadata,
+    sessions: ClusterManager,
+    /// Raft index of the last command applied.
+    index: u64,
+    /// Each broker's registration (incarnation, broker epoch), once accepted.
+    registered: BTreeMap<u32, (u64, u64)>,
+}
+
+impl Controller {
+    /// Applies commands the controller decided on (one raft entry each); a refused one
+    /// changes nothing and says why.
+    fn apply(&mut self, cmds: Vec<Command>) -> Result<Vec<Applied>, ErrorCode> {
+        let mut out = Vec::new();
+        for cmd in cmds {
+            self.index += 1;
+            let applied = self
+                .md
+                .apply(self.index, &cmd, &MetadataLimits::default())
+                .map_err(|e| e.code)?;
+            out.push(applied);
+        }
+        Ok(out)
+    }
+
+    /// The partition as the metadata has it.
+    fn view(&self) -> PartitionView {
+        let p = &self.md.topics[TOPIC].partitions[0];
+        PartitionView {
+            leader: if p.leader == crate::controller::cluster::NO_LEADER {
+                NO_LEADER
+            } else {
+                p.leader
+            },
+            leader_epoch: p.leader_epoch,
+            partition_epoch: p.partition_epoch,
+            replicas: p.replicas.clone(),
+            isr: p.isr.clone(),
+        }
+    }
+}
+
+impl Controller {
+    /// A broker (re)registers; returns its broker epoch.
+    fn register(&mut self, b: u32, incarnation: u64, now_ms: u64) -> Result<u64, ErrorCode> {
+        let cmds = self
+            .sessions
+            .register(&self.md, &registration(b, incarnation), now_ms)
+            .map_err(|e| e.code())?;
+        let epoch = self.apply(cmds)?.into_iter().find_map(|a| match a {
+            Applied::MemberRegistered { broker_epoch, .. } => Some(broker_epoch),
+            _ => None,
+        });
+        let epoch = epoch.expect("a registration applied registers");
+        self.registered.insert(b, (incarnation, epoch));
+        Ok(epoch)
+    }
+}
+
+fn registration(b: u32, incarnation: u64) -> BrokerRegistration {
+    BrokerRegistration {
+        broker: BrokerInfo {
+            node_id: b,
+            host: format!("10.0.0.{b}"),
+            port: 9292,
+            shards: 1,
+            kafka_port: None,
+        },
+        incarnation,
+        rack: None,
+    }
 }
 
 #[derive(Default, Debug, Clone, Copy)]
@@ -167,13 +241,24 @@ impl Sim {
             isr_proposal_retry_ms: 20 * STEP_MS,
         };
         let replicas: Vec<u32> = (1..=brokers).collect();
-        let view = PartitionView {
-            leader: 1,
-            leader_epoch: 0,
-            partition_epoch: 0,
-            replicas: replicas.clone(),
-            isr: replicas.clone(),
+        let mut ctl = Controller {
+            md: ClusterMetadata::default(),
+            sessions: ClusterManager::new(SESSION_STEPS * STEP_MS),
+            index: 0,
+            registered: BTreeMap::new(),
         };
+        for &b in &replicas {
+            ctl.register(b, 1, 0)
+                .unwrap_or_else(|e| panic!("broker {b} cannot register: {e:?}"));
+        }
+        let create = Command::CreateTopic {
+            name: TOPIC.into(),
+            partitions: 1,
+            replication_factor: brokers as u16,
+            configs: BTreeMap::new(),
+        };
+        ctl.apply(vec![create])
+            .unwrap_or_else(|e| panic!("the topic: {e:?}"));
         let brokers = replicas
             .iter()
             .map(|&b| {
@@ -197,12 +282,7 @@ impl Sim {
             step: 0,
             cfg,
             brokers,
-            ctl: Controller {
-                view,
-                last_heard: replicas.iter().map(|&b| (b, 0)).collect(),
-                incarnation: replicas.iter().map(|&b| (b, 1)).collect(),
-                fenced: BTreeSet::new(),
-            },
+            ctl,
             net: Vec::new(),
             seq: 0,
             cut: BTreeSet::new(),
@@ -347,94 +427,75 @@ impl Sim {
         }
     }
 
-    // ---- the model controller ----
+    // ---- the controller ----
 
-    fn ctl_remove(&mut self, gone: u32) {
-        let v = &mut self.ctl.view;
-        let before = (v.leader, v.isr.clone());
-        if v.isr.len() > 1 {
-            v.isr.retain(|&b| b != gone);
-        }
-        if v.leader == gone {
-            let fenced = &self.ctl.fenced;
-            v.leader = v
-                .replicas
-                .iter()
-                .copied()
-                .find(|b| v.isr.contains(b) && !fenced.contains(b) && *b != gone)
-                .unwrap_or(NO_LEADER);
-        }
-        self.ctl_bump(before);
-    }
-
-    fn ctl_bump(&mut self, before: (u32, Vec<u32>)) {
-        let v = &mut self.ctl.view;
-        if v.leader == before.0 && v.isr == before.1 {
-            return;
-        }
-        if v.leader != before.0 {
-            v.leader_epoch += 1;
+    /// Counts and notes what changed in the partition since `before`.
+    fn ctl_changed(&mut self, before: &PartitionView) {
+        let after = self.ctl.view();
+        if after.leader != before.leader {
             self.stats.elections += 1;
         }
-        v.partition_epoch += 1;
-        let e = v.leader_epoch;
-        self.note(&[b'E', (e & 0xff) as u8]);
+        if after.leader_epoch != before.leader_epoch {
+            let e = after.leader_epoch;
+            self.note(&[b'E', (e & 0xff) as u8]);
+        }
     }
 
+    /// Heartbeats and registrations from the brokers that can reach the controller (a
+    /// restarted one is refused until its old session ran out), then fences for the sessions
+    /// that ran out.
     fn ctl_step(&mut self) {
+        let now = self.now_ms();
+        let before = self.ctl.view();
         let ids: Vec<u32> = self.brokers.keys().copied().collect();
         for b in ids {
             let br = &self.brokers[&b];
-            if br.up && self.connected(b, CONTROLLER) {
-                let inc = br.incarnation;
-                self.ctl.last_heard.insert(b, self.step);
-                if self.ctl.incarnation[&b] != inc {
-                    // A restarted broker: the old incarnation is fenced, then it registers.
-                    self.ctl.fenced.insert(b);
-                    self.ctl_remove(b);
-                    self.ctl.incarnation.insert(b, inc);
-                }
-                if self.ctl.fenced.remove(&b) {
-                    let v = &mut self.ctl.view;
-                    if v.leader == NO_LEADER && v.isr.contains(&b) {
-                        let before = (v.leader, v.isr.clone());
-                        v.leader = b;
-                        self.ctl_bump(before);
+            if !br.up || !self.connected(b, CONTROLLER) {
+                continue;
+            }
+            let inc = br.incarnation;
+            match self.ctl.registered.get(&b) {
+                Some(&(i, broker_epoch)) if i == inc => {
+                    let hb = Heartbeat {
+                        node_id: b,
+                        broker_epoch,
+                        want_shutdown: false,
+                    };
+                    match self.ctl.sessions.heartbeat(&self.ctl.md, &hb, now) {
+                        Ok(out) => {
+                            if let Some(cmd) = out.propose {
+                                if let Err(e) = self.ctl.apply(vec![cmd]) {
+                                    self.fail(format!("broker {b}'s heartbeat proposal: {e:?}"));
+                                }
+                            }
+                        }
+                        Err(e) => self.fail(format!("broker {b}'s heartbeat: {e}")),
                     }
                 }
-            } else if !self.ctl.fenced.contains(&b)
-                && self.step - self.ctl.last_heard[&b] > SESSION_STEPS
-            {
-                self.ctl.fenced.insert(b);
-                self.ctl_remove(b);
+                _ => {
+                    // Refused (a duplicate) while the previous incarnation's session runs.
+                    let _ = self.ctl.register(b, inc, now);
+                }
             }
         }
+        for fence in self.ctl.sessions.poll(&self.ctl.md, now) {
+            let _ = self.ctl.apply(vec![fence]);
+        }
+        self.ctl_changed(&before);
     }
 
     fn ctl_alter(&mut self, from: u32, p: &IsrProposal) -> Result<(), ErrorCode> {
-        let v = &self.ctl.view;
-        if from != v.leader {
-            return Err(ErrorCode::NotLeaderOrFollower);
-        }
-        if p.leader_epoch != v.leader_epoch {
-            return Err(ErrorCode::FencedLeaderEpoch);
-        }
-        if p.partition_epoch != v.partition_epoch {
-            return Err(ErrorCode::InvalidUpdateVersion);
-        }
-        if !p.isr.contains(&from) {
-            return Err(ErrorCode::InvalidRequest);
-        }
-        if p.isr
-            .iter()
-            .any(|b| !v.replicas.contains(b) || self.ctl.fenced.contains(b))
-        {
-            return Err(ErrorCode::IneligibleReplica);
-        }
-        let before = (v.leader, v.isr.clone());
-        self.ctl.view.isr = p.isr.clone();
+        let before = self.ctl.view();
+        self.ctl.apply(vec![Command::AlterPartition {
+            topic: TOPIC.into(),
+            partition: 0,
+            leader: from,
+            leader_epoch: p.leader_epoch,
+            partition_epoch: p.partition_epoch,
+            isr: p.isr.clone(),
+        }])?;
         self.stats.isr_changes += 1;
-        self.ctl_bump(before);
+        self.ctl_changed(&before);
         Ok(())
     }
 
@@ -803,9 +864,13 @@ impl Sim {
         let ids: Vec<u32> = self.brokers.keys().copied().collect();
         for &b in &ids {
             let br = &self.brokers[&b];
-            let registered = self.ctl.incarnation[&b] == br.incarnation;
+            let registered = self
+                .ctl
+                .registered
+                .get(&b)
+                .is_some_and(|r| r.0 == br.incarnation);
             if br.up && registered && self.connected(b, CONTROLLER) && self.rng.chance(600) {
-                let view = self.ctl.view.clone();
+                let view = self.ctl.view();
                 self.apply_view(b, view);
             }
         }
@@ -904,17 +969,17 @@ impl Sim {
                 ));
             }
         }
+        let isr = self.ctl.view().isr;
         for (&offset, rec) in &self.acked {
             if self.committed.get(offset as usize) != Some(rec) {
                 self.fail(format!("acknowledged record at {offset} is not committed"));
             }
-            for b in &self.ctl.view.isr {
+            for b in &isr {
                 let br = &self.brokers[b];
                 if (br.durable as u64) <= offset || br.log[offset as usize] != *rec {
                     self.fail(format!(
                         "acknowledged record at {offset} is not durable on ISR member {b} \
-                         (ISR {:?})",
-                        self.ctl.view.isr
+                         (ISR {isr:?})"
                     ));
                 }
             }
@@ -939,7 +1004,7 @@ impl Sim {
                 self.flush(b);
             }
         }
-        let v = self.ctl.view.clone();
+        let v = self.ctl.view();
         if v.leader == NO_LEADER || v.isr.len() != self.brokers.len() {
             self.fail(format!("not converged after healing: {v:?}"));
         }

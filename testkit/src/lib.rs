@@ -834,6 +834,40 @@ impl TestCluster {
         }
     }
 
+    /// A broker that is not a voter (`--process-roles broker`) of this quorum, node `id`,
+    /// unstarted.
+    pub fn non_voter(&self, id: u32, shards: usize, extra: &[&str]) -> TestBroker {
+        let mut args: Vec<String> = vec![
+            "--node-id".into(),
+            id.to_string(),
+            "--process-roles".into(),
+            "broker".into(),
+            "--controller-voters".into(),
+            self.voters.clone(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        TestBroker::unstarted(shards, &args)
+    }
+
+    /// Starts one more broker that is not a voter (the next node id), with the Kafka listener
+    /// on if `kafka`; returns its node id once it serves.
+    pub fn add_broker(&mut self, shards: usize, extra: &[&str], kafka: bool) -> u64 {
+        let id = self.nodes.len() as u32 + 1;
+        let port = kafka.then(|| free_ports(shards));
+        let flag = port.map(|k| format!("127.0.0.1:{k}"));
+        let mut args: Vec<&str> = Vec::new();
+        if let Some(f) = &flag {
+            args.extend(["--kafka-listen", f.as_str()]);
+        }
+        args.extend(extra);
+        let mut b = self.non_voter(id, shards, &args);
+        b.kafka_port = port;
+        b.launch();
+        b.wait_ready();
+        self.nodes.push(b);
+        u64::from(id)
+    }
+
     /// Node `id`'s broker (ids from 1).
     pub fn node(&mut self, id: u64) -> &mut TestBroker {
         &mut self.nodes[id as usize - 1]

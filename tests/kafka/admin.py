@@ -18,6 +18,9 @@ and an idempotent producer against rill. Every command prints JSON on stdout.
   incremental-alter-configs BOOTSTRAP KIND NAME JSON
                                        JSON [[key, "SET"|"DELETE"|"APPEND"|"SUBTRACT", value]]
   delete-groups BOOTSTRAP GROUP...      one line per group, as create ("topic": the group)
+  elect-leaders BOOTSTRAP preferred|unclean TOPIC:PARTITION...
+                                       one line per partition: {"topic", "partition",
+                                       "error": null | {...}}
   produce-idempotent BOOTSTRAP TOPIC COUNT RUN
                                        enable.idempotence=true, keyed messages key<i%20> =
                                        "<RUN>:<key>:<i>"; {"producer_id", "epoch", "delivered"}
@@ -39,6 +42,8 @@ KINDS = {"topic": ResourceType.TOPIC, "broker": ResourceType.BROKER}
 def error_json(e):
     if e is None:
         return None
+    if isinstance(e, ck.KafkaError):
+        return {"code": e.code(), "name": e.name(), "message": e.str()}
     err = e.args[0] if e.args and isinstance(e.args[0], ck.KafkaError) else None
     if err is None:
         return {"code": None, "name": type(e).__name__, "message": str(e)}
@@ -146,6 +151,20 @@ def delete_groups(bootstrap, groups):
     wait_all(a.delete_consumer_groups(groups, request_timeout=30))
 
 
+def elect_leaders(bootstrap, kind, partitions):
+    tps = []
+    for tp in partitions:
+        topic, partition = tp.rsplit(":", 1)
+        tps.append(ck.TopicPartition(topic, int(partition)))
+    election = {"preferred": ck.ElectionType.PREFERRED, "unclean": ck.ElectionType.UNCLEAN}[kind]
+    # (confluent-kafka 2.16 fails on any keyword argument here; the client must outlive the
+    # future.)
+    a = admin(bootstrap)
+    results = a.elect_leaders(election, tps).result()
+    for tp, e in sorted(results.items(), key=lambda r: (r[0].topic, r[0].partition)):
+        print(json.dumps({"topic": tp.topic, "partition": tp.partition, "error": error_json(e)}))
+
+
 def produce_idempotent(bootstrap, topic, count, run, reports=False):
     fatal = []
     stats = {}
@@ -219,6 +238,8 @@ if __name__ == "__main__":
         incremental_alter_configs(args[0], args[1], args[2], args[3])
     elif cmd == "delete-groups":
         delete_groups(args[0], args[1:])
+    elif cmd == "elect-leaders":
+        elect_leaders(args[0], args[1], args[2:])
     elif cmd == "produce-idempotent":
         produce_idempotent(args[0], args[1], int(args[2]), args[3])
     elif cmd == "produce-idempotent-reports":

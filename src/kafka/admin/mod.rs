@@ -2,7 +2,8 @@
 //! CreatePartitions), `logs` (DeleteRecords, DescribeLogDirs), `alter_configs` (AlterConfigs,
 //! IncrementalAlterConfigs), `configs`
 //! (DescribeConfigs and the catalogue of topic and broker settings under Kafka's names),
-//! `cluster` (DescribeCluster) and `producer_ids` (InitProducerId). What they share lives
+//! `cluster` (DescribeCluster), `producer_ids` (InitProducerId) and `reassignments`
+//! (AlterPartitionReassignments, ListPartitionReassignments, ElectLeaders). What they share lives
 //! here: the broker defaults a topic created with -1 gets, and how a refusal is written.
 
 mod alter_configs;
@@ -10,6 +11,7 @@ mod cluster;
 mod configs;
 mod logs;
 mod producer_ids;
+mod reassignments;
 #[cfg(test)]
 mod test_support;
 mod topics;
@@ -19,6 +21,9 @@ pub use cluster::{brokers_only, describe_cluster};
 pub use configs::describe_configs;
 pub use logs::{delete_records, describe_log_dirs};
 pub use producer_ids::init_producer_id;
+pub use reassignments::{
+    alter_partition_reassignments, elect_leaders, list_partition_reassignments,
+};
 pub use topics::{create_partitions, create_topics, delete_topics};
 
 use kafka_protocol::protocol::StrBytes;
