@@ -263,13 +263,20 @@ impl Partition {
         let end = self.log_end_offset();
         let durable = self.durable_end() == end && !self.log.borrow().has_pending();
         let due = force || segments != self.snapshot_segments.get();
-        if !due || !durable || self.is_deleted() || self.snapshot_end.get() == Some(end) {
+        // A failed log (a full disk, say) is not written to: the snapshot waits for the reopen.
+        let failed = self.failure().is_some();
+        if !due || !durable || failed || self.is_deleted() || self.snapshot_end.get() == Some(end) {
             return Ok(());
         }
         let bytes = producer_snapshot::encode(&self.producers.borrow(), end);
         let dir = self.dir();
         rill_shards::rt::spawn_blocking(move || {
-            crate::log::partition_log::replace_file(&dir, SNAPSHOT_FILE, &bytes)
+            let written = crate::log::partition_log::replace_file(&dir, SNAPSHOT_FILE, &bytes);
+            if written.is_err() {
+                // A half-written temporary file would hold blocks a full disk needs back.
+                let _ = std::fs::remove_file(dir.join(format!("{SNAPSHOT_FILE}.tmp")));
+            }
+            written
         })
         .await?;
         if self.log_end_offset() < end {
