@@ -255,14 +255,19 @@ impl Partition {
         *self.producers.borrow_mut() = ProducerStates::new();
     }
 
-    /// Writes the producer-state snapshot when the log has rolled (or lost) a segment since
-    /// the last one, or when `force`d (a clean stop); only while the log is durable to its
-    /// end, so the snapshot names no batch a crash could take back.
+    /// Writes the producer-state snapshot at a clean stop (`force`; the periodic call does
+    /// nothing): for a partition with producers, or whose log rolled since open, only while
+    /// the log is durable to its end and not failed, so the snapshot names no batch a crash
+    /// could take back. Not at every roll: on a nearly full disk those files took the blocks a
+    /// restart needs (see ARCHITECTURE.md, "Idempotent producer").
     pub async fn snapshot_producers(&self, force: bool) -> Result<(), LogError> {
         let segments = self.log.borrow().segment_count();
         let end = self.log_end_offset();
         let durable = self.durable_end() == end && !self.log.borrow().has_pending();
-        let due = force || segments != self.snapshot_segments.get();
+        // A clean stop saves producers; an empty state waits for a roll (a full disk's last
+        // blocks are not spent on files that only save a rescan).
+        let due = force
+            && (!self.producers.borrow().is_empty() || segments != self.snapshot_segments.get());
         // A failed log (a full disk, say) is not written to: the snapshot waits for the reopen.
         let failed = self.failure().is_some();
         if !due || !durable || failed || self.is_deleted() || self.snapshot_end.get() == Some(end) {

@@ -638,8 +638,8 @@ async fn checkpoint_high_watermarks(shard: &Shard) {
     }
 }
 
-/// Writes the producer-state snapshot of every partition that rolled a segment since its
-/// last one (all of them when `force`d, at a clean stop), so a restart replays little.
+/// Writes the producer-state snapshot of every partition that needs one (at a clean stop),
+/// so the next start replays little.
 async fn snapshot_producers(shard: &Shard, force: bool) {
     for p in shard.all_partitions() {
         if let Err(e) = p.snapshot_producers(force).await {
@@ -653,7 +653,6 @@ async fn checkpoint_loop(shard: Rc<Shard>) {
     loop {
         rill_shards::rt::sleep(shard.cfg.hw_checkpoint_interval).await;
         checkpoint_high_watermarks(&shard).await;
-        snapshot_producers(&shard, false).await;
     }
 }
 
