@@ -207,7 +207,10 @@ impl KafkaSink {
                 a.max_in_flight.clamp(1, 1_000_000).to_string(),
             )
             .set("compression.type", "none")
-            .set("enable.idempotence", "false")
+            .set(
+                "enable.idempotence",
+                (a.idempotent() && a.acks()? == rill::client::Acks::All).to_string(),
+            )
             .set("partitioner", "murmur2_random")
             // rill's ProducerConfig defaults: 64 MiB of buffered records, 120 s to deliver.
             .set("queue.buffering.max.kbytes", "65536")

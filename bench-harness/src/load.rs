@@ -83,6 +83,11 @@ pub struct LoadArgs {
     /// Requests in flight per connection.
     #[arg(long, default_value_t = 5)]
     pub max_in_flight: usize,
+    /// The idempotent producer (producer id and sequences): on | off. The native client's
+    /// default is on; the Kafka driver turns librdkafka's on only with acks=all (it refuses
+    /// idempotence with other acks).
+    #[arg(long, default_value = "on", value_parser = ["on", "off"])]
+    pub idempotence: String,
     /// Seconds at the start whose latencies are not recorded.
     #[arg(long, default_value_t = 0.0)]
     pub warmup_secs: f64,
@@ -113,6 +118,11 @@ impl LoadArgs {
         }
     }
 
+    /// `--idempotence on`.
+    pub fn idempotent(&self) -> bool {
+        self.idempotence == "on"
+    }
+
     pub fn acks(&self) -> Result<Acks, String> {
         self.acks
             .parse::<Acks>()
@@ -125,6 +135,7 @@ impl LoadArgs {
             linger: Duration::from_millis(self.linger_ms),
             batch_bytes: self.batch_bytes.max(1),
             max_in_flight: self.max_in_flight.max(1),
+            idempotence: self.idempotent(),
             ..ProducerConfig::default()
         })
     }
@@ -160,6 +171,7 @@ impl LoadArgs {
             "rate": self.rate, "producers": self.producers, "consumers": self.consumers,
             "keyed": self.keyed, "acks": self.acks, "linger_ms": self.linger_ms,
             "batch_bytes": self.batch_bytes, "max_in_flight": self.max_in_flight,
+            "idempotence": self.idempotence,
             "warmup_secs": self.warmup_secs, "duration_secs": self.duration_secs,
         });
         if !self.kafka_config.is_empty() {

@@ -180,6 +180,18 @@ pub fn stamp_leader(batch: &mut [u8], base_offset: u64, append_time_ms: i64, lea
     stamp(batch, base_offset, append_time_ms);
 }
 
+/// Sets the producer id, epoch and base sequence of an encoded batch in place (an idempotent
+/// producer numbers a batch when it first sends it) and the two CRCs that cover them.
+pub fn set_producer(batch: &mut [u8], producer_id: i64, epoch: i16, base_sequence: i32) {
+    batch[56..64].copy_from_slice(&producer_id.to_le_bytes());
+    batch[64..66].copy_from_slice(&epoch.to_le_bytes());
+    batch[68..72].copy_from_slice(&base_sequence.to_le_bytes());
+    let crc = checksum(batch);
+    batch[4..8].copy_from_slice(&crc.to_le_bytes());
+    let crc = header_checksum(batch);
+    batch[HEADER_CRC_AT..HEADER_LEN].copy_from_slice(&crc.to_le_bytes());
+}
+
 /// CRC32C over the body-checksummed range of an encoded batch of `length` bytes: bytes
 /// 24..76 (24..72 from version 4) and 80..length.
 pub fn checksum(batch: &[u8]) -> u32 {

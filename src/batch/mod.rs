@@ -42,6 +42,7 @@ mod builder;
 mod header;
 mod record;
 mod record_ref;
+pub mod sequence;
 pub mod tag_summary;
 #[cfg(test)]
 pub(crate) mod test_support;
@@ -50,9 +51,9 @@ mod view;
 pub use aligned::{aligned16, Aligned16};
 pub use builder::BatchBuilder;
 pub use header::{
-    checksum as body_checksum, header_checksum, is_readable_version, stamp as stamp_batch,
-    stamp_leader, BatchHeader, FLAG_DELAYED, HEADER_LEN, LEADER_EPOCH_VERSION, MAGIC,
-    NO_LEADER_EPOCH, OLDEST_READABLE_VERSION, VERSION,
+    checksum as body_checksum, header_checksum, is_readable_version, set_producer,
+    stamp as stamp_batch, stamp_leader, BatchHeader, FLAG_DELAYED, HEADER_LEN,
+    LEADER_EPOCH_VERSION, MAGIC, NO_LEADER_EPOCH, OLDEST_READABLE_VERSION, VERSION,
 };
 /// Little-endian field readers, for the other fixed layouts kept beside batches.
 pub(crate) use header::{u32_at, u64_at};

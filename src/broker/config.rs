@@ -35,6 +35,8 @@ pub struct BrokerConfig {
     pub topic_defaults: TopicDefaults,
     /// How often each shard applies retention (`--retention-check-interval-ms`).
     pub retention_check_interval: Duration,
+    /// `--producer-id-expiration-ms`: idle producers a partition forgets.
+    pub producer_id_expiration: Duration,
     /// Each shard's log cleaner (compaction): `--log-cleaner-*`.
     pub log_cleaner: crate::partition::cleaner::CleanerConfig,
     /// How often each shard checkpoints high watermarks
@@ -158,6 +160,7 @@ impl BrokerConfig {
             fsync: FsyncPolicy::Always,
             topic_defaults: TopicDefaults::default(),
             retention_check_interval: Duration::from_secs(300),
+            producer_id_expiration: Duration::from_secs(86_400),
             log_cleaner: Default::default(),
             hw_checkpoint_interval: Duration::from_secs(5),
             storage_retry_interval: Duration::from_secs(5),

@@ -10,7 +10,8 @@ use std::rc::Rc;
 use std::time::Instant;
 
 use super::{locate_leader, recv_until, OpError, Shard};
-use crate::batch::{BatchError, BatchView};
+use crate::batch::{BatchError, BatchHeader, BatchView};
+use crate::partition::producer_state::Verdict;
 use crate::partition::Partition;
 use crate::protocol::error_code::ErrorCode;
 
@@ -160,31 +161,60 @@ impl Produce {
         B: AsMut<[u8]> + AsRef<[u8]> + Send + 'static,
     {
         let acks = self.acks;
+        // Judged against the producer state and stamped before anything is appended: a
+        // duplicate takes no offset, a refused batch refuses its partition.
+        let mut verdicts = Vec::with_capacity(self.staged.len());
         for s in &self.staged {
-            let mut next = s.partition.log_end_offset();
-            let epoch = s.partition.stamp_epoch();
-            for span in &s.spans {
-                let at = base + span.at;
-                let batch = &mut buf.as_mut()[at..at + span.len];
-                crate::batch::stamp_leader(batch, next, now_ms, epoch);
-                next += u64::from(span.records);
+            let headers: Vec<BatchHeader> = s
+                .spans
+                .iter()
+                .filter_map(|span| BatchHeader::decode(&buf.as_ref()[base + span.at..]))
+                .collect();
+            debug_assert_eq!(
+                headers.len(),
+                s.spans.len(),
+                "staged batches were validated"
+            );
+            let judged = s.partition.admit_producer_batches(&headers);
+            if let Ok(v) = &judged {
+                let mut next = s.partition.log_end_offset();
+                let epoch = s.partition.stamp_epoch();
+                for (span, v) in s.spans.iter().zip(v) {
+                    if *v != Verdict::Append {
+                        continue;
+                    }
+                    let at = base + span.at;
+                    let batch = &mut buf.as_mut()[at..at + span.len];
+                    crate::batch::stamp_leader(batch, next, now_ms, epoch);
+                    next += u64::from(span.records);
+                }
             }
+            verdicts.push(judged);
         }
         let bytes = bytes::Bytes::from_owner(buf);
         self.staged
             .into_iter()
-            .map(|s| {
-                let slices = s
+            .zip(verdicts)
+            .map(|(s, judged)| {
+                let verdicts = judged.map_err(|e| OpError::new(e.code(), e.to_string()))?;
+                let slices: Vec<_> = s
                     .spans
                     .iter()
-                    .map(|span| {
+                    .zip(&verdicts)
+                    .filter(|(_, v)| **v == Verdict::Append)
+                    .map(|(span, _)| {
                         let at = base + span.at;
                         (bytes.slice(at..at + span.len), span.records)
                     })
                     .collect();
-                let (base_offset, next_offset) =
-                    s.partition.append_stamped(slices, &shard.cache)?;
-                shard.group_commit.mark_dirty(&s.partition);
+                let appended = if slices.is_empty() {
+                    None
+                } else {
+                    let range = s.partition.append_stamped(slices, &shard.cache)?;
+                    shard.group_commit.mark_dirty(&s.partition);
+                    Some(range)
+                };
+                let (base_offset, next_offset) = answered_range(&verdicts, appended);
                 Ok(Appended {
                     partition: s.partition,
                     base_offset,
@@ -194,6 +224,28 @@ impl Produce {
             })
             .collect()
     }
+}
+
+/// The offsets a partition's produce is answered with: from the first batch's (its original
+/// ones for a duplicate) to after the last stored one, appended now or before; its
+/// acknowledgement waits for all of them.
+fn answered_range(verdicts: &[Verdict], appended: Option<(u64, u64)>) -> (u64, u64) {
+    let mut appended_first = appended.map(|(first, _)| first);
+    let mut base = None;
+    let mut next = appended.map_or(0, |(_, end)| end);
+    for v in verdicts {
+        let first = match v {
+            Verdict::Append => appended_first.take(),
+            Verdict::Duplicate(m) => {
+                next = next.max(m.last_offset + 1);
+                Some(m.base_offset)
+            }
+        };
+        if base.is_none() {
+            base = first;
+        }
+    }
+    (base.unwrap_or(next), next)
 }
 
 /// A write awaiting its acknowledgement, with the caller's slot.

@@ -110,6 +110,8 @@ pub struct Shard {
     /// When this shard last proposed creating `__consumer_offsets` (a cluster creates it
     /// lazily).
     pub offsets_topic_create: super::offsets_topic::CreateThrottle,
+    /// Producer ids this shard reserved from the controller and has not handed out.
+    pub producer_ids: super::producer_ids::ProducerIdBlock,
 }
 
 /// Where a topic's partition lives on disk. The topic id keeps a re-created topic from
@@ -180,6 +182,7 @@ impl Shard {
             metrics: Default::default(),
             replication_changed: event_listener::Event::new(),
             offsets_topic_create: Default::default(),
+            producer_ids: Default::default(),
         })
     }
 
@@ -360,6 +363,10 @@ impl Shard {
                             p.lead(pi.leader_epoch).await
                         } else {
                             p.load_epochs().await.map(|_| ())
+                        };
+                        let started = match started {
+                            Ok(()) => p.load_producer_state(&self.cache).await,
+                            Err(e) => Err(e),
                         };
                         if let Err(e) = started {
                             log::error!("shard {}: cannot open {}: {e}", self.id, dir.display());

@@ -230,6 +230,14 @@ pub struct BrokerArgs {
         default_value_t = 300_000
     )]
     pub retention_check_interval_ms: u64,
+    /// How long a partition remembers an idempotent producer that appended nothing since
+    /// (Kafka's `producer.id.expiration.ms`, 1 day); checked at every retention check.
+    #[arg(
+        long,
+        env = "RILL_PRODUCER_ID_EXPIRATION_MS",
+        default_value_t = 86_400_000
+    )]
+    pub producer_id_expiration_ms: u64,
     /// How often each shard's log cleaner looks for compacted topics' partitions to compact
     /// (Kafka's `log.cleaner.backoff.ms`).
     #[arg(long, env = "RILL_LOG_CLEANER_BACKOFF_MS", default_value_t = 15_000)]

@@ -114,6 +114,10 @@ pub fn config_from_args(a: &BrokerArgs) -> Result<BrokerConfig, String> {
         return Err("--retention-check-interval-ms must be at least 1".into());
     }
     c.retention_check_interval = Duration::from_millis(a.retention_check_interval_ms);
+    if a.producer_id_expiration_ms == 0 {
+        return Err("--producer-id-expiration-ms must be at least 1".into());
+    }
+    c.producer_id_expiration = Duration::from_millis(a.producer_id_expiration_ms);
     if a.log_cleaner_backoff_ms == 0
         || a.log_cleaner_dedupe_buffer_bytes == 0
         || a.log_cleaner_io_bytes_per_tick == 0

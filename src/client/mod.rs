@@ -355,6 +355,53 @@ impl Client {
         Ok(&self.metadata)
     }
 
+    /// A producer id and epoch for an idempotent producer: a new id with `current` `None`,
+    /// or the same id with the next epoch (KIP-360; a new id once the epoch is exhausted).
+    /// Asks the bootstrap broker, or any broker the last metadata named when it is down.
+    pub fn init_producer_id(
+        &mut self,
+        current: Option<(i64, i16)>,
+    ) -> Result<(i64, i16), ClientError> {
+        let (producer_id, producer_epoch) = current.unwrap_or((-1, -1));
+        let req = InitProducerIdRequest {
+            transactional_id: None,
+            producer_id,
+            producer_epoch,
+            timeout_ms: self
+                .cfg
+                .request_timeout
+                .as_millis()
+                .min(u128::from(u32::MAX)) as u32,
+        };
+        let bootstrap = self.bootstrap_addr()?;
+        let mut asked = vec![bootstrap];
+        asked.extend(self.metadata.brokers.values().filter_map(|b| {
+            (b.host.as_str(), b.port)
+                .to_socket_addrs()
+                .ok()?
+                .next()
+                .filter(|a| *a != bootstrap)
+        }));
+        let mut result = Err(ClientError::Invalid("no broker to ask".into()));
+        for addr in asked {
+            result = self
+                .call(addr, ApiKey::InitProducerId, &req, &[])
+                .map(|(resp, _)| resp);
+            match &result {
+                Err(e) if e.is_unreachable() => continue,
+                _ => break,
+            }
+        }
+        let resp: InitProducerIdResponse = result?;
+        if resp.error_code != 0 {
+            return Err(ClientError::broker(
+                ErrorCode::from_code(resp.error_code),
+                resp.message,
+            ));
+        }
+        Ok((resp.producer_id, resp.producer_epoch))
+    }
+
     /// Refreshes metadata until `topic` is known, or the deadline passes.
     pub fn wait_for_topic(&mut self, topic: &str, timeout: Duration) -> Result<u32, ClientError> {
         let deadline = Instant::now() + timeout;

@@ -5,7 +5,18 @@
 //!
 //! Ordering: a partition has at most one request in flight, and a batch that fails with a
 //! retriable error goes back to the head of its partition's queue, so per-key order holds
-//! across retries and broker restarts. Several partitions (of one shard) share a request, and
+//! across retries and broker restarts.
+//!
+//! Idempotence (on by default, `idempotence`; with acks 1 or all): the producer gets a
+//! producer id at start, and numbers each partition's batches with sequences when it first
+//! sends them; a retry sends the same bytes, so a batch whose acknowledgement was lost is
+//! answered by the broker with the offsets it got the first time instead of being stored
+//! again. A partition's request then carries at most 5 batches (what the broker remembers per
+//! producer), either all new or all a retry of one earlier request (a duplicate's offsets and
+//! a new batch's are not contiguous). A numbered batch that fails for good (or a broker that lost
+//! the producer's state: OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID,
+//! INVALID_PRODUCER_EPOCH) makes the producer bump its epoch (KIP-360) once nothing is in
+//! flight, and number its batches from 0 again. Several partitions (of one shard) share a request, and
 //! `max_in_flight` requests may be pipelined on a connection.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
@@ -83,6 +94,9 @@ pub struct ProducerConfig {
     /// Metadata is refreshed at least this often, so new partitions and moved leaders are
     /// seen without an error first (`metadata.max.age.ms`).
     pub metadata_max_age: Duration,
+    /// Producer id and sequences, so retries are never stored twice (`enable.idempotence`;
+    /// applies with acks 1 and all).
+    pub idempotence: bool,
 }
 
 impl Default for ProducerConfig {
@@ -99,6 +113,7 @@ impl Default for ProducerConfig {
             buffer_memory: 64 << 20,
             max_block: Duration::from_secs(60),
             metadata_max_age: Duration::from_secs(60),
+            idempotence: true,
         }
     }
 }
@@ -336,6 +351,7 @@ impl OpenBatch {
                 attempts: 0,
                 not_before: now,
                 last_error: None,
+                sequence: None,
             }),
             Err(e) => Err((self.slot, self.bytes, e.to_string())),
         }
@@ -352,6 +368,8 @@ struct SealedBatch {
     not_before: Instant,
     /// Why the last attempt failed, named when the delivery timeout ends the retries.
     last_error: Option<String>,
+    /// The (epoch, base sequence) it was sent with (idempotence): kept by its retries.
+    sequence: Option<(i16, i32)>,
 }
 
 #[derive(Default)]
@@ -359,6 +377,19 @@ struct PartitionQueue {
     open: Option<OpenBatch>,
     ready: VecDeque<SealedBatch>,
     in_flight: bool,
+}
+
+/// The idempotent producer's identity and whether it must bump its epoch.
+#[derive(Default)]
+struct Identity {
+    /// (producer id, epoch) from InitProducerId.
+    current: Option<(i64, i16)>,
+    /// A numbered batch failed for good, or the broker lost track: bump before sending more.
+    bump_wanted: bool,
+    /// Each partition's next base sequence in the current epoch. Kept apart from the
+    /// partition queues, which come and go with the traffic: a sequence never starts over
+    /// within an epoch.
+    next_seq: HashMap<(Arc<str>, u32), i32>,
 }
 
 #[derive(Default)]
@@ -379,6 +410,8 @@ struct State {
     unknown_topics: BTreeSet<String>,
     flush_wanted: bool,
     closed: bool,
+    /// Present with idempotence.
+    identity: Option<Identity>,
 }
 
 struct Shared {
@@ -423,7 +456,16 @@ impl Producer {
                 "batch bytes and buffer memory must be at least 1".into(),
             ));
         }
-        let client = Client::connect(client_cfg.clone())?;
+        let mut client = Client::connect(client_cfg.clone())?;
+        let identity = if cfg.idempotence && cfg.acks != Acks::None {
+            Some(Identity {
+                current: Some(init_producer_id(&mut client, &cfg)?),
+                bump_wanted: false,
+                next_seq: HashMap::new(),
+            })
+        } else {
+            None
+        };
         let (wake_tx, wake_rx) = flume::bounded(1);
         let shared = Arc::new(Shared {
             cfg,
@@ -431,6 +473,7 @@ impl Producer {
             state: Mutex::new(State {
                 metadata: Arc::new(client.metadata().clone()),
                 sticky_turn: std::process::id(),
+                identity,
                 ..State::default()
             }),
             changed: Condvar::new(),
@@ -666,6 +709,9 @@ struct Sent {
 
 /// Bytes of batches of one partition that may share a request.
 const MAX_PARTITION_REQUEST_BYTES: usize = 8 << 20;
+/// Batches of one partition an idempotent request carries at most: the broker remembers a
+/// producer's last 5 per partition, so a retry of the whole request is recognised.
+const MAX_IDEMPOTENT_BATCHES: usize = 5;
 /// Unknown topics one metadata refresh asks the broker to create, at most.
 const MAX_UNKNOWN_TOPICS: usize = 64;
 
@@ -689,6 +735,7 @@ impl Sender {
     fn run(mut self) {
         let mut refreshed = Instant::now();
         loop {
+            self.bump_epoch_if_wanted();
             let (sendable, next_wake, closed, want_md) = self.collect();
             if want_md || refreshed.elapsed() >= self.shared.cfg.metadata_max_age {
                 self.refresh_metadata();
@@ -706,6 +753,31 @@ impl Sender {
             let _ = self
                 .wake_rx
                 .recv_timeout(wait.min(Duration::from_millis(100)));
+        }
+    }
+
+    /// Bumps the producer epoch (KIP-360) once a bump is wanted and no request is in flight:
+    /// every partition numbers its batches from 0 again, in the new epoch.
+    fn bump_epoch_if_wanted(&mut self) {
+        let current = {
+            let st = self.shared.lock();
+            match &st.identity {
+                Some(i) if i.bump_wanted && !st.queues.values().any(|q| q.in_flight) => i.current,
+                _ => return,
+            }
+        };
+        match self.client.init_producer_id(current) {
+            Ok(next) => {
+                log::info!("idempotent producer: epoch bumped from {current:?} to {next:?}");
+                let mut st = self.shared.lock();
+                if let Some(i) = st.identity.as_mut() {
+                    i.current = Some(next);
+                    i.bump_wanted = false;
+                    // A new epoch numbers every partition from 0.
+                    i.next_seq.clear();
+                }
+            }
+            Err(e) => log::warn!("idempotent producer: epoch bump failed (retried): {e}"),
         }
     }
 
@@ -738,6 +810,15 @@ impl Sender {
         let mut failed = Vec::new();
         let mut freed = 0usize;
         let mut finished = 0usize;
+        let identity = st.identity.as_ref().map(|i| (i.current, i.bump_wanted));
+        // While a bump is wanted nothing new goes out (it waits for the requests in flight).
+        let paused = identity.is_some_and(|(_, bump)| bump);
+        let mut expired_numbered = false;
+        let mut next_seq = st
+            .identity
+            .as_mut()
+            .map(|i| std::mem::take(&mut i.next_seq))
+            .unwrap_or_default();
         for ((topic, partition), q) in st.queues.iter_mut() {
             if let Some(open) = &q.open {
                 let due = open.created + cfg.linger;
@@ -768,6 +849,8 @@ impl Sender {
                 let b = q.ready.pop_front().expect("checked");
                 freed += b.bytes;
                 finished += 1;
+                // Its sequence may be stored or not: the next ones would leave a gap.
+                expired_numbered |= b.sequence.is_some();
                 let mut why = format!(
                     "not delivered within the delivery timeout of {:?}",
                     cfg.delivery_timeout
@@ -777,7 +860,7 @@ impl Sender {
                 }
                 failed.push((b.slot, why));
             }
-            if q.in_flight {
+            if q.in_flight || paused {
                 continue;
             }
             if let Some(b) = q.ready.front() {
@@ -786,13 +869,27 @@ impl Sender {
                     let mut batches = Vec::new();
                     let mut bytes = 0;
                     while let Some(b) = q.ready.front() {
+                        // With idempotence a request carries at most the batches the broker
+                        // remembers per producer, and either only batches sent before (a
+                        // retry: the same group, whose stored offsets are contiguous) or only
+                        // new ones: a duplicate's offsets and a new batch's are not.
+                        let same_kind = batches.first().is_none_or(|f: &SealedBatch| {
+                            f.sequence.is_some() == b.sequence.is_some()
+                        });
                         let fits = batches.is_empty()
-                            || bytes + b.encoded.len() <= MAX_PARTITION_REQUEST_BYTES;
+                            || (bytes + b.encoded.len() <= MAX_PARTITION_REQUEST_BYTES
+                                && (identity.is_none()
+                                    || (batches.len() < MAX_IDEMPOTENT_BATCHES && same_kind)));
                         if !fits || b.not_before > now {
                             break;
                         }
                         bytes += b.encoded.len();
-                        batches.push(q.ready.pop_front().expect("checked"));
+                        let mut b = q.ready.pop_front().expect("checked");
+                        if let Some((Some(producer), _)) = identity {
+                            let next = next_seq.entry((topic.clone(), *partition)).or_insert(0);
+                            number(next, &mut b, producer);
+                        }
+                        batches.push(b);
                     }
                     sendable.push(Sent {
                         topic: topic.clone(),
@@ -806,8 +903,16 @@ impl Sender {
         }
         st.queues
             .retain(|_, q| q.open.is_some() || !q.ready.is_empty() || q.in_flight);
+        if let Some(i) = st.identity.as_mut() {
+            i.next_seq = next_seq;
+        }
         st.buffered -= freed;
         st.outstanding -= finished;
+        if expired_numbered {
+            if let Some(i) = st.identity.as_mut() {
+                i.bump_wanted = true;
+            }
+        }
         let closed = st.closed && st.queues.is_empty();
         let want_md = st.metadata_wanted;
         drop(st);
@@ -1005,10 +1110,32 @@ fn finish(
     let mut done = Vec::new();
     let mut st = shared.lock();
     for (s, r) in group.into_iter().zip(per_partition) {
-        let q = st.queues.entry((s.topic.clone(), s.partition)).or_default();
-        q.in_flight = false;
         let oldest = s.batches.first().map_or(now, |b| b.created);
         let attempts = s.batches.iter().map(|b| b.attempts).max().unwrap_or(0);
+        // The broker lost this producer's state or refused its numbering: a new epoch numbers
+        // the batch again (it was not stored), and it is retried.
+        let renumber = st.identity.is_some()
+            && matches!(
+                &r,
+                Err((_, DeliveryFailure { code: Some(c), .. }))
+                    if matches!(
+                        c,
+                        ErrorCode::OutOfOrderSequenceNumber
+                            | ErrorCode::UnknownProducerId
+                            | ErrorCode::InvalidProducerEpoch
+                    )
+            );
+        let r = match r {
+            Err((_, f)) if renumber => Err((true, f)),
+            other => other,
+        };
+        if renumber {
+            if let Some(i) = st.identity.as_mut() {
+                i.bump_wanted = true;
+            }
+        }
+        let q = st.queues.entry((s.topic.clone(), s.partition)).or_default();
+        q.in_flight = false;
         match r {
             Err((true, f))
                 if attempts < cfg.retries && now.duration_since(oldest) < cfg.delivery_timeout =>
@@ -1020,6 +1147,9 @@ fn finish(
                     None => f.message.clone(),
                 };
                 for mut batch in s.batches.into_iter().rev() {
+                    if renumber {
+                        batch.sequence = None;
+                    }
                     batch.attempts += 1;
                     batch.not_before = now + cfg.retry_backoff;
                     batch.last_error = Some(last.clone());
@@ -1028,10 +1158,16 @@ fn finish(
                 st.metadata_wanted = true;
             }
             Err((_, f)) => {
+                let numbered = s.batches.iter().any(|b| b.sequence.is_some());
                 for b in s.batches {
                     st.buffered -= b.bytes;
                     st.outstanding -= 1;
                     done.push((b.slot, Err(f.clone())));
+                }
+                if numbered {
+                    if let Some(i) = st.identity.as_mut() {
+                        i.bump_wanted = true;
+                    }
                 }
             }
             Ok(ack) => {
@@ -1056,4 +1192,37 @@ fn finish(
     }
     shared.changed.notify_all();
     shared.wake();
+}
+
+/// Numbers a batch about to be sent for the first time in `producer`'s epoch (a retry keeps
+/// its numbers): the partition's next sequence (`next_seq`, moved on), written into the batch
+/// header.
+fn number(next_seq: &mut i32, b: &mut SealedBatch, producer: (i64, i16)) {
+    let (id, epoch) = producer;
+    if b.sequence.is_some_and(|(e, _)| e == epoch) {
+        return;
+    }
+    let seq = *next_seq;
+    let encoded: &mut rkyv::util::AlignedVec<16> = Arc::make_mut(&mut b.encoded);
+    crate::batch::set_producer(encoded.as_mut_slice(), id, epoch, seq);
+    *next_seq = crate::batch::sequence::increment_sequence(seq, b.records);
+    b.sequence = Some((epoch, seq));
+}
+
+/// A producer id for a new idempotent producer, retrying retriable failures (no controller
+/// leader during an election, a broker restarting) for up to `max_block`, as `send` waits
+/// for metadata.
+fn init_producer_id(client: &mut Client, cfg: &ProducerConfig) -> Result<(i64, i16), ClientError> {
+    let deadline = Instant::now() + cfg.max_block;
+    loop {
+        match client.init_producer_id(None) {
+            Ok(id) => return Ok(id),
+            Err(e) if e.is_retriable() && Instant::now() + cfg.retry_backoff < deadline => {
+                log::debug!("idempotent producer: InitProducerId failed (retried): {e}");
+                std::thread::sleep(cfg.retry_backoff);
+                let _ = client.refresh_metadata();
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }

@@ -54,7 +54,18 @@ pub struct ClusterMetadata {
     /// (`users.rs`); left out of the JSON while empty.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub users: BTreeMap<String, BTreeMap<Mechanism, Credential>>,
+    /// The first producer id no broker was given yet ([`Command::AllocateProducerIds`]); left
+    /// out of the JSON while 0 so older snapshots read as before.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub next_producer_id: u64,
 }
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// The most producer ids one [`Command::AllocateProducerIds`] may reserve.
+pub const MAX_PRODUCER_ID_BLOCK: u32 = 1 << 20;
 
 /// A registered broker.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -212,6 +223,13 @@ pub enum Command {
         user: String,
         mechanism: Mechanism,
     },
+    /// Reserves the next `count` producer ids for broker `node_id` (Kafka's
+    /// AllocateProducerIds, KIP-730): ids are unique across brokers and restarts because the
+    /// counter is replicated metadata.
+    AllocateProducerIds {
+        node_id: u32,
+        count: u32,
+    },
 }
 
 /// What an applied command did (serde: a leader answers a forwarded proposal with it).
@@ -243,6 +261,11 @@ pub enum Applied {
     UserChanged,
     /// The active controller's answer to a broker's heartbeat (no raft entry).
     Heartbeat(super::cluster::HeartbeatReply),
+    /// Producer ids `first..first + count` are the asking broker's.
+    ProducerIdsAllocated {
+        first: u64,
+        count: u32,
+    },
 }
 
 /// A command refused by validation.
@@ -565,6 +588,24 @@ impl ClusterMetadata {
             Command::UpsertScramCredential { .. } | Command::DeleteScramCredential { .. } => {
                 self.validate_user(cmd)
             }
+            Command::AllocateProducerIds { count, .. } => {
+                if *count == 0 || *count > MAX_PRODUCER_ID_BLOCK {
+                    return Err(MetadataError::new(
+                        ErrorCode::InvalidRequest,
+                        format!(
+                            "a block of {count} producer ids, must be 1..={MAX_PRODUCER_ID_BLOCK}"
+                        ),
+                    ));
+                }
+                // Producer ids are i64 on the wire: the counter never passes i64::MAX.
+                if self.next_producer_id + u64::from(*count) > i64::MAX as u64 {
+                    return Err(MetadataError::new(
+                        ErrorCode::InvalidRequest,
+                        "producer ids are exhausted",
+                    ));
+                }
+                Ok(())
+            }
         }
     }
 
@@ -678,6 +719,14 @@ impl ClusterMetadata {
             }
             Command::UpsertScramCredential { .. } | Command::DeleteScramCredential { .. } => {
                 self.apply_user(cmd)
+            }
+            Command::AllocateProducerIds { count, .. } => {
+                let first = self.next_producer_id;
+                self.next_producer_id = first + u64::from(*count);
+                Applied::ProducerIdsAllocated {
+                    first,
+                    count: *count,
+                }
             }
         };
         self.applied_index = index;

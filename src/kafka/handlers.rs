@@ -134,7 +134,7 @@ pub async fn handle(
             super::admin::alter_user_scram_credentials(shard, r).await,
         ),
         RequestKind::InitProducerId(r) => {
-            ResponseKind::InitProducerId(super::admin::init_producer_id(shard, &r))
+            ResponseKind::InitProducerId(super::admin::init_producer_id(shard, &r).await)
         }
         // `versions::SUPPORTED` lets nothing else through.
         _ => return Handled::Unanswered(Vec::new()),

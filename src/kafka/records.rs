@@ -58,6 +58,7 @@ fn decode_batches(mut rest: Bytes) -> Result<(AlignedVec<16>, u32), ConvertError
     let mut n = 0usize;
     let mut batches = 0usize;
     let mut producer = None;
+    let mut idempotent = false;
     while rest.has_remaining() {
         if rest.len() < 12 {
             return Err(bad(format!("{} bytes after the last batch", rest.len())));
@@ -93,6 +94,7 @@ fn decode_batches(mut rest: Bytes) -> Result<(AlignedVec<16>, u32), ConvertError
             continue;
         }
         producer = Some((info.producer_id, info.producer_epoch, info.base_sequence));
+        idempotent |= info.producer_id >= 0;
         let mut body = batch.slice(BATCH_HEADER_LEN..);
         // The codecs' closures answer anyhow's `Result`: the records' own error rides inside it.
         let mut parse = |b: &mut Bytes| Ok(decode_records(b, &info, &mut builder));
@@ -108,6 +110,13 @@ fn decode_batches(mut rest: Bytes) -> Result<(AlignedVec<16>, u32), ConvertError
     }
     if n == 0 {
         return Err(ConvertError::Empty);
+    }
+    if idempotent && batches > 1 {
+        // Their sequences could not be checked as one rill batch (Produce v3+ carries one
+        // record batch per partition; Kafka refuses more).
+        return Err(bad(format!(
+            "{batches} record batches with a producer id for one partition (one is allowed)"
+        )));
     }
     if let (1, Some((id, epoch, sequence))) = (batches, producer) {
         builder = builder.producer(id, epoch, sequence);
@@ -444,6 +453,41 @@ mod tests {
                 assert_eq!(r.headers, sent[i].headers);
             }
         }
+    }
+
+    #[test]
+    fn one_idempotent_batch_keeps_its_numbers_and_several_are_refused() {
+        let encode = |records: &[Record]| {
+            let mut wire = BytesMut::new();
+            RecordBatchEncoder::encode(
+                &mut wire,
+                records,
+                &RecordEncodeOptions {
+                    version: 2,
+                    compression: Compression::None,
+                },
+            )
+            .unwrap();
+            wire
+        };
+        let numbered = |offset: i64, seq: i32| Record {
+            producer_id: 77,
+            producer_epoch: 3,
+            sequence: seq,
+            ..kafka_record(offset, "k", "v", ("h", "x"))
+        };
+        let one = encode(&[numbered(0, 40), numbered(1, 41)]).freeze();
+        let (rill, n) = to_rill_batch(&one).unwrap();
+        assert_eq!(n, 2);
+        let h = crate::batch::BatchHeader::decode(&rill).unwrap();
+        assert_eq!(
+            (h.producer_id, h.producer_epoch, h.base_sequence),
+            (77, 3, 40)
+        );
+        let mut two = encode(&[numbered(0, 40)]);
+        two.extend_from_slice(&encode(&[numbered(0, 41)]));
+        let e = to_rill_batch(&two.freeze()).unwrap_err();
+        assert!(e.to_string().contains("one is allowed"), "{e}");
     }
 
     /// `count` records stored at `base` as one rill batch.

@@ -632,7 +632,7 @@ fn write_offset_file(dir: &Path, name: &str, offset: u64) -> Result<(), LogError
 
 /// Replaces `dir/name` atomically: write a temporary file, sync, rename, sync the directory.
 /// Blocking: run it off the shard thread where it is frequent.
-pub(super) fn replace_file(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), LogError> {
+pub(crate) fn replace_file(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), LogError> {
     let tmp = dir.join(format!("{name}.tmp"));
     super::segment::write_synced(&tmp, bytes)?;
     std::fs::rename(&tmp, dir.join(name)).map_err(|e| LogError::io(&tmp, e))?;

@@ -12,6 +12,7 @@ mod log_admin;
 mod metadata;
 mod offsets;
 mod produce;
+mod producer_ids;
 mod reassignments;
 mod replica_fetch;
 pub mod replica_fetcher;
@@ -136,5 +137,6 @@ pub async fn dispatch(shard: &Rc<Shard>, frame: RequestFrame, file_reads: FileRe
         ApiKey::ElectLeaders => reassignments::elect_leaders(shard, &frame).await,
         ApiKey::AlterUser => users::alter_user(shard, &frame).await,
         ApiKey::ListUsers => users::list_users(shard),
+        ApiKey::InitProducerId => producer_ids::init_producer_id(shard, &frame).await,
     }
 }

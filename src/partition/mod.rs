@@ -7,6 +7,9 @@
 
 pub mod cleaner;
 pub mod group_commit;
+mod idempotence;
+pub mod producer_snapshot;
+pub mod producer_state;
 pub mod replica;
 pub mod tail_cache;
 #[cfg(test)]
@@ -67,6 +70,13 @@ pub struct Partition {
     durable: Cell<Flushed>,
     /// One replica, leader of several, or follower ([`replica`]).
     role: RefCell<replica::Role>,
+    /// Idempotent producers' last batches here: moved by every append, cut with the log
+    /// ([`idempotence`]).
+    producers: RefCell<producer_state::ProducerStates>,
+    /// The segment count and log end at the last producer-state snapshot (written again
+    /// after a roll).
+    snapshot_segments: Cell<usize>,
+    snapshot_end: Cell<Option<u64>>,
 }
 
 /// What `DescribePartitions` reports about one partition.
@@ -120,6 +130,9 @@ impl Partition {
             checkpointed: Cell::new(0),
             epochs: RefCell::new(None),
             leader_epoch: Cell::new(0),
+            producers: RefCell::new(producer_state::ProducerStates::new()),
+            snapshot_segments: Cell::new(0),
+            snapshot_end: Cell::new(None),
         }
     }
 
@@ -262,6 +275,7 @@ impl Partition {
             let gone = log.truncate_before(offset, hw)?;
             (gone, log.dir().to_path_buf(), log.log_start_offset())
         };
+        self.forget_producers_before(start);
         partition_log::remove_segments(&dir, gone).await?;
         Ok(start)
     }
@@ -286,6 +300,7 @@ impl Partition {
             let gone = log.expire(now_ms, retention, retention_bytes, max);
             (gone, log.dir().to_path_buf())
         };
+        self.forget_producers_before(self.log_start_offset());
         let n = gone.len();
         if n > 0 {
             log::info!(
@@ -372,6 +387,9 @@ impl Partition {
             let base = log.next_offset();
             let len = bytes.len() as u64;
             log.append_stamped(bytes.clone(), count)?;
+            if let Some(h) = crate::batch::BatchHeader::decode(&bytes) {
+                self.producers.borrow_mut().replay(&h);
+            }
             self.bytes_in.set(self.bytes_in.get() + len);
             cache.insert(self.cache_key, base, log.next_offset(), bytes);
         }
@@ -676,6 +694,9 @@ impl Partition {
         let end = log.end_position();
         cache.forget(self.cache_key);
         *self.log.borrow_mut() = log;
+        // Batches appended but never written are gone: so are they from the producer state,
+        // which is rebuilt from the log if it was loaded while the log was failed.
+        self.cut_producer_state(cache, true).await?;
         if end.offset > self.durable.get().offset {
             // Written before the failure and synced by the reopen: durable now.
             self.advance(end);

@@ -540,6 +540,7 @@ impl Partition {
                 self.index,
                 end.offset
             );
+            self.cut_producer_state(cache, false).await?;
         }
         let mut epochs = self.epochs.borrow().clone().unwrap_or_default();
         if epochs.truncate_to(self.log_end_offset()) {
@@ -581,6 +582,7 @@ impl Partition {
         cache.forget(self.cache_key);
         *self.log.borrow_mut() = log;
         self.durable.set(end);
+        self.clear_producer_state().await;
         // The leader deletes only below its high watermark: all of it is committed.
         self.raise_high_watermark(offset);
         log::warn!(

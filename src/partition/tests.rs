@@ -287,3 +287,71 @@ fn the_leader_stamps_its_epoch_and_keeps_the_epoch_file_across_restarts() {
         assert!(e.to_string().contains("leader-epoch"), "{e}");
     });
 }
+
+/// An idempotent producer's batch that was appended but never written (a failed write) is
+/// a duplicate only while the partition is failed: its retry waits and fails like it; after
+/// the reopen the producer state is cut with the log, and the retry is stored.
+#[test]
+fn a_batch_lost_to_a_failed_write_is_stored_by_its_retry_after_the_reopen() {
+    use super::producer_state::Verdict;
+    let left = on_shard(|dir| async move {
+        let f = open(&dir, FsyncPolicy::Always).await;
+        let batch = |seq: i32| {
+            let mut b = BatchBuilder::new().producer(5, 0, seq);
+            for i in 0..10 {
+                b.push(1_000, None, format!("p{}", seq + i).as_bytes(), &[], &[]);
+            }
+            b.build().expect("batch")
+        };
+        let append = |bytes: &[u8]| {
+            let view = BatchView::validate(bytes).expect("valid");
+            let v =
+                f.p.admit_producer_batches(&[*view.header()])
+                    .expect("admitted");
+            let r = if v == [Verdict::Append] {
+                f.p.append(&[view], 1, &f.cache).map_err(|e| e.code())
+            } else {
+                Err(ErrorCode::DuplicateSequenceNumber)
+            };
+            f.gc.mark_dirty(&f.p);
+            (v, r)
+        };
+        let (first, second) = (batch(0), batch(10));
+        let (_, r) = append(&first);
+        let (_, next) = r.expect("first");
+        f.p.wait_for_ack(next - 1)
+            .recv_async()
+            .await
+            .unwrap()
+            .unwrap();
+        let key = dir.to_string_lossy().to_string();
+        faults::inject(&key, FileOp::Write, libc::EIO, 1_000);
+        let (v, r) = append(&second);
+        assert_eq!(v, [Verdict::Append]);
+        let (_, next) = r.expect("appended, not yet written");
+        let ack = f.p.wait_for_ack(next - 1).recv_async().await.unwrap();
+        assert_eq!(ack, Err(ErrorCode::KafkaStorageError));
+        // The retry while failed: taken for the batch in the log's pending appends.
+        let view = BatchView::validate(&second).expect("valid");
+        assert!(matches!(
+            f.p.admit_producer_batches(&[*view.header()]).as_deref(),
+            Ok([Verdict::Duplicate(m)]) if m.base_offset == 10
+        ));
+        faults::clear(&key);
+        assert!(f.p.try_reopen(&f.cache).await.expect("reopen"));
+        assert_eq!(f.p.log_end_offset(), 10, "the unwritten batch is gone");
+        // Now the retry is new again, and stored.
+        let (v, r) = append(&second);
+        assert_eq!(v, [Verdict::Append]);
+        let (base, next) = r.expect("stored");
+        assert_eq!((base, next), (10, 20));
+        f.p.wait_for_ack(next - 1)
+            .recv_async()
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(f.p.producer_position(5), Some((0, 19, 19)));
+        f.p.failure().unwrap_or_default()
+    });
+    assert_eq!(left, "");
+}

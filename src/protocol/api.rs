@@ -45,6 +45,8 @@ pub enum ApiKey {
     FilteredFetch = 30,
     /// A message appended to its partition at a given time, not now (native only).
     DelayedProduce = 31,
+    /// A producer id and epoch for an idempotent producer (Kafka's InitProducerId).
+    InitProducerId = 35,
 }
 
 impl ApiKey {
@@ -79,6 +81,7 @@ impl ApiKey {
         ApiKey::ListUsers,
         ApiKey::FilteredFetch,
         ApiKey::DelayedProduce,
+        ApiKey::InitProducerId,
     ];
 
     /// The API's name (the `api` label of metrics).
@@ -114,6 +117,7 @@ impl ApiKey {
             ApiKey::ListUsers => "ListUsers",
             ApiKey::FilteredFetch => "FilteredFetch",
             ApiKey::DelayedProduce => "DelayedProduce",
+            ApiKey::InitProducerId => "InitProducerId",
         }
     }
 

@@ -652,6 +652,17 @@ pub struct AlterUserRequest {
     pub timeout_ms: u32,
 }
 
+/// Asks for a producer id (native key 35, Kafka's InitProducerId): `producer_id` and
+/// `producer_epoch` are -1 for a new producer, or its current ones to bump the epoch and
+/// keep the id (KIP-360).
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct InitProducerIdRequest {
+    pub transactional_id: Option<String>,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub timeout_ms: u32,
+}
+
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct AlterUserResponse {
     pub error_code: i16,
@@ -677,4 +688,12 @@ pub struct UserEntry {
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct ListUsersResponse {
     pub users: Vec<UserEntry>,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct InitProducerIdResponse {
+    pub error_code: i16,
+    pub message: String,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
 }

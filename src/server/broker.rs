@@ -643,6 +643,7 @@ async fn run_shard(
     shard.group_commit.quiesce().await;
     shard.group_commit.sync_all(&shard.all_partitions()).await;
     checkpoint_high_watermarks(&shard).await;
+    snapshot_producers(&shard, true).await;
 }
 
 /// Records every partition's high watermark whose checkpoint is behind.
@@ -650,6 +651,16 @@ async fn checkpoint_high_watermarks(shard: &Shard) {
     for p in shard.all_partitions() {
         if let Err(e) = p.checkpoint_high_watermark().await {
             log::warn!("{}-{}: high watermark checkpoint: {e}", p.topic, p.index);
+        }
+    }
+}
+
+/// Writes the producer-state snapshot of every partition that needs one (at a clean stop),
+/// so the next start replays little.
+async fn snapshot_producers(shard: &Shard, force: bool) {
+    for p in shard.all_partitions() {
+        if let Err(e) = p.snapshot_producers(force).await {
+            log::warn!("{}-{}: producer-state snapshot: {e}", p.topic, p.index);
         }
     }
 }
@@ -732,7 +743,9 @@ async fn retention_loop(shard: Rc<Shard>) {
     loop {
         rill_shards::rt::sleep(shard.cfg.retention_check_interval).await;
         let mut budget = RETENTION_SEGMENTS_PER_TICK;
+        let expiration = shard.cfg.producer_id_expiration;
         for p in shard.all_partitions() {
+            p.expire_producers(crate::clock::now_ms(), expiration);
             if budget == 0 {
                 break;
             }

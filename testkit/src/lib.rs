@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 mod netlab;
 mod replicas;
+mod response_dropper;
 pub mod tls;
 
 pub use netlab::NetLab;
@@ -17,6 +18,7 @@ pub use replicas::{
     acks_all_producer, assert_replicas_equal, batches_below, create_topic_rf3, partition_meta,
     read_partition, stored_batches, wait_partition, FAST_FENCING,
 };
+pub use response_dropper::{FrameLength, ResponseDropper};
 
 use rill::client::{
     Acks, Client, ClientConfig, ConsumedRecord, Consumer, ConsumerConfig, Producer, ProducerConfig,

@@ -24,6 +24,9 @@ and an idempotent producer against rill. Every command prints JSON on stdout.
   produce-idempotent BOOTSTRAP TOPIC COUNT RUN
                                        enable.idempotence=true, keyed messages key<i%20> =
                                        "<RUN>:<key>:<i>"; {"producer_id", "epoch", "delivered"}
+  produce-idempotent-reports BOOTSTRAP TOPIC COUNT RUN
+                                       the same, printing {"reports": [[partition, offset,
+                                       value]...], "producer_id", "epoch"}
 Exits non-zero on anything unexpected (a failed delivery, a fatal producer error).
 """
 import json
@@ -162,7 +165,7 @@ def elect_leaders(bootstrap, kind, partitions):
         print(json.dumps({"topic": tp.topic, "partition": tp.partition, "error": error_json(e)}))
 
 
-def produce_idempotent(bootstrap, topic, count, run):
+def produce_idempotent(bootstrap, topic, count, run, reports=False):
     fatal = []
     stats = {}
 
@@ -191,7 +194,7 @@ def produce_idempotent(bootstrap, topic, count, run):
         if err is not None:
             errors.append(str(err))
         else:
-            delivered.append(msg.offset())
+            delivered.append([msg.partition(), msg.offset(), msg.value().decode()])
 
     for i in range(count):
         key = f"key{i % 20}"
@@ -205,11 +208,14 @@ def produce_idempotent(bootstrap, topic, count, run):
         p.poll(0.1)
     if errors or left or fatal:
         sys.exit(f"delivery failed: {left} undelivered, errors {errors[:5]}, fatal {fatal}")
-    print(json.dumps({
+    out = {
         "producer_id": stats.get("producer_id"),
         "epoch": stats.get("producer_epoch"),
         "delivered": len(delivered),
-    }))
+    }
+    if reports:
+        out["reports"] = delivered
+    print(json.dumps(out))
 
 
 if __name__ == "__main__":
@@ -236,5 +242,7 @@ if __name__ == "__main__":
         elect_leaders(args[0], args[1], args[2:])
     elif cmd == "produce-idempotent":
         produce_idempotent(args[0], args[1], int(args[2]), args[3])
+    elif cmd == "produce-idempotent-reports":
+        produce_idempotent(args[0], args[1], int(args[2]), args[3], reports=True)
     else:
         sys.exit(f"unknown command {cmd}")

@@ -1,0 +1,301 @@
+//! The partition's side of the idempotent producer: judging a leader's batches against the
+//! producer state ([`super::producer_state`]), keeping that state with the log (every append
+//! records its batches; retention forgets producers; cut tails and reopens take batches back),
+//! rebuilding it at open from the snapshot and the batches after it, and writing the snapshot
+//! when the log rolled a segment.
+
+use std::path::Path;
+
+use super::producer_snapshot::{self, SNAPSHOT_FILE};
+use super::producer_state::{ProducerBatch, ProducerStates, SequenceError, Verdict};
+use super::tail_cache::TailCache;
+use super::{Partition, ReadLimits};
+use crate::batch::{BatchHeader, BatchIter};
+use crate::log::{FileReads, LogError};
+
+/// Bytes read at a time when a partition rebuilds its producer state from the log.
+const REBUILD_READ_BYTES: usize = 1 << 20;
+
+impl Partition {
+    /// Judges a produce's batches for this partition (headers in order; they would be
+    /// stamped from the log end on, duplicates taking no offsets). Changes nothing: the append
+    /// records them. One refused batch refuses them all.
+    pub fn admit_producer_batches(
+        &self,
+        headers: &[BatchHeader],
+    ) -> Result<Vec<Verdict>, SequenceError> {
+        let mut states = self.producers.borrow_mut();
+        let tracked: Vec<Option<ProducerBatch>> = headers.iter().map(ProducerBatch::of).collect();
+        if tracked.iter().all(Option::is_none) {
+            return Ok(vec![Verdict::Append; headers.len()]);
+        }
+        // Later batches of the same producer are judged after the earlier ones: recorded on
+        // the state, then taken back.
+        let undo = states.save(tracked.iter().flatten().map(|b| b.producer_id));
+        let mut next = self.log_end_offset();
+        let mut verdicts = Vec::with_capacity(headers.len());
+        let mut refused = None;
+        for (h, b) in headers.iter().zip(&tracked) {
+            let v = match b {
+                None => Ok(Verdict::Append),
+                Some(b) => states.check(b),
+            };
+            match v {
+                Ok(Verdict::Append) => {
+                    if let Some(b) = b {
+                        states.record(b, next);
+                    }
+                    next += u64::from(h.record_count);
+                    verdicts.push(Verdict::Append);
+                }
+                Ok(d) => verdicts.push(d),
+                Err(e) => {
+                    refused = Some(e);
+                    break;
+                }
+            }
+        }
+        states.restore(undo);
+        match refused {
+            Some(e) => Err(e),
+            None => Ok(verdicts),
+        }
+    }
+
+    /// What this partition knows of producer `id`: (epoch, last sequence, last offset).
+    pub fn producer_position(&self, id: i64) -> Option<(i16, i32, u64)> {
+        self.producers
+            .borrow()
+            .get(id)
+            .map(|e| (e.epoch, e.last().last_seq, e.last().last_offset))
+    }
+
+    /// How many producers this partition tracks.
+    pub fn producer_count(&self) -> usize {
+        self.producers.borrow().len()
+    }
+
+    /// Forgets producers idle for `ttl` (`--producer-id-expiration-ms`).
+    pub fn expire_producers(&self, now_ms: i64, ttl: std::time::Duration) {
+        let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
+        let n = self.producers.borrow_mut().expire(now_ms, ttl_ms);
+        if n > 0 {
+            log::debug!("{}-{}: {n} idle producers expired", self.topic, self.index);
+        }
+    }
+
+    /// The log starts at `start` now: producers with no batch left are forgotten.
+    pub(super) fn forget_producers_before(&self, start: u64) {
+        let n = self.producers.borrow_mut().drop_before(start);
+        if n > 0 {
+            log::debug!(
+                "{}-{}: forgot {n} producers whose batches are all below {start}",
+                self.topic,
+                self.index
+            );
+        }
+    }
+
+    /// Loads the producer state at open: the snapshot (if it is whole and not past the log
+    /// end) and the batches after it, else every batch of the log. A read error of the log
+    /// fails the open (dedupe would silently not hold); a bad snapshot never does.
+    pub async fn load_producer_state(&self, cache: &TailCache) -> Result<(), LogError> {
+        let dir = self.dir();
+        let (start, end) = (self.log_start_offset(), self.log_end_offset());
+        let d = dir.clone();
+        let snapshot =
+            rill_shards::rt::spawn_blocking(move || std::fs::read(d.join(SNAPSHOT_FILE)).ok())
+                .await;
+        let (states, from) = match snapshot.as_deref().map(producer_snapshot::decode) {
+            Some(Some((states, at))) if at <= end => (states, at.max(start)),
+            Some(_) => {
+                log::warn!(
+                    "{}-{}: ignoring a damaged or stale {SNAPSHOT_FILE} (the log ends at {end}): \
+                     rebuilding producer state from the log",
+                    self.topic,
+                    self.index
+                );
+                (ProducerStates::new(), start)
+            }
+            None => (ProducerStates::new(), start),
+        };
+        let states = self.replay_producers(states, from, end, cache).await?;
+        *self.producers.borrow_mut() = states;
+        // The next snapshot is due at the next roll (or a clean stop), not at once: an
+        // empty partition writes none.
+        self.snapshot_segments
+            .set(self.log.borrow().segment_count());
+        self.forget_producers_before(start);
+        log::debug!(
+            "{}-{}: producer state: {} producers, replayed offsets {from}..{end}",
+            self.topic,
+            self.index,
+            self.producer_count()
+        );
+        Ok(())
+    }
+
+    /// `states` with the producer batches of offsets `from..end` (in the log) recorded.
+    async fn replay_producers(
+        &self,
+        mut states: ProducerStates,
+        from: u64,
+        end: u64,
+        cache: &TailCache,
+    ) -> Result<ProducerStates, LogError> {
+        let limits = ReadLimits {
+            max_bytes: REBUILD_READ_BYTES,
+            file_reads: FileReads::Copy,
+        };
+        let mut at = from;
+        while at < end {
+            let chunks = match self.read_below(at, at, end, None, limits, cache).await {
+                Ok(c) => c,
+                Err(e) => {
+                    // A range recovery found missing or damaged (the log then refuses writes):
+                    // its producers are not known, the rest of the log still is.
+                    let hole = self
+                        .log
+                        .borrow()
+                        .holes()
+                        .iter()
+                        .find(|h| h.from <= at && at < h.to)
+                        .map(|h| h.to);
+                    match hole {
+                        Some(to) if to > at => {
+                            log::warn!(
+                                "{}-{}: producer state: skipped the unreadable offsets {at}..{to}",
+                                self.topic,
+                                self.index
+                            );
+                            at = to;
+                            continue;
+                        }
+                        _ if self.log.borrow().failure().is_some() => {
+                            // It takes no writes: the state matters again only after a
+                            // reopen, which rebuilds it.
+                            log::warn!(
+                                "{}-{}: producer state read up to {at} only: {e}",
+                                self.topic,
+                                self.index
+                            );
+                            break;
+                        }
+                        _ => return Err(e),
+                    }
+                }
+            };
+            let before = at;
+            for c in &chunks {
+                let Some(bytes) = c.as_slice() else { break };
+                for b in BatchIter::new(bytes) {
+                    let h = *b.map_err(|e| LogError::Failed(e.to_string()))?.header();
+                    if h.next_offset() <= at {
+                        continue;
+                    }
+                    states.replay(&h);
+                    at = h.next_offset();
+                }
+            }
+            if at == before {
+                // Nothing more below `end` (a compacted tail): done.
+                break;
+            }
+        }
+        Ok(states)
+    }
+
+    /// The log was cut to end at its current end (a follower's divergent tail, a reopen that
+    /// lost unwritten batches): takes their batches out of the state (rebuilding it from the
+    /// log when a producer lost every batch it had) and drops the snapshot, which may name
+    /// them. Call it before any await after the cut: appends made meanwhile would be cut too.
+    /// With `rebuild`, the state is read from the log whatever the cut left (a reopen: the
+    /// state may have been loaded while the log was failed, short of its unreadable ranges).
+    pub(super) async fn cut_producer_state(
+        &self,
+        cache: &TailCache,
+        rebuild: bool,
+    ) -> Result<(), LogError> {
+        let end = self.log_end_offset();
+        let complete = self.producers.borrow_mut().truncate_to(end) && !rebuild;
+        self.snapshot_end.set(None);
+        remove_snapshot(&self.dir()).await;
+        if complete {
+            return Ok(());
+        }
+        // Rebuilt aside: appends made while the log is read are recorded on the live state
+        // (at `end` and after) and carried over.
+        let mut rebuilt = self
+            .replay_producers(ProducerStates::new(), self.log_start_offset(), end, cache)
+            .await?;
+        let live = self.producers.borrow();
+        for (id, e) in live.entries() {
+            for m in e.batches().filter(|m| m.base_offset >= end) {
+                rebuilt.record(
+                    &ProducerBatch {
+                        producer_id: id,
+                        epoch: e.epoch,
+                        first_seq: m.first_seq,
+                        record_count: (m.last_offset - m.base_offset + 1) as u32,
+                        max_timestamp: e.last_timestamp,
+                    },
+                    m.base_offset,
+                );
+            }
+        }
+        drop(live);
+        *self.producers.borrow_mut() = rebuilt;
+        Ok(())
+    }
+
+    /// The log starts over empty: so does the producer state.
+    pub(super) async fn clear_producer_state(&self) {
+        self.snapshot_end.set(None);
+        remove_snapshot(&self.dir()).await;
+        *self.producers.borrow_mut() = ProducerStates::new();
+    }
+
+    /// Writes the producer-state snapshot at a clean stop (`force`; the periodic call does
+    /// nothing): for a partition with producers, or whose log rolled since open, only while
+    /// the log is durable to its end and not failed, so the snapshot names no batch a crash
+    /// could take back. Not at every roll: on a nearly full disk those files took the blocks a
+    /// restart needs (see ARCHITECTURE.md, "Idempotent producer").
+    pub async fn snapshot_producers(&self, force: bool) -> Result<(), LogError> {
+        let segments = self.log.borrow().segment_count();
+        let end = self.log_end_offset();
+        let durable = self.durable_end() == end && !self.log.borrow().has_pending();
+        // A clean stop saves producers; an empty state waits for a roll (a full disk's last
+        // blocks are not spent on files that only save a rescan).
+        let due = force
+            && (!self.producers.borrow().is_empty() || segments != self.snapshot_segments.get());
+        // A failed log (a full disk, say) is not written to: the snapshot waits for the reopen.
+        let failed = self.failure().is_some();
+        if !due || !durable || failed || self.is_deleted() || self.snapshot_end.get() == Some(end) {
+            return Ok(());
+        }
+        let bytes = producer_snapshot::encode(&self.producers.borrow(), end);
+        let dir = self.dir();
+        rill_shards::rt::spawn_blocking(move || {
+            let written = crate::log::partition_log::replace_file(&dir, SNAPSHOT_FILE, &bytes);
+            if written.is_err() {
+                // A half-written temporary file would hold blocks a full disk needs back.
+                let _ = std::fs::remove_file(dir.join(format!("{SNAPSHOT_FILE}.tmp")));
+            }
+            written
+        })
+        .await?;
+        if self.log_end_offset() < end {
+            // Cut while it was written: it may name batches that are gone.
+            remove_snapshot(&self.dir()).await;
+            return Ok(());
+        }
+        self.snapshot_segments.set(segments);
+        self.snapshot_end.set(Some(end));
+        Ok(())
+    }
+}
+
+async fn remove_snapshot(dir: &Path) {
+    let path = dir.join(SNAPSHOT_FILE);
+    let _ = rill_shards::rt::spawn_blocking(move || std::fs::remove_file(path)).await;
+}

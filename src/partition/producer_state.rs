@@ -1,0 +1,614 @@
+//! Per-partition idempotent-producer state (Kafka's ProducerStateManager, sans-IO): for each
+//! producer id, its epoch and the sequence ranges and offsets of its last [`BATCHES_KEPT`]
+//! batches, so a retried batch is recognised and answered with the offsets it got the first
+//! time instead of being stored twice.
+//!
+//! Rules (Kafka's `ProducerAppendInfo`, checked in this order):
+//! - a batch whose epoch and sequence range equal one of the producer's last batches is a
+//!   duplicate: acknowledged with the original offsets, not appended;
+//! - an epoch below the producer's is refused: INVALID_PRODUCER_EPOCH;
+//! - a newer epoch must start at sequence 0 (Kafka 2.x+ epoch bump), else
+//!   OUT_OF_ORDER_SEQUENCE_NUMBER;
+//! - the same epoch must continue at last sequence + 1 (wrapping after `i32::MAX` to 0), else
+//!   OUT_OF_ORDER_SEQUENCE_NUMBER;
+//! - a producer this partition does not know must start at sequence 0, else
+//!   UNKNOWN_PRODUCER_ID (Kafka 2.4's rule: clients answer it with a KIP-360 epoch bump, which
+//!   starts again at 0; later Kafka accepts any sequence there, which gives up dedupe for the
+//!   first batch after a producer's state expired).
+//!
+//! The state moves at append time, before the batch is durable, so a retry of a batch still in
+//! the group commit is a duplicate like any other; its acknowledgement waits for the original
+//! offsets to be as durable as the request asks (see `broker::produce`). Appends that never
+//! became durable (a failed write, a follower's cut tail) are taken back by
+//! [`ProducerStates::truncate_to`] or a rebuild from the log.
+//!
+//! Batches without a producer id (`producer_id < 0`) and the broker's own delayed-message
+//! batches (whose producer id field holds a message id) are not tracked.
+
+use std::collections::{HashMap, VecDeque};
+
+use crate::batch::sequence::in_sequence;
+pub use crate::batch::sequence::increment_sequence;
+use crate::batch::{BatchHeader, FLAG_DELAYED};
+use crate::protocol::ErrorCode;
+
+/// Batches remembered per producer: the most a producer may have in flight per partition
+/// (Kafka's `max.in.flight.requests.per.connection` limit with idempotence).
+pub const BATCHES_KEPT: usize = 5;
+
+/// One stored batch of a producer: its sequence range and offsets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchMeta {
+    pub first_seq: i32,
+    pub last_seq: i32,
+    pub base_offset: u64,
+    pub last_offset: u64,
+}
+
+/// What a partition knows of one producer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProducerEntry {
+    pub epoch: i16,
+    /// Oldest first; never empty, at most [`BATCHES_KEPT`], all of `epoch`.
+    batches: VecDeque<BatchMeta>,
+    /// When its last batch was appended (the leader's clock, stamped in the header): idle
+    /// producers expire by it ([`ProducerStates::expire`]).
+    pub last_timestamp: i64,
+}
+
+impl ProducerEntry {
+    pub fn last(&self) -> &BatchMeta {
+        self.batches
+            .back()
+            .expect("an entry holds at least one batch")
+    }
+
+    pub fn batches(&self) -> impl Iterator<Item = &BatchMeta> {
+        self.batches.iter()
+    }
+}
+
+/// The producer fields of a batch about to be appended (or replayed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProducerBatch {
+    pub producer_id: i64,
+    pub epoch: i16,
+    pub first_seq: i32,
+    pub record_count: u32,
+    /// The batch's append time (0 before the leader stamped it).
+    pub max_timestamp: i64,
+}
+
+impl ProducerBatch {
+    /// The producer fields of `h`, `None` for a batch no producer state tracks.
+    pub fn of(h: &BatchHeader) -> Option<ProducerBatch> {
+        if h.producer_id < 0 || h.flags & FLAG_DELAYED != 0 || h.record_count == 0 {
+            return None;
+        }
+        Some(ProducerBatch {
+            producer_id: h.producer_id,
+            epoch: h.producer_epoch,
+            first_seq: h.base_sequence,
+            record_count: h.record_count,
+            max_timestamp: h.append_time_ms,
+        })
+    }
+
+    /// The sequence of the last record (Kafka's `DefaultRecordBatch.incrementSequence`: past
+    /// `i32::MAX` sequences go on from 0).
+    pub fn last_seq(&self) -> i32 {
+        increment_sequence(self.first_seq, self.record_count.saturating_sub(1))
+    }
+}
+
+/// What to do with a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// New and in order: append it.
+    Append,
+    /// Already stored: answer with these offsets.
+    Duplicate(BatchMeta),
+}
+
+/// Why a batch is refused (nothing of it is appended).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SequenceError {
+    #[error("producer {producer_id}: epoch {epoch} is older than its current epoch {current}")]
+    StaleEpoch {
+        producer_id: i64,
+        epoch: i16,
+        current: i16,
+    },
+    #[error(
+        "producer {producer_id} epoch {epoch}: sequence {found} out of order, expected {expected}"
+    )]
+    OutOfOrder {
+        producer_id: i64,
+        epoch: i16,
+        found: i32,
+        expected: i32,
+    },
+    #[error(
+        "producer {producer_id} is unknown to this partition and its batch starts at sequence \
+         {found}, not 0"
+    )]
+    UnknownProducer { producer_id: i64, found: i32 },
+}
+
+impl SequenceError {
+    /// Kafka's error code for it.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            SequenceError::StaleEpoch { .. } => ErrorCode::InvalidProducerEpoch,
+            SequenceError::OutOfOrder { .. } => ErrorCode::OutOfOrderSequenceNumber,
+            SequenceError::UnknownProducer { .. } => ErrorCode::UnknownProducerId,
+        }
+    }
+}
+
+/// Entries saved before a request's batches were applied, to undo them if a later batch of
+/// the same request is refused.
+pub struct Undo(Vec<(i64, Option<ProducerEntry>)>);
+
+/// Every producer's state in one partition.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProducerStates {
+    producers: HashMap<i64, ProducerEntry>,
+}
+
+impl ProducerStates {
+    pub fn new() -> ProducerStates {
+        ProducerStates::default()
+    }
+
+    pub fn len(&self) -> usize {
+        self.producers.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.producers.is_empty()
+    }
+
+    pub fn get(&self, producer_id: i64) -> Option<&ProducerEntry> {
+        self.producers.get(&producer_id)
+    }
+
+    /// Judges a batch a producer sends (no change: see [`Self::record`]).
+    pub fn check(&self, b: &ProducerBatch) -> Result<Verdict, SequenceError> {
+        let Some(e) = self.producers.get(&b.producer_id) else {
+            if b.first_seq != 0 {
+                return Err(SequenceError::UnknownProducer {
+                    producer_id: b.producer_id,
+                    found: b.first_seq,
+                });
+            }
+            return Ok(Verdict::Append);
+        };
+        if b.epoch == e.epoch {
+            let last_seq = b.last_seq();
+            if let Some(m) = e
+                .batches
+                .iter()
+                .find(|m| m.first_seq == b.first_seq && m.last_seq == last_seq)
+            {
+                return Ok(Verdict::Duplicate(*m));
+            }
+        }
+        if b.epoch < e.epoch {
+            return Err(SequenceError::StaleEpoch {
+                producer_id: b.producer_id,
+                epoch: b.epoch,
+                current: e.epoch,
+            });
+        }
+        let expected = if b.epoch > e.epoch {
+            0
+        } else {
+            increment_sequence(e.last().last_seq, 1)
+        };
+        let ok = if b.epoch > e.epoch {
+            b.first_seq == 0
+        } else {
+            in_sequence(e.last().last_seq, b.first_seq)
+        };
+        if !ok {
+            return Err(SequenceError::OutOfOrder {
+                producer_id: b.producer_id,
+                epoch: b.epoch,
+                found: b.first_seq,
+                expected,
+            });
+        }
+        Ok(Verdict::Append)
+    }
+
+    /// Records a batch stored at `base_offset` (a checked append, or a replayed or replicated
+    /// one, which is not judged: the leader did). A new epoch forgets the older one's batches.
+    pub fn record(&mut self, b: &ProducerBatch, base_offset: u64) {
+        let meta = BatchMeta {
+            first_seq: b.first_seq,
+            last_seq: b.last_seq(),
+            base_offset,
+            last_offset: base_offset + u64::from(b.record_count.max(1)) - 1,
+        };
+        let e = self
+            .producers
+            .entry(b.producer_id)
+            .or_insert_with(|| ProducerEntry {
+                epoch: b.epoch,
+                batches: VecDeque::with_capacity(BATCHES_KEPT),
+                last_timestamp: b.max_timestamp,
+            });
+        if e.epoch != b.epoch {
+            e.epoch = b.epoch;
+            e.batches.clear();
+        }
+        if let Some(last) = e.batches.back() {
+            debug_assert!(
+                last.last_offset < base_offset,
+                "batches are recorded in order"
+            );
+        }
+        if e.batches.len() == BATCHES_KEPT {
+            e.batches.pop_front();
+        }
+        e.batches.push_back(meta);
+        e.last_timestamp = b.max_timestamp;
+        assert!(e.batches.len() <= BATCHES_KEPT);
+    }
+
+    /// Records the batch headed `h` stored at its base offset, if it is a producer's.
+    pub fn replay(&mut self, h: &BatchHeader) {
+        if let Some(b) = ProducerBatch::of(h) {
+            self.record(&b, h.base_offset);
+        }
+    }
+
+    /// Saves the entries of `ids` before [`Self::record`]s that may be undone.
+    pub fn save(&self, ids: impl Iterator<Item = i64>) -> Undo {
+        let mut saved: Vec<(i64, Option<ProducerEntry>)> = Vec::new();
+        for id in ids {
+            if !saved.iter().any(|(s, _)| *s == id) {
+                saved.push((id, self.producers.get(&id).cloned()));
+            }
+        }
+        Undo(saved)
+    }
+
+    /// Puts back what [`Self::save`] saved.
+    pub fn restore(&mut self, undo: Undo) {
+        for (id, entry) in undo.0 {
+            match entry {
+                Some(e) => {
+                    self.producers.insert(id, e);
+                }
+                None => {
+                    self.producers.remove(&id);
+                }
+            }
+        }
+    }
+
+    /// Forgets batches at or after `end` (a cut log tail). Returns false when a producer lost
+    /// every batch it had here: what it had before them is not known any more, and the state
+    /// must be rebuilt from the log.
+    #[must_use]
+    pub fn truncate_to(&mut self, end: u64) -> bool {
+        let mut complete = true;
+        self.producers.retain(|_, e| {
+            while e.batches.back().is_some_and(|m| m.base_offset >= end) {
+                e.batches.pop_back();
+            }
+            if e.batches.is_empty() {
+                complete = false;
+            }
+            !e.batches.is_empty()
+        });
+        complete
+    }
+
+    /// Retention or DeleteRecords moved the log start to `start`: producers whose batches are
+    /// all gone are forgotten (Kafka's `truncateHead`); their next batch must start at 0.
+    pub fn drop_before(&mut self, start: u64) -> usize {
+        let before = self.producers.len();
+        self.producers.retain(|_, e| e.last().last_offset >= start);
+        before - self.producers.len()
+    }
+
+    /// Puts back an entry read from a snapshot; `None` (nothing changed) unless its batches
+    /// are 1 to [`BATCHES_KEPT`] in growing offsets.
+    pub fn restore_entry(
+        &mut self,
+        producer_id: i64,
+        epoch: i16,
+        last_timestamp: i64,
+        batches: Vec<BatchMeta>,
+    ) -> Option<()> {
+        let ordered = batches
+            .windows(2)
+            .all(|w| w[0].last_offset < w[1].base_offset)
+            && batches.iter().all(|m| m.base_offset <= m.last_offset);
+        if producer_id < 0 || batches.is_empty() || batches.len() > BATCHES_KEPT || !ordered {
+            return None;
+        }
+        self.producers.insert(
+            producer_id,
+            ProducerEntry {
+                epoch,
+                batches: batches.into(),
+                last_timestamp,
+            },
+        );
+        Some(())
+    }
+
+    /// Forgets producers whose last batch was appended `ttl_ms` or more before `now_ms`
+    /// (Kafka's `producer.id.expiration.ms`): the state stays bounded by the producers that
+    /// wrote recently. Returns how many went.
+    pub fn expire(&mut self, now_ms: i64, ttl_ms: i64) -> usize {
+        let before = self.producers.len();
+        self.producers
+            .retain(|_, e| now_ms.saturating_sub(e.last_timestamp) < ttl_ms);
+        before - self.producers.len()
+    }
+
+    /// Every entry, for a snapshot.
+    pub fn entries(&self) -> impl Iterator<Item = (i64, &ProducerEntry)> {
+        self.producers.iter().map(|(id, e)| (*id, e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch(id: i64, epoch: i16, seq: i32, n: u32) -> ProducerBatch {
+        ProducerBatch {
+            producer_id: id,
+            epoch,
+            first_seq: seq,
+            record_count: n,
+            max_timestamp: 7,
+        }
+    }
+
+    #[test]
+    fn in_order_appends_duplicates_and_gaps() {
+        let mut s = ProducerStates::new();
+        let b0 = batch(1, 0, 0, 10);
+        assert_eq!(s.check(&b0), Ok(Verdict::Append));
+        s.record(&b0, 100);
+        let b1 = batch(1, 0, 10, 5);
+        assert_eq!(s.check(&b1), Ok(Verdict::Append));
+        s.record(&b1, 200);
+        // A retry of either is answered with its first offsets.
+        assert_eq!(
+            s.check(&b0),
+            Ok(Verdict::Duplicate(BatchMeta {
+                first_seq: 0,
+                last_seq: 9,
+                base_offset: 100,
+                last_offset: 109
+            }))
+        );
+        assert!(matches!(
+            s.check(&b1),
+            Ok(Verdict::Duplicate(BatchMeta {
+                base_offset: 200,
+                ..
+            }))
+        ));
+        // A gap, or an overlap that is no whole earlier batch, is out of order.
+        assert_eq!(
+            s.check(&batch(1, 0, 16, 1)).map_err(|e| e.code()),
+            Err(ErrorCode::OutOfOrderSequenceNumber)
+        );
+        assert_eq!(
+            s.check(&batch(1, 0, 5, 5)).map_err(|e| e.code()),
+            Err(ErrorCode::OutOfOrderSequenceNumber)
+        );
+        assert_eq!(s.check(&batch(1, 0, 15, 1)), Ok(Verdict::Append));
+    }
+
+    #[test]
+    fn epochs_unknown_producers_and_wrapping() {
+        let mut s = ProducerStates::new();
+        assert_eq!(
+            s.check(&batch(9, 0, 3, 1)).map_err(|e| e.code()),
+            Err(ErrorCode::UnknownProducerId)
+        );
+        s.record(&batch(9, 2, 0, 3), 0);
+        assert_eq!(
+            s.check(&batch(9, 1, 3, 1)).map_err(|e| e.code()),
+            Err(ErrorCode::InvalidProducerEpoch)
+        );
+        // Even a retry of an older epoch's batch is refused once the epoch moved on.
+        assert_eq!(
+            s.check(&batch(9, 1, 0, 3)).map_err(|e| e.code()),
+            Err(ErrorCode::InvalidProducerEpoch)
+        );
+        // A new epoch starts at 0.
+        assert_eq!(
+            s.check(&batch(9, 3, 3, 1)).map_err(|e| e.code()),
+            Err(ErrorCode::OutOfOrderSequenceNumber)
+        );
+        assert_eq!(s.check(&batch(9, 3, 0, 1)), Ok(Verdict::Append));
+        s.record(&batch(9, 3, 0, 1), 3);
+        assert_eq!(s.get(9).map(|e| e.batches().count()), Some(1));
+        // Sequences wrap from i32::MAX to 0.
+        let near = batch(5, 0, i32::MAX - 1, 4);
+        assert_eq!(near.last_seq(), 1);
+        s.record(&batch(5, 0, i32::MAX - 2, 3), 10);
+        assert_eq!(s.get(5).map(|e| e.last().last_seq), Some(i32::MAX));
+        assert_eq!(s.check(&batch(5, 0, 0, 1)), Ok(Verdict::Append));
+        assert_eq!(
+            s.check(&batch(5, 0, 1, 1)).map_err(|e| e.code()),
+            Err(ErrorCode::OutOfOrderSequenceNumber)
+        );
+    }
+
+    #[test]
+    fn only_the_last_five_batches_are_remembered() {
+        let mut s = ProducerStates::new();
+        for i in 0..7 {
+            s.record(&batch(1, 0, i, 1), i as u64);
+        }
+        assert_eq!(s.get(1).map(|e| e.batches().count()), Some(BATCHES_KEPT));
+        assert!(matches!(
+            s.check(&batch(1, 0, 2, 1)),
+            Ok(Verdict::Duplicate(_))
+        ));
+        // Older than the window: no longer recognised, and not in sequence either.
+        assert_eq!(
+            s.check(&batch(1, 0, 1, 1)).map_err(|e| e.code()),
+            Err(ErrorCode::OutOfOrderSequenceNumber)
+        );
+    }
+
+    #[test]
+    fn truncation_retention_and_undo() {
+        let mut s = ProducerStates::new();
+        s.record(&batch(1, 0, 0, 2), 0);
+        s.record(&batch(2, 0, 0, 2), 2);
+        s.record(&batch(1, 0, 2, 2), 4);
+        assert!(s.truncate_to(4));
+        assert_eq!(s.get(1).map(|e| e.last().last_seq), Some(1));
+        // Producer 2 loses its only batch: what came before is unknown.
+        assert!(!s.truncate_to(2));
+        assert!(s.get(2).is_none());
+        s.record(&batch(3, 0, 0, 1), 10);
+        assert_eq!(s.drop_before(5), 1);
+        // Idle producers expire by their last append time.
+        let mut idle = s.clone();
+        idle.record(
+            &ProducerBatch {
+                max_timestamp: 1_000,
+                ..batch(8, 0, 0, 1)
+            },
+            20,
+        );
+        assert_eq!(
+            idle.expire(1_000 + 500, 600),
+            1,
+            "producer 3 (appended at 7) goes"
+        );
+        assert!(idle.get(8).is_some());
+        assert_eq!(idle.expire(1_000 + 600, 600), 1);
+        assert!(idle.is_empty());
+        assert!(s.get(1).is_none() && s.get(3).is_some());
+        let before = s.clone();
+        let undo = s.save([3, 4, 3].into_iter());
+        s.record(&batch(3, 0, 1, 1), 11);
+        s.record(&batch(4, 0, 0, 1), 12);
+        s.restore(undo);
+        assert_eq!(s, before);
+    }
+
+    /// A tiny deterministic generator (no dependency for one test).
+    struct Rng(u64);
+    impl Rng {
+        fn below(&mut self, n: u64) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0 % n
+        }
+    }
+
+    /// Random producers sending, retrying old batches and cut tails, against a model that keeps
+    /// every stored batch: a new batch is appended exactly when the model says it is next, a
+    /// retry of one of the last five is answered with its stored offsets, and the state after
+    /// a cut equals a rebuild from the remaining log.
+    #[test]
+    fn random_appends_duplicates_and_truncations_match_a_model() {
+        for seed in 1..40u64 {
+            let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+            let mut s = ProducerStates::new();
+            // The log: (batch, base offset), in order.
+            let mut log: Vec<(ProducerBatch, u64)> = Vec::new();
+            let mut end;
+            // Per producer: next sequence, epoch.
+            let mut next = [(0i32, 0i16); 3];
+            // Producer 3 starts near the top of the sequences, so they wrap.
+            let high = batch(3, 0, i32::MAX - 40, 1);
+            s.record(&high, 0);
+            log.push((high, 0));
+            end = 1;
+            next[2] = (i32::MAX - 39, 0);
+            for _ in 0..400 {
+                let p = rng.below(3) as usize;
+                let id = p as i64 + 1;
+                match rng.below(10) {
+                    0..=5 => {
+                        let n = 1 + rng.below(4) as u32;
+                        let b = batch(id, next[p].1, next[p].0, n);
+                        match s.check(&b) {
+                            Ok(Verdict::Append) => {}
+                            other => panic!("seed {seed}: in-order batch {b:?}: {other:?}"),
+                        }
+                        s.record(&b, end);
+                        log.push((b, end));
+                        end += u64::from(n);
+                        next[p].0 = increment_sequence(b.first_seq, n);
+                    }
+                    6 | 7 => {
+                        // A retry of one of this producer's stored batches.
+                        let mine: Vec<_> = log
+                            .iter()
+                            .filter(|(b, _)| b.producer_id == id && b.epoch == next[p].1)
+                            .collect();
+                        if mine.is_empty() {
+                            continue;
+                        }
+                        let back = rng.below(mine.len() as u64) as usize;
+                        let (b, at) = mine[mine.len() - 1 - back];
+                        let v = s.check(b);
+                        if back < BATCHES_KEPT {
+                            assert!(
+                                matches!(v, Ok(Verdict::Duplicate(m)) if m.base_offset == *at),
+                                "seed {seed}: retry {back} back: {v:?}"
+                            );
+                        } else {
+                            assert!(v.is_err(), "seed {seed}: an old retry is refused");
+                        }
+                    }
+                    8 => {
+                        // An epoch bump.
+                        next[p] = (0, next[p].1 + 1);
+                    }
+                    _ => {
+                        // A cut tail (a follower's divergent records).
+                        let cut = rng.below(4) as usize;
+                        let keep = log.len().saturating_sub(cut);
+                        log.truncate(keep);
+                        end = log
+                            .last()
+                            .map_or(0, |(b, at)| at + u64::from(b.record_count));
+                        let mut rebuilt = ProducerStates::new();
+                        for (b, at) in &log {
+                            rebuilt.record(b, *at);
+                        }
+                        let mut cut_state = s.clone();
+                        if cut_state.truncate_to(end) {
+                            for (id, e) in cut_state.entries() {
+                                let r = rebuilt.get(id).expect("a kept producer is in the log");
+                                // The cut state may remember fewer batches than a rebuild.
+                                let kept: Vec<_> = e.batches().collect();
+                                let all: Vec<_> = r.batches().collect();
+                                assert!(all.ends_with(&kept), "seed {seed}");
+                            }
+                        }
+                        s = rebuilt;
+                        // Producers go on from what the log holds of them.
+                        for (p, n) in next.iter_mut().enumerate() {
+                            match s.get(p as i64 + 1) {
+                                Some(e) => *n = (increment_sequence(e.last().last_seq, 1), e.epoch),
+                                None => *n = (0, n.1),
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
