@@ -281,6 +281,34 @@ impl Client {
         self.connections.remove(&addr);
     }
 
+    /// Asks the bootstrap broker; when it cannot be reached (it crashed, say), every broker
+    /// the last metadata named, as Kafka clients do: one dead broker must not blind a client
+    /// to a cluster whose partitions moved to the others.
+    fn call_any_broker<Req, Resp>(&mut self, api: ApiKey, req: &Req) -> Result<Resp, ClientError>
+    where
+        Req: crate::protocol::frame::EncodeMeta,
+        Resp: crate::protocol::frame::DecodeMeta,
+    {
+        let bootstrap = self.bootstrap_addr()?;
+        let mut asked = vec![bootstrap];
+        asked.extend(self.metadata.brokers.values().filter_map(|b| {
+            (b.host.as_str(), b.port)
+                .to_socket_addrs()
+                .ok()?
+                .next()
+                .filter(|a| *a != bootstrap)
+        }));
+        let mut result = Err(ClientError::Invalid("no broker to ask".into()));
+        for addr in asked {
+            result = self.call(addr, api, req, &[]).map(|(resp, _)| resp);
+            match &result {
+                Err(e) if e.is_unreachable() => continue,
+                _ => break,
+            }
+        }
+        result
+    }
+
     /// A call on a connection; a broken connection is dropped so the next call reconnects.
     pub fn call<Req, Resp>(
         &mut self,
@@ -318,29 +346,7 @@ impl Client {
             topics: None,
             create: topics,
         };
-        // The bootstrap broker first; when it cannot be reached (it crashed, say), every
-        // broker the last metadata named, as Kafka clients do: one dead broker must not blind
-        // a client to a cluster whose partitions moved to the others.
-        let bootstrap = self.bootstrap_addr()?;
-        let mut asked = vec![bootstrap];
-        asked.extend(self.metadata.brokers.values().filter_map(|b| {
-            (b.host.as_str(), b.port)
-                .to_socket_addrs()
-                .ok()?
-                .next()
-                .filter(|a| *a != bootstrap)
-        }));
-        let mut result = Err(ClientError::Invalid("no broker to ask".into()));
-        for addr in asked {
-            result = self
-                .call(addr, ApiKey::Metadata, &req, &[])
-                .map(|(resp, _)| resp);
-            match &result {
-                Err(e) if e.is_unreachable() => continue,
-                _ => break,
-            }
-        }
-        let resp: MetadataResponse = result?;
+        let resp: MetadataResponse = self.call_any_broker(ApiKey::Metadata, &req)?;
         self.metadata = MetadataCache {
             cluster_id: resp.cluster_id,
             controller_id: resp.controller_id,
@@ -357,7 +363,7 @@ impl Client {
 
     /// A producer id and epoch for an idempotent producer: a new id with `current` `None`,
     /// or the same id with the next epoch (KIP-360; a new id once the epoch is exhausted).
-    /// Asks the bootstrap broker, or any broker the last metadata named when it is down.
+    /// Asks any broker ([`Self::call_any_broker`]).
     pub fn init_producer_id(
         &mut self,
         current: Option<(i64, i16)>,
@@ -373,26 +379,7 @@ impl Client {
                 .as_millis()
                 .min(u128::from(u32::MAX)) as u32,
         };
-        let bootstrap = self.bootstrap_addr()?;
-        let mut asked = vec![bootstrap];
-        asked.extend(self.metadata.brokers.values().filter_map(|b| {
-            (b.host.as_str(), b.port)
-                .to_socket_addrs()
-                .ok()?
-                .next()
-                .filter(|a| *a != bootstrap)
-        }));
-        let mut result = Err(ClientError::Invalid("no broker to ask".into()));
-        for addr in asked {
-            result = self
-                .call(addr, ApiKey::InitProducerId, &req, &[])
-                .map(|(resp, _)| resp);
-            match &result {
-                Err(e) if e.is_unreachable() => continue,
-                _ => break,
-            }
-        }
-        let resp: InitProducerIdResponse = result?;
+        let resp: InitProducerIdResponse = self.call_any_broker(ApiKey::InitProducerId, &req)?;
         if resp.error_code != 0 {
             return Err(ClientError::broker(
                 ErrorCode::from_code(resp.error_code),
