@@ -12,7 +12,7 @@ use rill::partitioner::partition_for_key;
 use rill_testkit::{TestBroker, DEADLINE};
 
 fn run(program: &str, args: &[&str], stdin: Option<&str>) -> Output {
-    let mut child = Command::new(program)
+    let mut child = rill_testkit::external(program)
         .args(args)
         .stdin(if stdin.is_some() {
             Stdio::piped()

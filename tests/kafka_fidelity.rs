@@ -306,7 +306,7 @@ fn client_matrix(
     produce_native(&b, "native");
     let kafka = b.kafka_bootstrap();
     let path = format!("{}/tests/kafka/{script}", env!("CARGO_MANIFEST_DIR"));
-    let out = std::process::Command::new(program)
+    let out = rill_testkit::external(program)
         .args([path.as_str(), &kafka, "fid", "g", "native"])
         .output()
         .unwrap_or_else(|e| panic!("cannot run {program} ({e}): {install}"));

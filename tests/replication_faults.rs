@@ -474,8 +474,21 @@ fn a_slow_follower_leaves_the_isr_and_rejoins_once_its_link_is_fast_again() {
     let leader = &c.nodes[m.leader as usize - 1];
     let traffic = Traffic::start(leader.bootstrap(), "slow", 10, Some(0), None);
     traffic.wait_more(300, "before");
-    // 200 kbit/s: far less than the producer writes, so the follower falls ever further behind.
+    // 200 kbit/s, and 2 MiB more on the leader at once (acks=1, so not gated by the slow
+    // follower): 80 s of transfer behind, whatever pace the loaded producer keeps, so it
+    // cannot catch up within the 1.5 s lag time.
     lab.slow(u64::from(slow), 200, 1000);
+    let bulk = producer(leader.bootstrap(), Acks::Leader, 3, Duration::from_secs(30));
+    let big = vec![b'b'; 4096];
+    let sent: Vec<_> = (0..512)
+        .map(|_| {
+            bulk.send(ProducerRecord::new("slow", &big).key(b"bulk").partition(0))
+                .expect("send")
+        })
+        .collect();
+    for r in sent {
+        r.wait().expect("acks=1 with the leader up");
+    }
     let shrunk = wait_partition(leader, "slow", 0, "the slow follower out of the ISR", |m| {
         !m.isr.contains(&slow)
     });

@@ -102,7 +102,7 @@ fn confluent_kafka_over_sasl_ssl_with_scram_and_plain() {
     // kcat (Debian's librdkafka 2.0) lists metadata over SASL_SSL with SCRAM-SHA-512; with a
     // wrong password it fails on the broker's SASL_AUTHENTICATION_FAILED message.
     let kcat = |password: &str| {
-        Command::new("kcat")
+        rill_testkit::external("kcat")
             .args(["-b", &kafka, "-m", "10", "-L"])
             .args([
                 "-X",

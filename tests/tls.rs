@@ -421,7 +421,7 @@ fn python(extra_config: &str, args: &[&str]) -> String {
 }
 
 fn run(program: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
-    let out = Command::new(program)
+    let out = rill_testkit::external(program)
         .args(args)
         .envs(env.iter().copied())
         .stdin(Stdio::null())

@@ -1123,3 +1123,13 @@ pub fn kafka_produce_request(
     req.topic_data = vec![t];
     req
 }
+
+/// A command for a program from outside the workspace (kcat, python3, node) with cargo's
+/// `LD_LIBRARY_PATH` removed: `cargo test --workspace` puts the build directory of
+/// rdkafka-sys (rill-bench's bundled librdkafka, built without OpenSSL) on it, and kcat would
+/// then load that library instead of the system's and refuse every TLS setting.
+pub fn external(program: &str) -> std::process::Command {
+    let mut c = std::process::Command::new(program);
+    c.env_remove("LD_LIBRARY_PATH");
+    c
+}
