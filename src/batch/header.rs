@@ -29,6 +29,12 @@ pub fn is_readable_version(version: u16) -> bool {
 /// Flags bit: the batch was appended by the delayed-message queue, and its producer id is
 /// the message's id in its shard's delay store (what recovery looks for after a crash).
 pub const FLAG_DELAYED: u16 = 0x0001;
+/// Flags bit: the batch belongs to its producer's open transaction (Kafka's `isTransactional`):
+/// its records count for read_committed consumers only once a commit marker follows.
+pub const FLAG_TRANSACTIONAL: u16 = 0x0002;
+/// Flags bit: a control batch, one marker record ([`crate::batch::control`]) the broker writes
+/// to end a transaction (Kafka's `isControl`); never handed to applications.
+pub const FLAG_CONTROL: u16 = 0x0004;
 /// The body CRC covers everything from this offset on except the header CRC (and, from
 /// version 4, the leader epoch): the fields before it are the length, the body CRC itself and
 /// the two the broker fills in (base offset, append time).
@@ -186,6 +192,18 @@ pub fn set_producer(batch: &mut [u8], producer_id: i64, epoch: i16, base_sequenc
     batch[56..64].copy_from_slice(&producer_id.to_le_bytes());
     batch[64..66].copy_from_slice(&epoch.to_le_bytes());
     batch[68..72].copy_from_slice(&base_sequence.to_le_bytes());
+    reseal(batch);
+}
+
+/// Sets `flags` (ORed into the batch's own) in an encoded batch and recomputes both CRCs.
+pub fn add_flags(batch: &mut [u8], flags: u16) {
+    let flags = u16_at(batch, 28) | flags;
+    batch[28..30].copy_from_slice(&flags.to_le_bytes());
+    reseal(batch);
+}
+
+/// Recomputes the body CRC and the header CRC of an encoded batch after a field changed.
+fn reseal(batch: &mut [u8]) {
     let crc = checksum(batch);
     batch[4..8].copy_from_slice(&crc.to_le_bytes());
     let crc = header_checksum(batch);

@@ -12,7 +12,7 @@
 //! 16      8   append time ms   (filled in by the broker)                      no
 //! 24      2   magic 0x5242 ("RB")                                             yes
 //! 26      2   format version (4; 2 and 3 still read)                         yes
-//! 28      2   flags (bit 0: appended by the delay queue)                     yes
+//! 28      2   flags (bit 0 delayed, 1 transactional, 2 control)              yes
 //! 30      2   tag summary, low half (v4; reserved 0 before)                  yes
 //! 32      4   record count                                                   yes
 //! 36      4   body length (exact rkyv archive length)                        yes
@@ -39,6 +39,7 @@
 
 mod aligned;
 mod builder;
+pub mod control;
 mod header;
 mod record;
 mod record_ref;
@@ -51,9 +52,10 @@ mod view;
 pub use aligned::{aligned16, Aligned16};
 pub use builder::BatchBuilder;
 pub use header::{
-    checksum as body_checksum, header_checksum, is_readable_version, set_producer,
-    stamp as stamp_batch, stamp_leader, BatchHeader, FLAG_DELAYED, HEADER_LEN,
-    LEADER_EPOCH_VERSION, MAGIC, NO_LEADER_EPOCH, OLDEST_READABLE_VERSION, VERSION,
+    add_flags, checksum as body_checksum, header_checksum, is_readable_version, set_producer,
+    stamp as stamp_batch, stamp_leader, BatchHeader, FLAG_CONTROL, FLAG_DELAYED,
+    FLAG_TRANSACTIONAL, HEADER_LEN, LEADER_EPOCH_VERSION, MAGIC, NO_LEADER_EPOCH,
+    OLDEST_READABLE_VERSION, VERSION,
 };
 /// Little-endian field readers, for the other fixed layouts kept beside batches.
 pub(crate) use header::{u32_at, u64_at};

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use super::store::{DelayStore, DelayStoreError, PendingEntry};
 use super::wheel::TimingWheel;
-use crate::batch::{body_checksum, stamp_batch, BatchIter, BatchView, FLAG_DELAYED};
+use crate::batch::{add_flags, stamp_batch, BatchIter, BatchView, FLAG_DELAYED};
 use crate::broker::produce::Appended;
 use crate::broker::{locate, OpError, Shard};
 use crate::clock::now_ms;
@@ -204,11 +204,8 @@ async fn fire(shard: &Rc<Shard>, e: &PendingEntry) -> Result<(), OpError> {
     let entry = e.clone();
     let mut batch = on_store(&store, move |s| s.read_batch(&entry)).await?;
     // The marker recovery looks for; the producer's CRC is recomputed over it.
-    let flags = u16::from_le_bytes([batch[28], batch[29]]) | FLAG_DELAYED;
-    batch[28..30].copy_from_slice(&flags.to_le_bytes());
     batch[56..64].copy_from_slice(&(id as i64).to_le_bytes());
-    let crc = body_checksum(&batch);
-    batch[4..8].copy_from_slice(&crc.to_le_bytes());
+    add_flags(&mut batch, FLAG_DELAYED);
     stamp_batch(&mut batch, 0, 0);
     let bytes = crate::batch::aligned16(&batch);
     let view = BatchView::validate(&bytes)

@@ -48,6 +48,14 @@ pub enum ErrorCode {
     DuplicateSequenceNumber = 46,
     InvalidProducerEpoch = 47,
     UnknownProducerId = 59,
+    InvalidTxnState = 48,
+    InvalidProducerIdMapping = 49,
+    InvalidTransactionTimeout = 50,
+    ConcurrentTransactions = 51,
+    TransactionCoordinatorFenced = 52,
+    TransactionalIdAuthorizationFailed = 53,
+    ProducerFenced = 90,
+    TransactionalIdNotFound = 105,
     InvalidTimestamp = 32,
     KafkaStorageError = 56,
     ReassignmentInProgress = 60,
@@ -123,6 +131,14 @@ impl ErrorCode {
         ErrorCode::DuplicateSequenceNumber,
         ErrorCode::InvalidProducerEpoch,
         ErrorCode::UnknownProducerId,
+        ErrorCode::InvalidTxnState,
+        ErrorCode::InvalidProducerIdMapping,
+        ErrorCode::InvalidTransactionTimeout,
+        ErrorCode::ConcurrentTransactions,
+        ErrorCode::TransactionCoordinatorFenced,
+        ErrorCode::TransactionalIdAuthorizationFailed,
+        ErrorCode::ProducerFenced,
+        ErrorCode::TransactionalIdNotFound,
         ErrorCode::InvalidTimestamp,
         ErrorCode::KafkaStorageError,
         ErrorCode::ReassignmentInProgress,
@@ -176,6 +192,7 @@ impl ErrorCode {
                 | ErrorCode::CoordinatorNotAvailable
                 | ErrorCode::NotCoordinator
                 | ErrorCode::RebalanceInProgress
+                | ErrorCode::ConcurrentTransactions
         )
     }
 
@@ -231,6 +248,16 @@ impl ErrorCode {
             ErrorCode::DuplicateSequenceNumber => "DUPLICATE_SEQUENCE_NUMBER",
             ErrorCode::InvalidProducerEpoch => "INVALID_PRODUCER_EPOCH",
             ErrorCode::UnknownProducerId => "UNKNOWN_PRODUCER_ID",
+            ErrorCode::InvalidTxnState => "INVALID_TXN_STATE",
+            ErrorCode::InvalidProducerIdMapping => "INVALID_PRODUCER_ID_MAPPING",
+            ErrorCode::InvalidTransactionTimeout => "INVALID_TRANSACTION_TIMEOUT",
+            ErrorCode::ConcurrentTransactions => "CONCURRENT_TRANSACTIONS",
+            ErrorCode::TransactionCoordinatorFenced => "TRANSACTION_COORDINATOR_FENCED",
+            ErrorCode::TransactionalIdAuthorizationFailed => {
+                "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
+            }
+            ErrorCode::ProducerFenced => "PRODUCER_FENCED",
+            ErrorCode::TransactionalIdNotFound => "TRANSACTIONAL_ID_NOT_FOUND",
             ErrorCode::InvalidTimestamp => "INVALID_TIMESTAMP",
             ErrorCode::KafkaStorageError => "KAFKA_STORAGE_ERROR",
             ErrorCode::NonEmptyGroup => "NON_EMPTY_GROUP",

@@ -697,3 +697,49 @@ pub struct InitProducerIdResponse {
     pub producer_id: i64,
     pub producer_epoch: i16,
 }
+
+/// Native key 36 (Kafka's WriteTxnMarkers), broker to broker: a transaction coordinator asks
+/// the leader of each partition of a transaction to append its end marker
+/// ([`crate::batch::control`]). Answered per marker and partition once the marker is
+/// committed (in every in-sync replica) or refused.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct WriteTxnMarkersRequest {
+    pub markers: Vec<TxnMarker>,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct TxnMarker {
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    /// true: commit, false: abort.
+    pub commit: bool,
+    pub coordinator_epoch: i32,
+    pub partitions: Vec<TxnMarkerPartition>,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct TxnMarkerPartition {
+    pub topic: String,
+    pub partition: u32,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct WriteTxnMarkersResponse {
+    /// One per request marker, in order.
+    pub markers: Vec<TxnMarkerResult>,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct TxnMarkerResult {
+    pub producer_id: i64,
+    /// One per partition of the marker, in order.
+    pub partitions: Vec<TxnMarkerPartitionResult>,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct TxnMarkerPartitionResult {
+    pub topic: String,
+    pub partition: u32,
+    pub error_code: i16,
+    pub message: String,
+}
