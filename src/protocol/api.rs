@@ -47,6 +47,12 @@ pub enum ApiKey {
     DelayedProduce = 31,
     /// A producer id and epoch for an idempotent producer (Kafka's InitProducerId).
     InitProducerId = 35,
+    /// Adds ACL bindings (Kafka's CreateAcls; `rill acl add`).
+    CreateAcls = 50,
+    /// The ACL bindings a filter matches (Kafka's DescribeAcls; `rill acl list`).
+    DescribeAcls = 51,
+    /// Removes the ACL bindings a filter matches (Kafka's DeleteAcls; `rill acl remove`).
+    DeleteAcls = 52,
 }
 
 impl ApiKey {
@@ -82,6 +88,9 @@ impl ApiKey {
         ApiKey::FilteredFetch,
         ApiKey::DelayedProduce,
         ApiKey::InitProducerId,
+        ApiKey::CreateAcls,
+        ApiKey::DescribeAcls,
+        ApiKey::DeleteAcls,
     ];
 
     /// The API's name (the `api` label of metrics).
@@ -118,6 +127,9 @@ impl ApiKey {
             ApiKey::FilteredFetch => "FilteredFetch",
             ApiKey::DelayedProduce => "DelayedProduce",
             ApiKey::InitProducerId => "InitProducerId",
+            ApiKey::CreateAcls => "CreateAcls",
+            ApiKey::DescribeAcls => "DescribeAcls",
+            ApiKey::DeleteAcls => "DeleteAcls",
         }
     }
 
