@@ -534,6 +534,7 @@ async fn run_shard(
     stop: Option<flume::Receiver<()>>,
     scrapes: Option<flume::Receiver<super::metrics::SnapshotReply>>,
 ) {
+    crate::logging::set_shard(ctx.id);
     let bind = |base: std::net::SocketAddr| {
         let addr = std::net::SocketAddr::new(base.ip(), base.port() + ctx.id as u16);
         TcpListener::bind(addr).map_err(|e| BrokerError::Listen {
@@ -771,6 +772,16 @@ enum Protocol {
     Kafka,
 }
 
+impl Protocol {
+    /// How log lines name the listener.
+    fn name(self) -> &'static str {
+        match self {
+            Protocol::Native => "native",
+            Protocol::Kafka => "kafka",
+        }
+    }
+}
+
 async fn accept_loop(shard: Rc<Shard>, listener: TcpListener, protocol: Protocol) {
     let conns = match protocol {
         Protocol::Native => shard.native_conns.clone(),
@@ -796,22 +807,26 @@ async fn accept_loop(shard: Rc<Shard>, listener: TcpListener, protocol: Protocol
                 };
                 spawn_local(async move {
                     let peer = accepted(&stream);
-                    // The handshake runs on this shard, inside the connection's admission.
-                    let stream = match tls {
-                        None => SharedStream::new(stream),
-                        Some(config) => match tls_accept(&s, &peer, stream, config).await {
-                            Some(stream) => stream,
-                            None => return,
-                        },
+                    let conn = format!("{}/{peer}", protocol.name());
+                    let serve = async {
+                        // The handshake runs on this shard, inside the connection's admission.
+                        let stream = match tls {
+                            None => SharedStream::new(stream),
+                            Some(config) => match tls_accept(&s, &peer, stream, config).await {
+                                Some(stream) => stream,
+                                None => return,
+                            },
+                        };
+                        match protocol {
+                            Protocol::Native => {
+                                crate::native::connection::serve(s.clone(), peer, stream).await
+                            }
+                            Protocol::Kafka => {
+                                crate::kafka::connection::serve(s.clone(), peer, stream).await
+                            }
+                        }
                     };
-                    match protocol {
-                        Protocol::Native => {
-                            crate::native::connection::serve(s.clone(), peer, stream).await
-                        }
-                        Protocol::Kafka => {
-                            crate::kafka::connection::serve(s.clone(), peer, stream).await
-                        }
-                    }
+                    crate::logging::in_conn(conn, serve).await;
                     drop(guard);
                 })
                 .detach();
