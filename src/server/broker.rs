@@ -20,6 +20,7 @@ use crate::controller::metadata::{BrokerInfo, Command, MetadataLimits};
 use crate::controller::{self, ControllerConfig, ControllerError};
 use crate::log::{FileReads, FsyncPolicy};
 use crate::logging::announce;
+use crate::metrics::Listener;
 use crate::net::conn_limits::{accepted, after, until};
 use crate::net::sendfile::SendfileWorker;
 use crate::net::shared_stream::SharedStream;
@@ -773,12 +774,16 @@ enum Protocol {
 }
 
 impl Protocol {
+    fn listener(self) -> Listener {
+        match self {
+            Protocol::Native => Listener::Native,
+            Protocol::Kafka => Listener::Kafka,
+        }
+    }
+
     /// How log lines name the listener.
     fn name(self) -> &'static str {
-        match self {
-            Protocol::Native => "native",
-            Protocol::Kafka => "kafka",
-        }
+        self.listener().label()
     }
 }
 
@@ -812,10 +817,14 @@ async fn accept_loop(shard: Rc<Shard>, listener: TcpListener, protocol: Protocol
                         // The handshake runs on this shard, inside the connection's admission.
                         let stream = match tls {
                             None => SharedStream::new(stream),
-                            Some(config) => match tls_accept(&s, &peer, stream, config).await {
-                                Some(stream) => stream,
-                                None => return,
-                            },
+                            Some(config) => {
+                                match tls_accept(&s, &peer, stream, config, protocol.listener())
+                                    .await
+                                {
+                                    Some(stream) => stream,
+                                    None => return,
+                                }
+                            }
                         };
                         match protocol {
                             Protocol::Native => {
@@ -847,15 +856,22 @@ async fn tls_accept(
     peer: &str,
     stream: TcpStream,
     config: Arc<rustls::ServerConfig>,
+    listener: Listener,
 ) -> Option<SharedStream> {
     let timeout = shard.cfg.tls_handshake_timeout;
-    match until(
+    let outcome = until(
         &shard.deadlines,
         after(timeout),
         tls_stream::handshake(stream, config),
     )
-    .await
-    {
+    .await;
+    let result = match &outcome {
+        Some(Ok(_)) => "ok",
+        Some(Err(_)) => "failed",
+        None => "timeout",
+    };
+    shard.metrics.tls_handshake(listener, result);
+    match outcome {
         Some(Ok(tls)) => Some(SharedStream::tls(tls)),
         Some(Err(e)) => {
             log::info!("{peer}: TLS handshake failed: {e}; closing");
