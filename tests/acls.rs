@@ -4,27 +4,12 @@
 //! ACLs; ACLs survive a restart. Driven by confluent-kafka (`tests/kafka/acls.py`) over
 //! SASL_PLAINTEXT with SCRAM.
 
-use std::process::Command;
-
 use rill::client::ProducerRecord;
 use rill_testkit::{producer, TestBroker};
 use serde_json::Value;
 
 fn acls_py(args: &[&str]) -> Value {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/kafka/acls.py");
-    let out = Command::new("python3")
-        .arg(script)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| {
-            panic!("cannot run python3 ({e}): run .ci/run, or pip install confluent-kafka")
-        });
-    assert!(
-        out.status.success(),
-        "acls.py {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout).unwrap();
+    let text = rill_testkit::kafka_script("acls.py", args);
     serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("{e}: {text}"))
 }
 

@@ -3,7 +3,6 @@
 //! checked. `.ci/run` installs confluent-kafka; without it these tests fail and say so.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::process::Command;
 
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
@@ -20,20 +19,7 @@ use rill_testkit::{TestBroker, DEADLINE};
 use serde_json::Value;
 
 fn admin_py(args: &[&str]) -> String {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/kafka/admin.py");
-    let out = Command::new("python3")
-        .arg(script)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| {
-            panic!("cannot run python3 ({e}): run .ci/run, or pip install confluent-kafka")
-        });
-    assert!(
-        out.status.success(),
-        "admin.py {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+    rill_testkit::kafka_script("admin.py", args)
 }
 
 /// Per-topic outcome of a create or delete: topic -> None (done) or Some(Kafka error code).

@@ -3,7 +3,6 @@
 //! and keeps its connection; a native producer under a client-id quota is paced too; bad
 //! quota input is refused with one line.
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use rill::client::{ClientConfig, Producer, ProducerConfig, ProducerRecord};
@@ -40,27 +39,13 @@ fn a_kafka_producer_over_its_quota_is_throttled_to_it_and_keeps_its_connection()
     let list = cli_ok(&b, &["quota", "list"]);
     assert_eq!(list.trim(), "client-id=hog\tproducer_byte_rate=400000");
 
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/kafka/quota_produce.py");
     // 14 s of producing 16 KiB values as fast as allowed; measured over the last 10 s (the
     // first seconds spend the initial burst).
-    let out = Command::new("python3")
-        .args([
-            script,
-            &b.kafka_bootstrap(),
-            "metered",
-            "hog",
-            "14",
-            "4",
-            "16384",
-        ])
-        .output()
-        .expect("python3 (run .ci/run, or pip install confluent-kafka)");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = rill_testkit::kafka_script(
+        "quota_produce.py",
+        &[&b.kafka_bootstrap(), "metered", "hog", "14", "4", "16384"],
     );
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v: Value = serde_json::from_str(out.trim()).unwrap();
     let rate = v["window_bytes"].as_f64().unwrap() / v["window_s"].as_f64().unwrap();
     eprintln!("produce quota {QUOTA} B/s: {rate:.0} B/s of values over 10 s ({v})");
     // Record batches weigh a little more than their values (headers, varints): well under 1%

@@ -119,8 +119,9 @@ fn msg(code: ErrorCode) -> Option<StrBytes> {
     }))
 }
 
-/// Looks at `request` for `caller` (authorization is on).
-pub fn check(shard: &Shard, caller: &Caller, request: RequestKind) -> Checked {
+/// Looks at `request` (of `version`: a refusal carries only the fields it has) for `caller`
+/// (authorization is on).
+pub fn check(shard: &Shard, caller: &Caller, version: i16, request: RequestKind) -> Checked {
     let c = caller;
     let handle = |r: RequestKind, refused: Refused| Checked::Handle(Box::new(r), refused);
     let answer = |r: ResponseKind| Checked::Answer(Box::new(r));
@@ -243,22 +244,28 @@ pub fn check(shard: &Shard, caller: &Caller, request: RequestKind) -> Checked {
                 return handle(RequestKind::FindCoordinator(r), Refused::default());
             }
             let mut out = FindCoordinatorResponse::default();
-            out.error_code = code.code();
-            out.error_message = msg(code);
-            out.node_id = BrokerId(-1);
-            out.port = -1;
-            out.coordinators = keys
-                .into_iter()
-                .map(|k| {
-                    let mut x = Coordinator::default();
-                    x.key = k;
-                    x.node_id = BrokerId(-1);
-                    x.port = -1;
-                    x.error_code = code.code();
-                    x.error_message = msg(code);
-                    x
-                })
-                .collect();
+            if version >= 4 {
+                // v4+ answers per key, nothing at the top.
+                out.coordinators = keys
+                    .into_iter()
+                    .map(|k| {
+                        let mut x = Coordinator::default();
+                        x.key = k;
+                        x.node_id = BrokerId(-1);
+                        x.port = -1;
+                        x.error_code = code.code();
+                        x.error_message = msg(code);
+                        x
+                    })
+                    .collect();
+            } else {
+                out.error_code = code.code();
+                if version >= 1 {
+                    out.error_message = msg(code);
+                }
+                out.node_id = BrokerId(-1);
+                out.port = -1;
+            }
             answer(ResponseKind::FindCoordinator(out))
         }
         RequestKind::JoinGroup(r) => {
@@ -332,17 +339,44 @@ pub fn check(shard: &Shard, caller: &Caller, request: RequestKind) -> Checked {
                 return handle(RequestKind::OffsetFetch(r), Refused::default());
             }
             let mut out = OffsetFetchResponse::default();
-            out.error_code = GROUP.code();
-            out.groups = r
-                .groups
-                .iter()
-                .map(|g| {
-                    let mut x = offset_fetch_response::OffsetFetchResponseGroup::default();
-                    x.group_id = g.group_id.clone();
-                    x.error_code = GROUP.code();
-                    x
-                })
-                .collect();
+            if version >= 8 {
+                out.groups = r
+                    .groups
+                    .iter()
+                    .map(|g| {
+                        let mut x = offset_fetch_response::OffsetFetchResponseGroup::default();
+                        x.group_id = g.group_id.clone();
+                        x.error_code = GROUP.code();
+                        x
+                    })
+                    .collect();
+            } else if version >= 2 {
+                out.error_code = GROUP.code();
+            } else {
+                // v1 has no top-level code: each partition asked carries it.
+                out.topics = r
+                    .topics
+                    .iter()
+                    .flatten()
+                    .map(|t| {
+                        let mut x = offset_fetch_response::OffsetFetchResponseTopic::default();
+                        x.name = t.name.clone();
+                        x.partitions = t
+                            .partition_indexes
+                            .iter()
+                            .map(|p| {
+                                let mut y =
+                                    offset_fetch_response::OffsetFetchResponsePartition::default();
+                                y.partition_index = *p;
+                                y.committed_offset = -1;
+                                y.error_code = GROUP.code();
+                                y
+                            })
+                            .collect();
+                        x
+                    })
+                    .collect();
+            }
             answer(ResponseKind::OffsetFetch(out))
         }
         RequestKind::DescribeGroups(r) => {
@@ -360,7 +394,9 @@ pub fn check(shard: &Shard, caller: &Caller, request: RequestKind) -> Checked {
                     let mut x = DescribedGroup::default();
                     x.group_id = g.clone();
                     x.error_code = GROUP.code();
-                    x.error_message = msg(GROUP);
+                    if version >= 6 {
+                        x.error_message = msg(GROUP);
+                    }
                     x
                 })
                 .collect();
@@ -451,7 +487,9 @@ pub fn check(shard: &Shard, caller: &Caller, request: RequestKind) -> Checked {
                     let mut x = DeletableTopicResult::default();
                     x.name = Some(n);
                     x.error_code = TOPIC.code();
-                    x.error_message = msg(TOPIC);
+                    if version >= 5 {
+                        x.error_message = msg(TOPIC);
+                    }
                     x
                 })
                 .collect();
@@ -583,7 +621,10 @@ pub fn check(shard: &Shard, caller: &Caller, request: RequestKind) -> Checked {
                 return handle(RequestKind::DescribeLogDirs(r), Refused::default());
             }
             let mut out = DescribeLogDirsResponse::default();
-            out.error_code = CLUSTER.code();
+            // Before v3 there is no code to give: no directory is described (as Kafka).
+            if version >= 3 {
+                out.error_code = CLUSTER.code();
+            }
             answer(ResponseKind::DescribeLogDirs(out))
         }
         RequestKind::ListPartitionReassignments(r) => {
@@ -615,7 +656,32 @@ pub fn check(shard: &Shard, caller: &Caller, request: RequestKind) -> Checked {
                 return handle(RequestKind::ElectLeaders(r), Refused::default());
             }
             let mut out = ElectLeadersResponse::default();
-            out.error_code = CLUSTER.code();
+            if version >= 1 {
+                out.error_code = CLUSTER.code();
+            } else {
+                // v0 has no top-level code: each partition asked carries it.
+                out.replica_election_results = r
+                    .topic_partitions
+                    .iter()
+                    .flatten()
+                    .map(|t| {
+                        let mut x = elect_leaders_response::ReplicaElectionResult::default();
+                        x.topic = t.topic.clone();
+                        x.partition_result = t
+                            .partitions
+                            .iter()
+                            .map(|p| {
+                                let mut y = elect_leaders_response::PartitionResult::default();
+                                y.partition_id = *p;
+                                y.error_code = CLUSTER.code();
+                                y.error_message = msg(CLUSTER);
+                                y
+                            })
+                            .collect();
+                        x
+                    })
+                    .collect();
+            }
             answer(ResponseKind::ElectLeaders(out))
         }
         RequestKind::DescribeUserScramCredentials(r) => {
@@ -715,20 +781,8 @@ pub fn check(shard: &Shard, caller: &Caller, request: RequestKind) -> Checked {
                 .entries
                 .iter()
                 .map(|e| {
-                    let mut x = alter_client_quotas_response::EntryData::default();
-                    x.error_code = CLUSTER.code();
-                    x.error_message = msg(CLUSTER);
-                    x.entity = e
-                        .entity
-                        .iter()
-                        .map(|p| {
-                            let mut d = alter_client_quotas_response::EntityData::default();
-                            d.entity_type = p.entity_type.clone();
-                            d.entity_name = p.entity_name.clone();
-                            d
-                        })
-                        .collect();
-                    x
+                    let refusal = (CLUSTER, "not authorized on the cluster".to_string());
+                    super::admin::quota_alter_result(e, Some(refusal))
                 })
                 .collect();
             answer(ResponseKind::AlterClientQuotas(out))
@@ -830,8 +884,8 @@ impl Refused {
         self.topics.is_empty() && !self.filter_metadata && !self.filter_groups
     }
 
-    /// Puts the refused items into `response`.
-    pub fn apply(self, shard: &Shard, caller: &Caller, response: &mut ResponseKind) {
+    /// Puts the refused items into `response` (of `version`).
+    pub fn apply(self, shard: &Shard, caller: &Caller, version: i16, response: &mut ResponseKind) {
         let code = TOPIC.code();
         match response {
             ResponseKind::Produce(r) => {
@@ -857,10 +911,14 @@ impl Refused {
                 let md = shard.metadata.borrow();
                 for (name, partitions) in self.topics {
                     let mut t = FetchableTopicResponse::default();
-                    if let Some(info) = md.topics.get(&*name.0) {
-                        t.topic_id = super::topic_uuid(info.id);
+                    // v13+ names topics by id only.
+                    if version >= 13 {
+                        if let Some(info) = md.topics.get(&*name.0) {
+                            t.topic_id = super::topic_uuid(info.id);
+                        }
+                    } else {
+                        t.topic = name;
                     }
-                    t.topic = name;
                     t.partitions = partitions
                         .into_iter()
                         .map(|p| {
@@ -939,5 +997,285 @@ impl Refused {
             }
             _ => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::BytesMut;
+
+    use super::*;
+    use crate::broker::tests::on_broker;
+
+    fn name(s: &str) -> TopicName {
+        TopicName(StrBytes::from_string(s.to_string()))
+    }
+
+    /// A request of `api` naming topic `t` partition 0, group `g` and transactional id `x`
+    /// wherever it names one.
+    fn sample(api: ApiKey) -> Option<RequestKind> {
+        let t = || name("t");
+        let g = || GroupId(StrBytes::from_static_str("g"));
+        Some(match api {
+            ApiKey::Produce => {
+                let mut r = ProduceRequest::default();
+                let mut td = produce_request::TopicProduceData::default();
+                td.name = t();
+                td.partition_data = vec![produce_request::PartitionProduceData::default()];
+                r.topic_data = vec![td];
+                RequestKind::Produce(r)
+            }
+            ApiKey::Fetch => {
+                let mut r = FetchRequest::default();
+                let mut ft = fetch_request::FetchTopic::default();
+                ft.topic = t();
+                ft.partitions = vec![fetch_request::FetchPartition::default()];
+                r.topics = vec![ft];
+                RequestKind::Fetch(r)
+            }
+            ApiKey::ListOffsets => {
+                let mut r = ListOffsetsRequest::default();
+                let mut lt = list_offsets_request::ListOffsetsTopic::default();
+                lt.name = t();
+                lt.partitions = vec![list_offsets_request::ListOffsetsPartition::default()];
+                r.topics = vec![lt];
+                RequestKind::ListOffsets(r)
+            }
+            ApiKey::Metadata => {
+                let mut r = MetadataRequest::default();
+                let mut mt = metadata_request::MetadataRequestTopic::default();
+                mt.name = Some(t());
+                r.topics = Some(vec![mt]);
+                RequestKind::Metadata(r)
+            }
+            ApiKey::OffsetForLeaderEpoch => {
+                let mut r = OffsetForLeaderEpochRequest::default();
+                let mut ot = offset_for_leader_epoch_request::OffsetForLeaderTopic::default();
+                ot.topic = t();
+                ot.partitions =
+                    vec![offset_for_leader_epoch_request::OffsetForLeaderPartition::default()];
+                r.topics = vec![ot];
+                RequestKind::OffsetForLeaderEpoch(r)
+            }
+            ApiKey::CreateTopics => {
+                let mut r = CreateTopicsRequest::default();
+                let mut ct = create_topics_request::CreatableTopic::default();
+                ct.name = t();
+                r.topics = vec![ct];
+                RequestKind::CreateTopics(r)
+            }
+            ApiKey::DeleteTopics => {
+                let mut r = DeleteTopicsRequest::default();
+                r.topic_names = vec![t()];
+                RequestKind::DeleteTopics(r)
+            }
+            ApiKey::InitProducerId => RequestKind::InitProducerId(InitProducerIdRequest::default()),
+            ApiKey::DescribeConfigs => {
+                let mut r = DescribeConfigsRequest::default();
+                let mut x = describe_configs_request::DescribeConfigsResource::default();
+                x.resource_type = 2;
+                x.resource_name = StrBytes::from_static_str("t");
+                r.resources = vec![x];
+                RequestKind::DescribeConfigs(r)
+            }
+            ApiKey::DescribeCluster => RequestKind::DescribeCluster(Default::default()),
+            ApiKey::FindCoordinator => {
+                let mut r = FindCoordinatorRequest::default();
+                r.key = StrBytes::from_static_str("g");
+                r.coordinator_keys = vec![StrBytes::from_static_str("g")];
+                RequestKind::FindCoordinator(r)
+            }
+            ApiKey::JoinGroup => {
+                let mut r = JoinGroupRequest::default();
+                r.group_id = g();
+                RequestKind::JoinGroup(r)
+            }
+            ApiKey::SyncGroup => {
+                let mut r = SyncGroupRequest::default();
+                r.group_id = g();
+                RequestKind::SyncGroup(r)
+            }
+            ApiKey::Heartbeat => {
+                let mut r = HeartbeatRequest::default();
+                r.group_id = g();
+                RequestKind::Heartbeat(r)
+            }
+            ApiKey::LeaveGroup => {
+                let mut r = LeaveGroupRequest::default();
+                r.group_id = g();
+                RequestKind::LeaveGroup(r)
+            }
+            ApiKey::OffsetCommit => {
+                let mut r = OffsetCommitRequest::default();
+                r.group_id = g();
+                let mut ot = offset_commit_request::OffsetCommitRequestTopic::default();
+                ot.name = t();
+                ot.partitions =
+                    vec![offset_commit_request::OffsetCommitRequestPartition::default()];
+                r.topics = vec![ot];
+                RequestKind::OffsetCommit(r)
+            }
+            ApiKey::OffsetFetch => {
+                let mut r = OffsetFetchRequest::default();
+                r.group_id = g();
+                let mut ot = offset_fetch_request::OffsetFetchRequestTopic::default();
+                ot.name = t();
+                ot.partition_indexes = vec![0];
+                r.topics = Some(vec![ot]);
+                let mut og = offset_fetch_request::OffsetFetchRequestGroup::default();
+                og.group_id = g();
+                r.groups = vec![og];
+                RequestKind::OffsetFetch(r)
+            }
+            ApiKey::DescribeGroups => {
+                let mut r = DescribeGroupsRequest::default();
+                r.groups = vec![g()];
+                RequestKind::DescribeGroups(r)
+            }
+            ApiKey::ListGroups => RequestKind::ListGroups(Default::default()),
+            ApiKey::CreatePartitions => {
+                let mut r = CreatePartitionsRequest::default();
+                let mut ct = create_partitions_request::CreatePartitionsTopic::default();
+                ct.name = t();
+                r.topics = vec![ct];
+                RequestKind::CreatePartitions(r)
+            }
+            ApiKey::DeleteRecords => {
+                let mut r = DeleteRecordsRequest::default();
+                let mut dt = delete_records_request::DeleteRecordsTopic::default();
+                dt.name = t();
+                dt.partitions = vec![delete_records_request::DeleteRecordsPartition::default()];
+                r.topics = vec![dt];
+                RequestKind::DeleteRecords(r)
+            }
+            ApiKey::DescribeLogDirs => RequestKind::DescribeLogDirs(Default::default()),
+            ApiKey::AlterConfigs => {
+                let mut r = AlterConfigsRequest::default();
+                let mut x = alter_configs_request::AlterConfigsResource::default();
+                x.resource_type = 2;
+                x.resource_name = StrBytes::from_static_str("t");
+                r.resources = vec![x];
+                RequestKind::AlterConfigs(r)
+            }
+            ApiKey::IncrementalAlterConfigs => {
+                let mut r = IncrementalAlterConfigsRequest::default();
+                let mut x = incremental_alter_configs_request::AlterConfigsResource::default();
+                x.resource_type = 4;
+                x.resource_name = StrBytes::from_static_str("1");
+                r.resources = vec![x];
+                RequestKind::IncrementalAlterConfigs(r)
+            }
+            ApiKey::DeleteGroups => {
+                let mut r = DeleteGroupsRequest::default();
+                r.groups_names = vec![g()];
+                RequestKind::DeleteGroups(r)
+            }
+            ApiKey::OffsetDelete => {
+                let mut r = OffsetDeleteRequest::default();
+                r.group_id = g();
+                RequestKind::OffsetDelete(r)
+            }
+            ApiKey::AlterPartitionReassignments => {
+                RequestKind::AlterPartitionReassignments(Default::default())
+            }
+            ApiKey::ListPartitionReassignments => {
+                RequestKind::ListPartitionReassignments(Default::default())
+            }
+            ApiKey::ElectLeaders => {
+                let mut r = ElectLeadersRequest::default();
+                let mut tp = elect_leaders_request::TopicPartitions::default();
+                tp.topic = t();
+                tp.partitions = vec![0];
+                r.topic_partitions = Some(vec![tp]);
+                RequestKind::ElectLeaders(r)
+            }
+            ApiKey::DescribeUserScramCredentials => {
+                RequestKind::DescribeUserScramCredentials(Default::default())
+            }
+            ApiKey::AlterUserScramCredentials => {
+                let mut r = AlterUserScramCredentialsRequest::default();
+                let mut d = alter_user_scram_credentials_request::ScramCredentialDeletion::default();
+                d.name = StrBytes::from_static_str("u");
+                r.deletions = vec![d];
+                RequestKind::AlterUserScramCredentials(r)
+            }
+            ApiKey::DescribeAcls => RequestKind::DescribeAcls(Default::default()),
+            ApiKey::CreateAcls => {
+                let mut r = CreateAclsRequest::default();
+                r.creations = vec![create_acls_request::AclCreation::default()];
+                RequestKind::CreateAcls(r)
+            }
+            ApiKey::DeleteAcls => {
+                let mut r = DeleteAclsRequest::default();
+                r.filters = vec![delete_acls_request::DeleteAclsFilter::default()];
+                RequestKind::DeleteAcls(r)
+            }
+            ApiKey::DescribeClientQuotas => RequestKind::DescribeClientQuotas(Default::default()),
+            ApiKey::AlterClientQuotas => {
+                let mut r = AlterClientQuotasRequest::default();
+                r.entries = vec![alter_client_quotas_request::EntryData::default()];
+                RequestKind::AlterClientQuotas(r)
+            }
+            _ => return None,
+        })
+    }
+
+    /// The empty answer of `api`, for the refused items to be put into.
+    fn empty_answer(api: ApiKey) -> ResponseKind {
+        match api {
+            ApiKey::Produce => ResponseKind::Produce(Default::default()),
+            ApiKey::Fetch => ResponseKind::Fetch(Default::default()),
+            ApiKey::ListOffsets => ResponseKind::ListOffsets(Default::default()),
+            ApiKey::Metadata => ResponseKind::Metadata(Default::default()),
+            ApiKey::OffsetForLeaderEpoch => ResponseKind::OffsetForLeaderEpoch(Default::default()),
+            ApiKey::OffsetCommit => ResponseKind::OffsetCommit(Default::default()),
+            ApiKey::ListGroups => ResponseKind::ListGroups(Default::default()),
+            other => panic!("{other:?} has no refused items"),
+        }
+    }
+
+    /// Every served API at every served version, asked by a principal with no right at all:
+    /// the refusal (or the answer with the refused items put back) encodes at that version.
+    /// (A field a version does not have fails the encoding, which closed the connection.)
+    #[test]
+    fn every_refusal_encodes_at_every_served_version() {
+        on_broker(|shard| async move {
+            let caller = Caller::user("nobody", "127.0.0.1".into());
+            let mut checked = 0;
+            for &(api, lo, hi) in super::super::versions::SUPPORTED {
+                if matches!(
+                    api,
+                    ApiKey::ApiVersions | ApiKey::SaslHandshake | ApiKey::SaslAuthenticate
+                ) {
+                    continue;
+                }
+                let Some(_) = sample(api) else {
+                    panic!("{api:?} is served: give it a sample request here");
+                };
+                // Produce v0-2 are advertised but refused before any handling.
+                let lo = match api {
+                    ApiKey::Produce => super::super::versions::MIN_DECODED_PRODUCE,
+                    _ => lo,
+                };
+                for version in lo..=hi {
+                    let request = sample(api).expect("checked");
+                    let response = match check(&shard, &caller, version, request) {
+                        Checked::Answer(r) => *r,
+                        Checked::Handle(_, refused) => {
+                            let mut r = empty_answer(api);
+                            refused.apply(&shard, &caller, version, &mut r);
+                            r
+                        }
+                        Checked::Close => panic!("{api:?} v{version} closes the connection"),
+                    };
+                    let mut buf = BytesMut::new();
+                    response
+                        .encode(&mut buf, version)
+                        .unwrap_or_else(|e| panic!("{api:?} v{version}: {e:#}"));
+                    checked += 1;
+                }
+            }
+            assert!(checked > 100, "{checked} versions checked");
+        });
     }
 }

@@ -181,7 +181,7 @@ async fn read_requests(
                 };
                 let (request, refused) = match &caller {
                     None => (*request, None),
-                    Some(c) => match authorization::check(shard, c, *request) {
+                    Some(c) => match authorization::check(shard, c, version, *request) {
                         Checked::Handle(r, refused) => (*r, Some(refused)),
                         Checked::Answer(r) => {
                             pause = quotas::record_request(shard, &quota_client, 0, 0);
@@ -207,7 +207,7 @@ async fn read_requests(
                 let patch = move |r: &mut ResponseKind| {
                     if let (Some(refused), Some(c)) = (refused, caller) {
                         if !refused.is_empty() {
-                            refused.apply(&patch_shard, &c, r);
+                            refused.apply(&patch_shard, &c, version, r);
                         }
                     }
                 };

@@ -1145,3 +1145,24 @@ pub fn scrape_metrics(addr: &str) -> String {
     s.read_to_string(&mut out).expect("response");
     out
 }
+
+/// Runs the test script `tests/kafka/NAME` (Python, the Kafka clients of `.ci/run`) with
+/// `args`, no stdin, and returns its stdout; panics naming the script and its stderr when it
+/// fails.
+pub fn kafka_script(name: &str, args: &[&str]) -> String {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/kafka")
+        .join(name);
+    let out = external("python3")
+        .arg(&script)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run python3 ({e}): run .ci/run"));
+    assert!(
+        out.status.success(),
+        "{name} {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}

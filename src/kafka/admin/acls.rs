@@ -67,7 +67,6 @@ pub async fn create_acls(shard: &Rc<Shard>, req: CreateAclsRequest) -> CreateAcl
                 resource_type: ResourceType::from_code(c.resource_type)
                     .ok_or_else(|| format!("unknown resource type {}", c.resource_type))?,
                 name: c.resource_name.to_string(),
-                // v0 has no pattern type: literal (kafka-protocol's default, 3).
                 pattern: PatternType::from_code(c.resource_pattern_type).ok_or_else(|| {
                     format!(
                         "pattern type {} (literal or prefixed)",

@@ -26,7 +26,7 @@ pub use cluster::{brokers_only, describe_cluster};
 pub use configs::describe_configs;
 pub use logs::{delete_records, describe_log_dirs};
 pub use producer_ids::init_producer_id;
-pub use quotas::{alter_client_quotas, describe_client_quotas};
+pub use quotas::{alter_client_quotas, alter_result as quota_alter_result, describe_client_quotas};
 pub use reassignments::{
     alter_partition_reassignments, elect_leaders, list_partition_reassignments,
 };

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use kafka_protocol::messages::describe_client_quotas_response::{EntityData, EntryData, ValueData};
 use kafka_protocol::messages::{
-    alter_client_quotas_response, AlterClientQuotasRequest, AlterClientQuotasResponse,
-    DescribeClientQuotasRequest, DescribeClientQuotasResponse,
+    alter_client_quotas_request, alter_client_quotas_response, AlterClientQuotasRequest,
+    AlterClientQuotasResponse, DescribeClientQuotasRequest, DescribeClientQuotasResponse,
 };
 
 use super::s;
@@ -154,22 +154,30 @@ pub async fn alter_client_quotas(
                 .await
                 .map_err(|err| (err.code, err.message)),
         };
-        let mut out = alter_client_quotas_response::EntryData::default();
-        out.entity = entry
-            .entity
-            .iter()
-            .map(|p| {
-                let mut d = alter_client_quotas_response::EntityData::default();
-                d.entity_type = p.entity_type.clone();
-                d.entity_name = p.entity_name.clone();
-                d
-            })
-            .collect();
-        if let Err((code, message)) = outcome {
-            out.error_code = code.code();
-            out.error_message = Some(s(message));
-        }
-        r.entries.push(out);
+        r.entries.push(alter_result(&entry, outcome.err()));
     }
     r
+}
+
+/// One entry's answer: its entity as asked, and the refusal if any.
+pub fn alter_result(
+    entry: &alter_client_quotas_request::EntryData,
+    refusal: Option<(ErrorCode, String)>,
+) -> alter_client_quotas_response::EntryData {
+    let mut out = alter_client_quotas_response::EntryData::default();
+    out.entity = entry
+        .entity
+        .iter()
+        .map(|p| {
+            let mut d = alter_client_quotas_response::EntityData::default();
+            d.entity_type = p.entity_type.clone();
+            d.entity_name = p.entity_name.clone();
+            d
+        })
+        .collect();
+    if let Some((code, message)) = refusal {
+        out.error_code = code.code();
+        out.error_message = Some(s(message));
+    }
+    out
 }
