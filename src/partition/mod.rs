@@ -77,6 +77,9 @@ pub struct Partition {
     /// after a roll).
     snapshot_segments: Cell<usize>,
     snapshot_end: Cell<Option<u64>>,
+    /// While the producer state is rebuilt from the log: the producer batches appended
+    /// meanwhile, replayed on the rebuilt state.
+    replay_journal: RefCell<Option<Vec<(producer_state::ProducerBatch, u64)>>>,
 }
 
 /// What `DescribePartitions` reports about one partition.
@@ -133,6 +136,7 @@ impl Partition {
             producers: RefCell::new(producer_state::ProducerStates::new()),
             snapshot_segments: Cell::new(0),
             snapshot_end: Cell::new(None),
+            replay_journal: RefCell::new(None),
         }
     }
 
@@ -387,9 +391,7 @@ impl Partition {
             let base = log.next_offset();
             let len = bytes.len() as u64;
             log.append_stamped(bytes.clone(), count)?;
-            if let Some(h) = crate::batch::BatchHeader::decode(&bytes) {
-                self.producers.borrow_mut().replay(&h);
-            }
+            self.record_producer_batch(&bytes, base);
             self.bytes_in.set(self.bytes_in.get() + len);
             cache.insert(self.cache_key, base, log.next_offset(), bytes);
         }

@@ -11,6 +11,7 @@ use rill_shards::file::faults::{self, FileOp};
 use rill_shards::rt::spawn_local;
 
 use super::group_commit::GroupCommit;
+use super::producer_state::ProducerBatch;
 use super::tail_cache::TailCache;
 use super::{Partition, ReadLimits};
 use crate::batch::{BatchBuilder, BatchIter, BatchView};
@@ -306,8 +307,11 @@ fn a_batch_lost_to_a_failed_write_is_stored_by_its_retry_after_the_reopen() {
         let append = |bytes: &[u8]| {
             let view = BatchView::validate(bytes).expect("valid");
             let v =
-                f.p.admit_producer_batches(&[*view.header()])
-                    .expect("admitted");
+                f.p.admit_producer_batches(&[(
+                    view.header().record_count,
+                    ProducerBatch::of(view.header()),
+                )])
+                .expect("admitted");
             let r = if v == [Verdict::Append] {
                 f.p.append(&[view], 1, &f.cache).map_err(|e| e.code())
             } else {
@@ -334,7 +338,7 @@ fn a_batch_lost_to_a_failed_write_is_stored_by_its_retry_after_the_reopen() {
         // The retry while failed: taken for the batch in the log's pending appends.
         let view = BatchView::validate(&second).expect("valid");
         assert!(matches!(
-            f.p.admit_producer_batches(&[*view.header()]).as_deref(),
+            f.p.admit_producer_batches(&[(view.header().record_count, ProducerBatch::of(view.header()))]).as_deref(),
             Ok([Verdict::Duplicate(m)]) if m.base_offset == 10
         ));
         faults::clear(&key);
