@@ -159,7 +159,8 @@ impl Partition {
             }
             None => (ProducerStates::new(), start),
         };
-        let states = self.replay_producers(states, from, end, cache).await?;
+        let mut states = self.replay_producers(states, from, end, cache).await?;
+        states.replicated_to(self.high_watermark());
         *self.producers.borrow_mut() = states;
         // The next snapshot is due at the next roll (or a clean stop), not at once: an
         // empty partition writes none.
@@ -275,6 +276,7 @@ impl Partition {
         for (b, at) in &journal {
             rebuilt.record(b, *at);
         }
+        rebuilt.replicated_to(self.high_watermark());
         *self.producers.borrow_mut() = rebuilt;
         Ok(())
     }

@@ -472,6 +472,8 @@ impl Partition {
             return;
         }
         self.high_watermark.set(hw);
+        // Transactions whose markers it passed are stable now: the LSO moves with it.
+        self.producers.borrow_mut().replicated_to(hw);
         let d = self.durable.get();
         if d.offset == hw {
             self.hw_position.set(d);

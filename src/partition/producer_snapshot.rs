@@ -183,6 +183,8 @@ mod tests {
         s.record(&data(1, 2, true), 7);
         s.record(&marker(2, ControlKind::Commit), 9);
         s.record(&marker(7, ControlKind::Commit), 10);
+        // The snapshot covers what is below the high watermark.
+        s.replicated_to(11);
         s
     }
 

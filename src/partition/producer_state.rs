@@ -250,6 +250,7 @@ impl SequenceError {
 pub struct Undo {
     entries: Vec<(i64, Option<ProducerEntry>)>,
     aborted: usize,
+    unreplicated: usize,
 }
 
 /// Every producer's state in one partition.
@@ -259,6 +260,11 @@ pub struct ProducerStates {
     /// Aborted transactions, in the order of their markers (so by `last_offset`), from the
     /// log start on.
     aborted: VecDeque<AbortedTxn>,
+    /// Transactions ended by a marker the high watermark may not have passed yet, as (first
+    /// offset, marker offset) in marker order: they hold the last stable offset until it
+    /// does (Kafka's `unreplicatedTxns`), so read_committed never reads a transaction whose
+    /// marker a leader change could take back. In memory only (see [`Self::replicated_to`]).
+    unreplicated: VecDeque<(u64, u64)>,
 }
 
 impl ProducerStates {
@@ -370,6 +376,7 @@ impl ProducerStates {
         e.last_timestamp = b.max_timestamp;
         if let Some(m) = b.marker {
             if let Some(first_offset) = e.txn_first_offset.take() {
+                self.unreplicated.push_back((first_offset, base_offset));
                 if m.kind == ControlKind::Abort {
                     debug_assert!(
                         self.aborted
@@ -431,6 +438,7 @@ impl ProducerStates {
         Undo {
             entries: saved,
             aborted: self.aborted.len(),
+            unreplicated: self.unreplicated.len(),
         }
     }
 
@@ -447,6 +455,7 @@ impl ProducerStates {
             }
         }
         self.aborted.truncate(undo.aborted);
+        self.unreplicated.truncate(undo.unreplicated);
     }
 
     /// Forgets batches at or after `end` (a cut log tail): a transaction that began in the cut
@@ -472,6 +481,9 @@ impl ProducerStates {
         });
         while self.aborted.back().is_some_and(|a| a.last_offset >= end) {
             self.aborted.pop_back();
+        }
+        while self.unreplicated.back().is_some_and(|u| u.1 >= end) {
+            self.unreplicated.pop_back();
         }
         complete
     }
@@ -548,13 +560,21 @@ impl ProducerStates {
         self.producers.iter().map(|(id, e)| (*id, e))
     }
 
-    /// The first offset of the oldest open transaction: the last stable offset is there
-    /// (or at the high watermark, if that is lower).
+    /// The first offset of the oldest transaction still open, or ended by a marker the high
+    /// watermark has not passed: the last stable offset is there (or at the high watermark,
+    /// if that is lower).
     pub fn first_unstable_offset(&self) -> Option<u64> {
-        self.producers
-            .values()
-            .filter_map(|e| e.txn_first_offset)
-            .min()
+        let open = self.producers.values().filter_map(|e| e.txn_first_offset);
+        open.chain(self.unreplicated.iter().map(|u| u.0)).min()
+    }
+
+    /// The high watermark reached `hw`: transactions whose markers are below it are stable.
+    /// (Not in the snapshot: a state loaded from one takes the markers it covers as below the
+    /// high watermark; the ones replayed from the log after it are judged against it.)
+    pub fn replicated_to(&mut self, hw: u64) {
+        while self.unreplicated.front().is_some_and(|u| u.1 < hw) {
+            self.unreplicated.pop_front();
+        }
     }
 
     /// Every aborted transaction, in marker order.
@@ -639,12 +659,21 @@ mod tests {
         let commit = marker(1, 0, ControlKind::Commit, 0);
         assert_eq!(s.check(&commit), Ok(Verdict::Append));
         s.record(&commit, 6);
+        assert_eq!(
+            s.first_unstable_offset(),
+            Some(2),
+            "until the high watermark passes its marker"
+        );
+        s.replicated_to(6);
+        assert_eq!(s.first_unstable_offset(), Some(2));
+        s.replicated_to(7);
         assert_eq!(s.first_unstable_offset(), Some(4));
         assert_eq!(s.aborted().count(), 0, "a commit is not aborted");
         // Sequences go on across transactions of one epoch.
         assert_eq!(s.check(&txn(1, 0, 5, 1)), Ok(Verdict::Append));
         // Producer 2's is aborted at 7.
         s.record(&marker(2, 3, ControlKind::Abort, 0), 7);
+        s.replicated_to(8);
         assert_eq!(s.first_unstable_offset(), None);
         let a = AbortedTxn {
             producer_id: 2,
@@ -727,6 +756,7 @@ mod tests {
         s.record(&txn(2, 0, 0, 1), 6);
         assert_eq!(s.expire(1_000_000, 10), 1, "producer 1 goes, 2 stays");
         assert_eq!(s.drop_before(100), 0);
+        s.replicated_to(7);
         assert_eq!(s.first_unstable_offset(), Some(6));
         assert_eq!(s.aborted().count(), 0, "the abort below 100 went");
     }
@@ -746,6 +776,7 @@ mod tests {
             for (b, at) in &log[..n] {
                 r.record(b, *at);
             }
+            r.replicated_to(u64::MAX);
             r
         };
         let full = rebuild(log.len());
