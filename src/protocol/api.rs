@@ -47,6 +47,9 @@ pub enum ApiKey {
     DelayedProduce = 31,
     /// A producer id and epoch for an idempotent producer (Kafka's InitProducerId).
     InitProducerId = 35,
+    /// A transaction coordinator's commit or abort markers, to a partition's leader (Kafka's
+    /// WriteTxnMarkers).
+    WriteTxnMarkers = 36,
 }
 
 impl ApiKey {
@@ -82,6 +85,7 @@ impl ApiKey {
         ApiKey::FilteredFetch,
         ApiKey::DelayedProduce,
         ApiKey::InitProducerId,
+        ApiKey::WriteTxnMarkers,
     ];
 
     /// The API's name (the `api` label of metrics).
@@ -118,6 +122,7 @@ impl ApiKey {
             ApiKey::FilteredFetch => "FilteredFetch",
             ApiKey::DelayedProduce => "DelayedProduce",
             ApiKey::InitProducerId => "InitProducerId",
+            ApiKey::WriteTxnMarkers => "WriteTxnMarkers",
         }
     }
 
