@@ -14,6 +14,7 @@ pub mod group_consumer;
 pub mod pipeline;
 pub mod producer;
 pub mod socket;
+mod txn_skip;
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -25,7 +26,8 @@ pub use crate::group::assignor::TopicPartition;
 pub use crate::partitioner::partition_for_key;
 pub use connection::Connection;
 pub use consumer::{
-    ConsumedRecord, Consumer, ConsumerConfig, ConsumerRecord, OffsetReset, Records, StartFrom,
+    ConsumedRecord, Consumer, ConsumerConfig, ConsumerRecord, Isolation, OffsetReset, Records,
+    StartFrom,
 };
 pub use error::ClientError;
 pub use group_consumer::{

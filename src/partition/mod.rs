@@ -525,6 +525,37 @@ impl Partition {
             .await
     }
 
+    /// read_committed: whole batches from `offset` below the last stable offset `lso` (as
+    /// [`Partition::last_stable_offset`] gave it); nothing for an offset between it and the
+    /// high watermark (the consumer waits there for the transaction to end).
+    pub async fn read_stable(
+        &self,
+        offset: u64,
+        lso: u64,
+        limits: ReadLimits,
+        cache: &TailCache,
+    ) -> Result<Vec<ReadChunk>, LogError> {
+        let hw = self.high_watermark.get();
+        debug_assert!(
+            lso <= hw,
+            "the last stable offset is below the high watermark"
+        );
+        if offset > lso && offset <= hw {
+            return Ok(Vec::new());
+        }
+        let at = self.hw_position.get();
+        let position = (at.offset == hw && lso == hw).then_some(at);
+        self.read_below(
+            offset,
+            self.log_start_offset(),
+            lso,
+            position,
+            limits,
+            cache,
+        )
+        .await
+    }
+
     /// For a follower's fetch: whole batches from `offset` below the local durable end.
     pub async fn read_replica(
         &self,

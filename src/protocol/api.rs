@@ -132,7 +132,11 @@ impl ApiKey {
 
     /// The inclusive range of versions served.
     pub fn versions(self) -> (u16, u16) {
-        (0, 0)
+        match self {
+            // 1: the isolation level, the last stable offset and the aborted transactions.
+            ApiKey::Fetch => (0, 1),
+            _ => (0, 0),
+        }
     }
 
     pub fn supports(self, version: u16) -> bool {
