@@ -878,6 +878,56 @@ impl Client {
         Ok((r, frame))
     }
 
+    /// Fetch version 1 of one partition at an isolation level: its result (last stable offset,
+    /// aborted transactions under read_committed) and the frame holding its batches.
+    #[allow(clippy::too_many_arguments)]
+    pub fn fetch_isolated(
+        &mut self,
+        topic: &str,
+        partition: u32,
+        offset: u64,
+        max_wait: Duration,
+        min_bytes: u32,
+        max_bytes: u32,
+        isolation: crate::protocol::Isolation,
+    ) -> Result<(FetchPartitionResultV1, ResponseFrame), ClientError> {
+        let route = self.metadata.route(topic, partition)?;
+        let req = FetchRequestV1 {
+            fetch: FetchRequest {
+                max_wait_ms: max_wait.as_millis().min(u128::from(u32::MAX)) as u32,
+                min_bytes,
+                max_bytes,
+                partitions: vec![FetchPartition {
+                    topic: topic.to_string(),
+                    partition,
+                    offset,
+                    max_bytes,
+                }],
+            },
+            isolation: isolation.to_wire(),
+        };
+        let read_timeout = self.cfg.request_timeout + max_wait;
+        let c = self.connection(route.addr)?;
+        c.set_read_timeout(Some(read_timeout));
+        let result = c.call_version(ApiKey::Fetch, 1, &req, &[]);
+        if result.is_err() {
+            self.forget_connection(route.addr);
+        }
+        let (resp, frame): (FetchResponseV1, _) = result?;
+        let r = resp
+            .partitions
+            .into_iter()
+            .next()
+            .ok_or_else(|| ClientError::Invalid("empty fetch response".into()))?;
+        if r.result.error_code != 0 {
+            return Err(ClientError::broker(
+                ErrorCode::from_code(r.result.error_code),
+                r.result.message,
+            ));
+        }
+        Ok((r, frame))
+    }
+
     /// ListOffsets for one partition: `EARLIEST_TIMESTAMP`, `LATEST_TIMESTAMP` or a time.
     /// Returns `None` when no record is at or after the time.
     pub fn list_offset(
