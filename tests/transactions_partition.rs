@@ -408,6 +408,36 @@ fn read_committed_sees_committed_and_plain_records_up_to_the_last_stable_offset(
         ],
     ));
     assert_eq!(kcat, everything, "kcat read_uncommitted");
+    // rill consume --isolation (DESIGN.md).
+    let cli = |isolation: &str, n: usize| {
+        let o = b.cli(
+            &[
+                "consume",
+                "tx",
+                "--from",
+                "beginning",
+                "--isolation",
+                isolation,
+                "-n",
+                &n.to_string(),
+                "--timeout-ms",
+                "20000",
+            ],
+            None,
+        );
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        lines(o)
+    };
+    assert_eq!(cli("read_committed", committed.len()), committed);
+    assert_eq!(cli("read_uncommitted", everything.len()), everything);
+    let o = b.cli(&["consume", "tx", "--isolation", "serializable"], None);
+    assert!(!o.status.success(), "an unknown isolation is refused");
+    // A marker to a `__consumer_offsets` partition (a producer with no open transaction
+    // there: written, nothing else changes).
+    assert_eq!(
+        marker(&mut c, "__consumer_offsets", a, 0, ControlKind::Commit, 0),
+        ErrorCode::None
+    );
     // The stored markers are control batches.
     let (_, frame) = c.fetch("tx", 0, 7, Duration::ZERO, 1, 1 << 20).unwrap();
     let first = BatchIter::new(frame.payload()).next().unwrap().unwrap();
@@ -426,6 +456,7 @@ fn read_committed_sees_committed_and_plain_records_up_to_the_last_stable_offset(
 fn a_follower_elected_leader_answers_read_committed_the_same() {
     let mut cl = TestCluster::start(3, 1, FAST_FENCING);
     create_topic_rf3(&cl, "rtx", 1, &[("min.insync.replicas", "2")]);
+    create_topic_rf3(&cl, "all3", 1, &[("min.insync.replicas", "3")]);
     let mut c = Client::connect(ClientConfig::new(cl.nodes[0].bootstrap())).unwrap();
     let (a, _) = c.init_producer_id(None).unwrap();
     let (bb, _) = c.init_producer_id(None).unwrap();
@@ -492,4 +523,15 @@ fn a_follower_elected_leader_answers_read_committed_the_same() {
         consume(witness.bootstrap(), "rtx", Isolation::ReadCommitted, 9),
         strings(&["a0", "p0", "p1", "c0", "p2"])
     );
+    // A marker needs min.insync.replicas in-sync replicas, as an acks=all produce: refused
+    // with NOT_ENOUGH_REPLICAS once the ISR lost the dead broker, nothing appended.
+    wait_partition(witness, "all3", 0, "an ISR of 2", |m| {
+        m.leader != 0 && m.leader != old && m.isr.len() == 2
+    });
+    let _ = c.refresh_metadata();
+    assert_eq!(
+        marker(&mut c, "all3", a, 0, ControlKind::Commit, 0),
+        ErrorCode::NotEnoughReplicas
+    );
+    assert_eq!(log_end(&mut c, "all3"), 0);
 }

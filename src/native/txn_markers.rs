@@ -6,7 +6,7 @@ use std::time::Instant;
 use super::{status, Reply};
 use crate::batch::control::ControlKind;
 use crate::broker::txn_markers::{write_txn_markers as write, MarkerWrite};
-use crate::broker::Shard;
+use crate::broker::{request_timeout, Shard};
 use crate::clock::now_ms;
 use crate::protocol::frame::RequestFrame;
 use crate::protocol::messages::{
@@ -39,7 +39,7 @@ pub async fn write_txn_markers(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply
         })
         .collect();
     // Kafka's request has no timeout: the broker's request timeout bounds the wait.
-    let deadline = Instant::now() + shard.cfg.max_produce_timeout;
+    let deadline = Instant::now() + request_timeout(shard, 0);
     let outcomes = write(shard, &markers, now_ms(), deadline).await;
     let markers = markers
         .into_iter()
