@@ -932,6 +932,88 @@ mod tests {
         assert_eq!(s, before);
     }
 
+    /// Random transactional and plain batches of three producers, commits and aborts, and cut
+    /// tails: a cut state that claims to be complete has the open transactions, the aborted
+    /// list and the last stable offset of a rebuild from the remaining log.
+    #[test]
+    fn random_transactions_and_cuts_match_a_rebuild() {
+        for seed in 1..60u64 {
+            let mut rng = Rng(seed.wrapping_mul(0x2545_F491_4F6C_DD1D));
+            let mut s = ProducerStates::new();
+            let mut log: Vec<(ProducerBatch, u64)> = Vec::new();
+            let mut end = 0u64;
+            let mut seq = [0i32; 3];
+            for _ in 0..300 {
+                let p = rng.below(3) as usize;
+                let id = p as i64 + 1;
+                let b = match rng.below(8) {
+                    0..=3 => {
+                        let b = txn(id, 0, seq[p], 1 + rng.below(3) as u32);
+                        seq[p] = increment_sequence(seq[p], b.record_count);
+                        b
+                    }
+                    4 => ProducerBatch {
+                        producer_id: -1,
+                        ..batch(id, 0, -1, 1)
+                    },
+                    5 | 6 => {
+                        let kind = if rng.below(2) == 0 {
+                            ControlKind::Commit
+                        } else {
+                            ControlKind::Abort
+                        };
+                        marker(id, 0, kind, 0)
+                    }
+                    _ => {
+                        let keep = log.len().saturating_sub(rng.below(4) as usize);
+                        log.truncate(keep);
+                        end = log
+                            .last()
+                            .map_or(0, |(b, at)| at + u64::from(b.record_count));
+                        let mut rebuilt = ProducerStates::new();
+                        for (b, at) in log.iter().filter(|(b, _)| b.producer_id >= 0) {
+                            rebuilt.record(b, *at);
+                        }
+                        rebuilt.replicated_to(u64::MAX);
+                        let mut cut = s.clone();
+                        let complete = cut.truncate_to(end);
+                        cut.replicated_to(u64::MAX);
+                        if complete {
+                            assert_eq!(
+                                cut.first_unstable_offset(),
+                                rebuilt.first_unstable_offset(),
+                                "seed {seed}: LSO after a cut at {end}"
+                            );
+                            assert_eq!(
+                                cut.aborted().collect::<Vec<_>>(),
+                                rebuilt.aborted().collect::<Vec<_>>(),
+                                "seed {seed}: aborted after a cut at {end}"
+                            );
+                            for (id, e) in rebuilt.entries() {
+                                let c = cut.get(id).map(|c| c.txn_first_offset);
+                                assert_eq!(c, Some(e.txn_first_offset), "seed {seed}: {id}");
+                            }
+                        }
+                        s = rebuilt;
+                        for (p, n) in seq.iter_mut().enumerate() {
+                            *n = s
+                                .get(p as i64 + 1)
+                                .and_then(|e| e.last())
+                                .map_or(0, |m| increment_sequence(m.last_seq, 1));
+                        }
+                        continue;
+                    }
+                };
+                if b.producer_id >= 0 {
+                    assert!(s.check(&b).is_ok(), "seed {seed}: {b:?}: {:?}", s.check(&b));
+                    s.record(&b, end);
+                }
+                log.push((b, end));
+                end += u64::from(b.record_count);
+            }
+        }
+    }
+
     /// A tiny deterministic generator (no dependency for one test).
     struct Rng(u64);
     impl Rng {
