@@ -317,6 +317,15 @@ fn read_committed_sees_committed_and_plain_records_up_to_the_last_stable_offset(
             committed_so_far,
             "{when}: read_committed"
         );
+        // read_committed's end is the LSO: a consumer starting there misses nothing of the
+        // open transaction.
+        let cfg = ConsumerConfig {
+            isolation: Isolation::ReadCommitted,
+            ..ConsumerConfig::default()
+        };
+        let mut end = Consumer::new(ClientConfig::new(b.bootstrap()), cfg).unwrap();
+        end.assign("tx", Some(vec![0]), StartFrom::End).unwrap();
+        assert_eq!(end.position("tx", 0), Some(4), "{when}");
         // Kafka's ListOffsets read_committed answers the LSO as the latest offset.
         let mut lp =
             kafka_protocol::messages::list_offsets_request::ListOffsetsPartition::default();

@@ -817,10 +817,28 @@ impl Fetcher {
                 .client
                 .list_offset(topic, partition, EARLIEST_TIMESTAMP)?
                 .unwrap_or(0),
-            StartFrom::End => self
-                .client
-                .list_offset(topic, partition, LATEST_TIMESTAMP)?
-                .unwrap_or(0),
+            StartFrom::End => {
+                let hw = self
+                    .client
+                    .list_offset(topic, partition, LATEST_TIMESTAMP)?
+                    .unwrap_or(0);
+                if self.cfg.isolation == Isolation::ReadCommitted && self.cfg.tags.is_none() {
+                    // read_committed's end is the last stable offset (Kafka's consumer asks
+                    // ListOffsets read_committed): a fetch at the high watermark names it.
+                    let (r, _) = self.client.fetch_isolated(
+                        topic,
+                        partition,
+                        hw,
+                        Duration::ZERO,
+                        1,
+                        1,
+                        Isolation::ReadCommitted,
+                    )?;
+                    r.last_stable_offset.min(hw)
+                } else {
+                    hw
+                }
+            }
             StartFrom::Offset(o) => o,
             StartFrom::Timestamp(ts) => match self.client.list_offset(topic, partition, ts)? {
                 Some(o) => o,
