@@ -347,6 +347,40 @@ fn read_committed_sees_committed_and_plain_records_up_to_the_last_stable_offset(
             &req,
         );
         assert_eq!(resp.topics[0].partitions[0].offset, 4, "{when}");
+        // Kafka's Fetch read_committed: the LSO, the aborted list, no batch from the LSO on.
+        let mut req = rill_testkit::kafka_fetch_request("tx", 0, 0, -1);
+        req.isolation_level = 1;
+        let resp: kafka_protocol::messages::FetchResponse = kafka_call(
+            &b.kafka_bootstrap(),
+            kafka_protocol::messages::ApiKey::Fetch,
+            11,
+            &req,
+        );
+        let pd = &resp.responses[0].partitions[0];
+        assert_eq!(
+            (pd.error_code, pd.high_watermark, pd.last_stable_offset),
+            (0, 15, 4)
+        );
+        let aborted: Vec<(i64, i64)> = pd
+            .aborted_transactions
+            .iter()
+            .flatten()
+            .map(|a| (a.producer_id.0, a.first_offset))
+            .collect();
+        assert_eq!(aborted, vec![(bb, 2)], "{when}");
+        let mut records = pd.records.clone().expect("records");
+        let batches = kafka_protocol::records::RecordBatchDecoder::decode_all(&mut records)
+            .expect("kafka batches");
+        let offsets: Vec<i64> = batches
+            .iter()
+            .flat_map(|s| &s.records)
+            .map(|r| r.offset)
+            .collect();
+        assert_eq!(
+            offsets,
+            vec![0, 1, 2, 3],
+            "{when}: up to the LSO, aborted ones included"
+        );
     };
     check_open(&b, "before any restart");
     assert_eq!(
