@@ -79,8 +79,9 @@ impl Partition {
             }
         };
         self.producers.borrow_mut().record(&b, base_offset);
-        if let Some(j) = self.replay_journal.borrow_mut().as_mut() {
-            j.push((b, base_offset));
+        let mut journal = self.replay_journal.borrow_mut();
+        if journal.0 > 0 {
+            journal.1.push((b, base_offset));
         }
     }
 
@@ -267,11 +268,23 @@ impl Partition {
         }
         // Rebuilt aside: appends made while the log is read (at `end` and after) are recorded
         // on the live state and in the journal, and replayed on the rebuilt one.
-        *self.replay_journal.borrow_mut() = Some(Vec::new());
+        let from = {
+            let mut j = self.replay_journal.borrow_mut();
+            j.0 += 1;
+            j.1.len()
+        };
         let rebuilt = self
             .replay_producers(ProducerStates::new(), self.log_start_offset(), end, cache)
             .await;
-        let journal = self.replay_journal.borrow_mut().take().unwrap_or_default();
+        let journal = {
+            let mut j = self.replay_journal.borrow_mut();
+            let mine = j.1[from..].to_vec();
+            j.0 -= 1;
+            if j.0 == 0 {
+                j.1.clear();
+            }
+            mine
+        };
         let mut rebuilt = rebuilt?;
         for (b, at) in &journal {
             rebuilt.record(b, *at);

@@ -77,9 +77,9 @@ pub struct Partition {
     /// after a roll).
     snapshot_segments: Cell<usize>,
     snapshot_end: Cell<Option<u64>>,
-    /// While the producer state is rebuilt from the log: the producer batches appended
-    /// meanwhile, replayed on the rebuilt state.
-    replay_journal: RefCell<Option<Vec<(producer_state::ProducerBatch, u64)>>>,
+    /// While the producer state is rebuilt from the log: how many rebuilds run, and the
+    /// producer batches appended meanwhile (each rebuild replays those from its start).
+    replay_journal: RefCell<(usize, Vec<(producer_state::ProducerBatch, u64)>)>,
 }
 
 /// What `DescribePartitions` reports about one partition.
@@ -136,7 +136,7 @@ impl Partition {
             producers: RefCell::new(producer_state::ProducerStates::new()),
             snapshot_segments: Cell::new(0),
             snapshot_end: Cell::new(None),
-            replay_journal: RefCell::new(None),
+            replay_journal: RefCell::new((0, Vec::new())),
         }
     }
 
@@ -540,7 +540,14 @@ impl Partition {
             lso <= hw,
             "the last stable offset is below the high watermark"
         );
-        if offset > lso && offset <= hw {
+        if offset > hw {
+            return Err(LogError::OffsetOutOfRange {
+                offset,
+                start: self.log_start_offset(),
+                end: hw,
+            });
+        }
+        if offset > lso {
             return Ok(Vec::new());
         }
         let at = self.hw_position.get();
