@@ -14,6 +14,7 @@
 //!   [`coordination`]: which groups a shard coordinates follows the leadership of their
 //!   offsets partitions; [`offsets_topic`]: creating `__consumer_offsets`.
 
+pub mod acls;
 pub mod config;
 pub mod coordination;
 pub mod fetch;

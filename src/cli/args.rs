@@ -66,6 +66,65 @@ pub enum Command {
     /// Users Kafka clients authenticate as (SASL SCRAM and PLAIN).
     #[command(subcommand)]
     User(UserCommand),
+    /// ACLs (Kafka's model; enforced on the Kafka listener when it authenticates).
+    #[command(subcommand)]
+    Acl(AclCommand),
+}
+
+/// Which resources an ACL command names (one of them), as Kafka's `kafka-acls` flags.
+#[derive(Args, Debug, Clone, Default)]
+pub struct AclResource {
+    #[arg(long)]
+    pub topic: Option<String>,
+    #[arg(long)]
+    pub group: Option<String>,
+    #[arg(long)]
+    pub transactional_id: Option<String>,
+    /// The cluster resource.
+    #[arg(long)]
+    pub cluster: bool,
+    /// literal or prefixed (add); any, match, literal or prefixed (list, remove).
+    #[arg(long)]
+    pub resource_pattern_type: Option<String>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum AclCommand {
+    /// Allow or deny principals operations on a resource (one binding per principal, host
+    /// and operation).
+    Add {
+        #[command(flatten)]
+        resource: AclResource,
+        /// Principals allowed, e.g. User:alice or User:* (repeatable).
+        #[arg(long)]
+        allow_principal: Vec<String>,
+        /// Principals denied (repeatable).
+        #[arg(long)]
+        deny_principal: Vec<String>,
+        /// Hosts the bindings apply to (repeatable; default: every host, `*`).
+        #[arg(long)]
+        host: Vec<String>,
+        /// READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE, DESCRIBE_CONFIGS, ALTER_CONFIGS,
+        /// CLUSTER_ACTION, IDEMPOTENT_WRITE or ALL (repeatable).
+        #[arg(long, required = true)]
+        operation: Vec<String>,
+    },
+    /// List the bindings (all, or those of a resource and principal).
+    List {
+        #[command(flatten)]
+        resource: AclResource,
+        #[arg(long)]
+        principal: Option<String>,
+    },
+    /// Remove the bindings of a resource and/or principal (at least one of them).
+    Remove {
+        #[command(flatten)]
+        resource: AclResource,
+        #[arg(long)]
+        principal: Option<String>,
+        #[arg(long)]
+        operation: Option<String>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -195,6 +254,16 @@ pub struct BrokerArgs {
         default_value_t = 10_000
     )]
     pub sasl_authentication_timeout_ms: u64,
+    /// Principals that every ACL check lets through, `User:<name>` separated by `;` (Kafka's
+    /// `super.users`). ACLs are enforced on the Kafka listener when it authenticates
+    /// (--kafka-sasl-mechanisms).
+    #[arg(
+        long,
+        env = "RILL_SUPER_USERS",
+        value_name = "LIST",
+        default_value = ""
+    )]
+    pub super_users: String,
     /// Serve Prometheus metrics (text format) at http://HOST:PORT/metrics; `off` (the
     /// default) serves none.
     #[arg(long, env = "RILL_METRICS_LISTEN", value_name = "HOST:PORT")]

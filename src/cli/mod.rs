@@ -1,4 +1,5 @@
 //! The `rill` command line.
+pub mod acl_cmds;
 pub mod args;
 pub mod broker_cmd;
 pub mod client_cmds;

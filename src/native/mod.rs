@@ -2,6 +2,7 @@
 //! Each handler decodes a request's meta, calls an operation, and encodes its result; the
 //! payload (batches) passes through as the stored bytes, both ways.
 
+mod acls;
 pub mod connection;
 mod delayed_produce;
 mod fetch;
@@ -140,5 +141,8 @@ pub async fn dispatch(shard: &Rc<Shard>, frame: RequestFrame, file_reads: FileRe
         ApiKey::ListUsers => users::list_users(shard),
         ApiKey::InitProducerId => producer_ids::init_producer_id(shard, &frame).await,
         ApiKey::WriteTxnMarkers => txn_markers::write_txn_markers(shard, &frame).await,
+        ApiKey::CreateAcls => acls::create(shard, &frame).await,
+        ApiKey::DescribeAcls => acls::describe(shard, &frame),
+        ApiKey::DeleteAcls => acls::delete(shard, &frame).await,
     }
 }

@@ -50,6 +50,12 @@ pub enum ApiKey {
     /// A transaction coordinator's commit or abort markers, to a partition's leader (Kafka's
     /// WriteTxnMarkers).
     WriteTxnMarkers = 36,
+    /// Adds ACL bindings (Kafka's CreateAcls; `rill acl add`).
+    CreateAcls = 50,
+    /// The ACL bindings a filter matches (Kafka's DescribeAcls; `rill acl list`).
+    DescribeAcls = 51,
+    /// Removes the ACL bindings a filter matches (Kafka's DeleteAcls; `rill acl remove`).
+    DeleteAcls = 52,
 }
 
 impl ApiKey {
@@ -86,6 +92,9 @@ impl ApiKey {
         ApiKey::DelayedProduce,
         ApiKey::InitProducerId,
         ApiKey::WriteTxnMarkers,
+        ApiKey::CreateAcls,
+        ApiKey::DescribeAcls,
+        ApiKey::DeleteAcls,
     ];
 
     /// The API's name (the `api` label of metrics).
@@ -123,6 +132,9 @@ impl ApiKey {
             ApiKey::DelayedProduce => "DelayedProduce",
             ApiKey::InitProducerId => "InitProducerId",
             ApiKey::WriteTxnMarkers => "WriteTxnMarkers",
+            ApiKey::CreateAcls => "CreateAcls",
+            ApiKey::DescribeAcls => "DescribeAcls",
+            ApiKey::DeleteAcls => "DeleteAcls",
         }
     }
 

@@ -775,3 +775,114 @@ pub struct TxnMarkerPartitionResult {
     pub error_code: i16,
     pub message: String,
 }
+
+/// One ACL binding on the native protocol (`rill acl`), its enum fields by name as Kafka
+/// writes them: resource type `topic|group|cluster|transactional-id`, pattern
+/// `literal|prefixed`, operation `READ`.., permission `ALLOW|DENY`.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct AclEntry {
+    pub resource_type: String,
+    pub name: String,
+    pub pattern: String,
+    pub principal: String,
+    pub host: String,
+    pub operation: String,
+    pub permission: String,
+}
+
+/// Native key 50 (Kafka's CreateAcls).
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct CreateAclsRequest {
+    pub acls: Vec<AclEntry>,
+    pub timeout_ms: u32,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct CreateAclsResponse {
+    pub error_code: i16,
+    pub message: String,
+}
+
+/// A filter over bindings: `None` matches anything; `pattern` may also be `any` or `match`
+/// (Kafka's: every binding that applies to the literal name).
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
+pub struct AclFilterEntry {
+    pub resource_type: Option<String>,
+    pub name: Option<String>,
+    pub pattern: Option<String>,
+    pub principal: Option<String>,
+    pub host: Option<String>,
+    pub operation: Option<String>,
+    pub permission: Option<String>,
+}
+
+/// Native key 51 (Kafka's DescribeAcls).
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct DescribeAclsRequest {
+    pub filter: AclFilterEntry,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct DescribeAclsResponse {
+    pub error_code: i16,
+    pub message: String,
+    pub acls: Vec<AclEntry>,
+}
+
+/// Native key 52 (Kafka's DeleteAcls): removes what the filter matches.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct DeleteAclsRequest {
+    pub filter: AclFilterEntry,
+    pub timeout_ms: u32,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct DeleteAclsResponse {
+    pub error_code: i16,
+    pub message: String,
+    pub deleted: Vec<AclEntry>,
+}
+
+impl AclEntry {
+    /// From the fields in [`crate::auth::acl::AclBinding::names`]'s order.
+    pub fn from_names(n: [String; 7]) -> AclEntry {
+        let [resource_type, name, pattern, principal, host, operation, permission] = n;
+        AclEntry {
+            resource_type,
+            name,
+            pattern,
+            principal,
+            host,
+            operation,
+            permission,
+        }
+    }
+
+    /// The fields in [`crate::auth::acl::AclBinding::from_names`]'s order.
+    pub fn into_names(self) -> [String; 7] {
+        [
+            self.resource_type,
+            self.name,
+            self.pattern,
+            self.principal,
+            self.host,
+            self.operation,
+            self.permission,
+        ]
+    }
+}
+
+impl AclFilterEntry {
+    /// The fields in [`crate::auth::acl::AclFilter::from_names`]'s order.
+    pub fn into_names(self) -> [Option<String>; 7] {
+        [
+            self.resource_type,
+            self.name,
+            self.pattern,
+            self.principal,
+            self.host,
+            self.operation,
+            self.permission,
+        ]
+    }
+}
