@@ -265,7 +265,23 @@ pub struct ProducerStates {
     /// does (Kafka's `unreplicatedTxns`), so read_committed never reads a transaction whose
     /// marker a leader change could take back. In memory only (see [`Self::replicated_to`]).
     unreplicated: VecDeque<(u64, u64)>,
+    /// Whether a transaction was ever recorded here: the last stable offset of a partition
+    /// without any is its high watermark, found without a look at every producer (a fetch
+    /// asks for it on every read).
+    transactional: TxnSeen,
 }
+
+/// A hint, not state: equal whatever it holds, so a rebuilt state equals the live one.
+#[derive(Debug, Clone, Copy, Default)]
+struct TxnSeen(bool);
+
+impl PartialEq for TxnSeen {
+    fn eq(&self, _: &TxnSeen) -> bool {
+        true
+    }
+}
+
+impl Eq for TxnSeen {}
 
 impl ProducerStates {
     pub fn new() -> ProducerStates {
@@ -409,6 +425,7 @@ impl ProducerStates {
         }
         if b.transactional && e.txn_first_offset.is_none() {
             e.txn_first_offset = Some(base_offset);
+            self.transactional = TxnSeen(true);
         }
         if e.batches.len() == BATCHES_KEPT {
             e.batches.pop_front();
@@ -520,6 +537,9 @@ impl ProducerStates {
         if batches.is_empty() && entry.last_marker_offset.is_none() {
             return None;
         }
+        if entry.txn_first_offset.is_some() {
+            self.transactional = TxnSeen(true);
+        }
         self.producers.insert(
             producer_id,
             ProducerEntry {
@@ -564,6 +584,9 @@ impl ProducerStates {
     /// watermark has not passed: the last stable offset is there (or at the high watermark,
     /// if that is lower).
     pub fn first_unstable_offset(&self) -> Option<u64> {
+        if !self.transactional.0 {
+            return None;
+        }
         let open = self.producers.values().filter_map(|e| e.txn_first_offset);
         open.chain(self.unreplicated.iter().map(|u| u.0)).min()
     }
