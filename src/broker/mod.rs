@@ -30,6 +30,7 @@ pub mod offsets_log;
 pub mod offsets_topic;
 pub mod produce;
 pub mod producer_ids;
+pub mod quotas;
 pub mod reassignments;
 pub mod replica_fetch;
 pub mod shard;

@@ -112,6 +112,8 @@ pub struct Shard {
     pub offsets_topic_create: super::offsets_topic::CreateThrottle,
     /// Producer ids this shard reserved from the controller and has not handed out.
     pub producer_ids: super::producer_ids::ProducerIdBlock,
+    /// Clients' use measured against their quotas on this shard (`super::quotas`).
+    pub quota_windows: super::quotas::QuotaWindows,
 }
 
 /// Where a topic's partition lives on disk. The topic id keeps a re-created topic from
@@ -183,6 +185,7 @@ impl Shard {
             replication_changed: event_listener::Event::new(),
             offsets_topic_create: Default::default(),
             producer_ids: Default::default(),
+            quota_windows: Default::default(),
         })
     }
 

@@ -69,6 +69,42 @@ pub enum Command {
     /// ACLs (Kafka's model; enforced on the Kafka listener when it authenticates).
     #[command(subcommand)]
     Acl(AclCommand),
+    /// Client quotas: produce and fetch byte rates and a request rate per user or client id.
+    #[command(subcommand)]
+    Quota(QuotaCommand),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum QuotaCommand {
+    /// Set (or with --remove, remove) quotas of a user, a client id, or both.
+    Set {
+        /// The user (a Kafka listener principal's name) the quota applies to.
+        #[arg(long, conflicts_with = "user_default")]
+        user: Option<String>,
+        /// Every user without a quota of its own.
+        #[arg(long)]
+        user_default: bool,
+        /// The client id the quota applies to.
+        #[arg(long, conflicts_with = "client_id_default")]
+        client_id: Option<String>,
+        /// Every client id without a quota of its own.
+        #[arg(long)]
+        client_id_default: bool,
+        /// Bytes per second of record batches produced (per shard: each is a Kafka node).
+        #[arg(long)]
+        producer_byte_rate: Option<f64>,
+        /// Bytes per second of records fetched (per shard).
+        #[arg(long)]
+        consumer_byte_rate: Option<f64>,
+        /// Requests per second (per shard).
+        #[arg(long)]
+        request_rate: Option<f64>,
+        /// Quota keys to remove (producer_byte_rate, consumer_byte_rate, request_rate).
+        #[arg(long)]
+        remove: Vec<String>,
+    },
+    /// Every entity's quotas.
+    List,
 }
 
 /// Which resources an ACL command names (one of them), as Kafka's `kafka-acls` flags.

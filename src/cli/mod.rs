@@ -5,6 +5,7 @@ pub mod broker_cmd;
 pub mod client_cmds;
 pub mod config_file;
 pub mod group_cmds;
+pub mod quota_cmds;
 pub mod tune_cmd;
 pub mod user_cmds;
 

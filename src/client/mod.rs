@@ -596,6 +596,41 @@ impl Client {
         }
     }
 
+    /// Sets `entry.values` and removes `remove` of one entity's quotas (`rill quota set`).
+    pub fn alter_client_quota(
+        &mut self,
+        entry: QuotaEntry,
+        remove: Vec<String>,
+    ) -> Result<(), ClientError> {
+        let addr = self.bootstrap_addr()?;
+        let req = AlterClientQuotaRequest {
+            entry,
+            remove,
+            timeout_ms: self.cfg.request_timeout.as_millis() as u32,
+        };
+        let (resp, _): (AlterClientQuotaResponse, _) =
+            self.call(addr, ApiKey::AlterClientQuota, &req, &[])?;
+        match resp.error_code {
+            0 => Ok(()),
+            code => Err(ClientError::broker(
+                ErrorCode::from_code(code),
+                resp.message,
+            )),
+        }
+    }
+
+    /// Every entity's quotas (`rill quota list`).
+    pub fn describe_client_quotas(&mut self) -> Result<Vec<QuotaEntry>, ClientError> {
+        let addr = self.bootstrap_addr()?;
+        let (resp, _): (DescribeClientQuotasResponse, _) = self.call(
+            addr,
+            ApiKey::DescribeClientQuotas,
+            &DescribeClientQuotasRequest {},
+            &[],
+        )?;
+        Ok(resp.entries)
+    }
+
     /// Every user, with its mechanisms and their iterations.
     pub fn list_users(&mut self) -> Result<Vec<UserEntry>, ClientError> {
         let addr = self.bootstrap_addr()?;

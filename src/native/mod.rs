@@ -14,6 +14,7 @@ mod metadata;
 mod offsets;
 mod produce;
 mod producer_ids;
+mod quotas;
 mod reassignments;
 mod replica_fetch;
 pub mod replica_fetcher;
@@ -144,5 +145,7 @@ pub async fn dispatch(shard: &Rc<Shard>, frame: RequestFrame, file_reads: FileRe
         ApiKey::CreateAcls => acls::create(shard, &frame).await,
         ApiKey::DescribeAcls => acls::describe(shard, &frame),
         ApiKey::DeleteAcls => acls::delete(shard, &frame).await,
+        ApiKey::AlterClientQuota => quotas::alter(shard, &frame).await,
+        ApiKey::DescribeClientQuotas => quotas::describe(shard),
     }
 }

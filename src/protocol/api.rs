@@ -56,6 +56,10 @@ pub enum ApiKey {
     DescribeAcls = 51,
     /// Removes the ACL bindings a filter matches (Kafka's DeleteAcls; `rill acl remove`).
     DeleteAcls = 52,
+    /// Sets or removes one entity's client quotas (Kafka's AlterClientQuotas; `rill quota set`).
+    AlterClientQuota = 53,
+    /// Every entity's client quotas (Kafka's DescribeClientQuotas; `rill quota list`).
+    DescribeClientQuotas = 54,
 }
 
 impl ApiKey {
@@ -95,6 +99,8 @@ impl ApiKey {
         ApiKey::CreateAcls,
         ApiKey::DescribeAcls,
         ApiKey::DeleteAcls,
+        ApiKey::AlterClientQuota,
+        ApiKey::DescribeClientQuotas,
     ];
 
     /// The API's name (the `api` label of metrics).
@@ -135,6 +141,8 @@ impl ApiKey {
             ApiKey::CreateAcls => "CreateAcls",
             ApiKey::DescribeAcls => "DescribeAcls",
             ApiKey::DeleteAcls => "DeleteAcls",
+            ApiKey::AlterClientQuota => "AlterClientQuota",
+            ApiKey::DescribeClientQuotas => "DescribeClientQuotas",
         }
     }
 

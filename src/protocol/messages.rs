@@ -886,3 +886,74 @@ impl AclFilterEntry {
         ]
     }
 }
+
+/// One side of a quota entity on the native protocol: a name, or the default.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub enum QuotaName {
+    Name(String),
+    Default,
+}
+
+/// A quota entity and its values (`rill quota`).
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct QuotaEntry {
+    pub user: Option<QuotaName>,
+    pub client_id: Option<QuotaName>,
+    pub values: Vec<QuotaValue>,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct QuotaValue {
+    pub key: String,
+    pub value: f64,
+}
+
+/// Native key 53 (Kafka's AlterClientQuotas, one entity): sets `entry.values`, removes
+/// `remove`.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct AlterClientQuotaRequest {
+    pub entry: QuotaEntry,
+    pub remove: Vec<String>,
+    pub timeout_ms: u32,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct AlterClientQuotaResponse {
+    pub error_code: i16,
+    pub message: String,
+}
+
+/// Native key 54 (Kafka's DescribeClientQuotas): every entity's quotas.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct DescribeClientQuotasRequest {}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct DescribeClientQuotasResponse {
+    pub entries: Vec<QuotaEntry>,
+}
+
+impl QuotaName {
+    pub fn to_entity_name(&self) -> crate::quota::EntityName {
+        match self {
+            QuotaName::Name(n) => crate::quota::EntityName::Name(n.clone()),
+            QuotaName::Default => crate::quota::EntityName::Default,
+        }
+    }
+
+    pub fn of(n: &crate::quota::EntityName) -> QuotaName {
+        match n {
+            crate::quota::EntityName::Name(n) => QuotaName::Name(n.clone()),
+            crate::quota::EntityName::Default => QuotaName::Default,
+        }
+    }
+}
+
+impl QuotaEntry {
+    /// The entity this entry names.
+    pub fn entity(&self) -> crate::quota::QuotaEntity {
+        crate::quota::QuotaEntity {
+            user: self.user.as_ref().map(QuotaName::to_entity_name),
+            client_id: self.client_id.as_ref().map(QuotaName::to_entity_name),
+        }
+    }
+}
