@@ -10,7 +10,10 @@ use super::filtered_read::read_filtered;
 use super::{locate, OpError, Shard};
 use crate::batch::TagFilter;
 use crate::log::{FileReads, ReadChunk};
+use crate::partition::producer_state::AbortedTxn;
 use crate::partition::{Partition, ReadLimits};
+
+pub use crate::protocol::isolation::Isolation;
 
 /// One partition a fetch asks for.
 #[derive(Clone, Debug)]
@@ -38,12 +41,19 @@ pub struct FetchRequest {
     /// Only records with these tags ([`super::filtered_read`]); `None`: every record, the
     /// stored batches as they are.
     pub filter: Option<TagFilter>,
+    /// read_uncommitted (below the high watermark) or read_committed (below the last stable
+    /// offset). A filtered fetch reads uncommitted.
+    pub isolation: Isolation,
 }
 
 /// What one partition answered.
 #[derive(Default)]
 pub struct PartitionRead {
     pub high_watermark: u64,
+    pub last_stable_offset: u64,
+    /// read_committed: the aborted transactions the returned range overlaps (Kafka's
+    /// `aborted_transactions`); empty for read_uncommitted.
+    pub aborted: Vec<AbortedTxn>,
     pub log_start_offset: u64,
     /// Whole stored batches, in offset order; empty when nothing is there yet (or the
     /// response was already full).
@@ -94,6 +104,8 @@ pub async fn fetch(shard: &Shard, req: &FetchRequest) -> Vec<Result<PartitionRea
             read_from.push(Some(p.clone()));
             let mut read = PartitionRead {
                 high_watermark: p.high_watermark(),
+                last_stable_offset: p.last_stable_offset(),
+                aborted: Vec::new(),
                 log_start_offset: p.log_start_offset(),
                 chunks: Vec::new(),
                 next_offset: req.filter.as_ref().map(|_| scan_from[i]),
@@ -128,7 +140,15 @@ pub async fn fetch(shard: &Shard, req: &FetchRequest) -> Vec<Result<PartitionRea
                     max_bytes,
                     file_reads: req.file_reads,
                 };
-                match p.read(fp.offset, limits, &shard.cache).await {
+                let chunks = match req.isolation {
+                    Isolation::ReadUncommitted => p.read(fp.offset, limits, &shard.cache).await,
+                    Isolation::ReadCommitted => {
+                        let lso = read.last_stable_offset;
+                        read.aborted = p.aborted_transactions(fp.offset, lso);
+                        p.read_stable(fp.offset, lso, limits, &shard.cache).await
+                    }
+                };
+                match chunks {
                     Ok(chunks) => {
                         read.chunks = chunks;
                         total += read.len();

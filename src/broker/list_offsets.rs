@@ -17,6 +17,8 @@ const EARLIEST_LOCAL_TIMESTAMP: i64 = -4;
 pub enum OffsetQuery {
     Earliest,
     Latest,
+    /// The last stable offset (the latest a read_committed consumer may read to).
+    LastStable,
     /// The first record with a timestamp at or after this (milliseconds).
     AtOrAfter(i64),
     /// The record with the largest timestamp (Kafka's MAX_TIMESTAMP, KIP-734).
@@ -64,6 +66,10 @@ pub async fn list_offset(
         }),
         OffsetQuery::Latest => Some(FoundOffset {
             offset: p.high_watermark(),
+            timestamp: None,
+        }),
+        OffsetQuery::LastStable => Some(FoundOffset {
+            offset: p.last_stable_offset(),
             timestamp: None,
         }),
         OffsetQuery::AtOrAfter(ts) => {

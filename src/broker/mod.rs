@@ -35,6 +35,7 @@ pub mod reassignments;
 pub mod replica_fetch;
 pub mod shard;
 pub mod topics;
+pub mod txn_markers;
 pub mod users;
 
 #[cfg(test)]

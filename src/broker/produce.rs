@@ -10,8 +10,9 @@ use std::rc::Rc;
 use std::time::Instant;
 
 use super::{locate_leader, recv_until, OpError, Shard};
-use crate::batch::{BatchError, BatchHeader, BatchView};
-use crate::partition::producer_state::Verdict;
+use crate::batch::control::ControlRecord;
+use crate::batch::{BatchError, BatchView, FLAG_CONTROL, FLAG_TRANSACTIONAL};
+use crate::partition::producer_state::{ProducerBatch, Verdict};
 use crate::partition::Partition;
 use crate::protocol::error_code::ErrorCode;
 
@@ -67,6 +68,8 @@ pub struct Appended {
 pub struct Produce {
     staged: Vec<Staged>,
     acks: Acks,
+    /// Control batches (transaction markers) allowed: only the broker's own WriteTxnMarkers.
+    markers: bool,
 }
 
 impl Default for Produce {
@@ -101,6 +104,16 @@ impl Produce {
         Produce {
             staged: Vec::new(),
             acks,
+            markers: false,
+        }
+    }
+
+    /// A produce of transaction markers (control batches) for WriteTxnMarkers, acknowledged
+    /// as `acks` says; nothing else writes control batches.
+    pub fn markers(acks: Acks) -> Produce {
+        Produce {
+            markers: true,
+            ..Produce::with_acks(acks)
         }
     }
 
@@ -132,7 +145,10 @@ impl Produce {
         let mut offset = at;
         for b in &batches {
             p.check_produce(b.len())?;
-            p.check_keys(b)?;
+            self.check_transactional(b)?;
+            if b.header().flags & FLAG_CONTROL == 0 {
+                p.check_keys(b)?;
+            }
             spans.push(Span {
                 at: offset,
                 len: b.len(),
@@ -145,6 +161,36 @@ impl Produce {
             spans,
         });
         Ok(self.staged.len() - 1)
+    }
+
+    /// A transactional batch must carry a producer id, and only the broker writes control
+    /// batches (Kafka answers a client's with INVALID_RECORD).
+    fn check_transactional(&self, b: &BatchView<'_>) -> Result<(), OpError> {
+        let h = b.header();
+        let control = h.flags & FLAG_CONTROL != 0;
+        if control && !self.markers {
+            return Err(OpError::new(
+                ErrorCode::InvalidRecord,
+                "clients may not write control batches (transaction markers)",
+            ));
+        }
+        if control != self.markers {
+            return Err(OpError::new(
+                ErrorCode::InvalidRecord,
+                "a transaction marker write holds control batches only",
+            ));
+        }
+        if control {
+            ControlRecord::of_batch(b)
+                .map_err(|e| OpError::new(ErrorCode::InvalidRecord, e.to_string()))?;
+        }
+        if (control || h.flags & FLAG_TRANSACTIONAL != 0) && h.producer_id < 0 {
+            return Err(OpError::new(
+                ErrorCode::InvalidRecord,
+                "a transactional batch must carry a producer id",
+            ));
+        }
+        Ok(())
     }
 
     /// Stamps every staged batch in `buf` (whose byte `base` is the staged payloads' 0) and
@@ -165,17 +211,21 @@ impl Produce {
         // duplicate takes no offset, a refused batch refuses its partition.
         let mut verdicts = Vec::with_capacity(self.staged.len());
         for s in &self.staged {
-            let headers: Vec<BatchHeader> = s
+            let tracked: Result<Vec<(u32, Option<ProducerBatch>)>, OpError> = s
                 .spans
                 .iter()
-                .filter_map(|span| BatchHeader::decode(&buf.as_ref()[base + span.at..]))
+                .map(|span| {
+                    let at = base + span.at;
+                    ProducerBatch::of_bytes(&buf.as_ref()[at..at + span.len])
+                        .map(|b| (span.records, b))
+                        .map_err(|e| OpError::new(ErrorCode::InvalidRecord, e.to_string()))
+                })
                 .collect();
-            debug_assert_eq!(
-                headers.len(),
-                s.spans.len(),
-                "staged batches were validated"
-            );
-            let judged = s.partition.admit_producer_batches(&headers);
+            let judged = tracked.and_then(|t| {
+                s.partition
+                    .admit_producer_batches(&t)
+                    .map_err(|e| OpError::new(e.code(), e.to_string()))
+            });
             if let Ok(v) = &judged {
                 let mut next = s.partition.log_end_offset();
                 let epoch = s.partition.stamp_epoch();
@@ -196,7 +246,7 @@ impl Produce {
             .into_iter()
             .zip(verdicts)
             .map(|(s, judged)| {
-                let verdicts = judged.map_err(|e| OpError::new(e.code(), e.to_string()))?;
+                let verdicts = judged?;
                 let slices: Vec<_> = s
                     .spans
                     .iter()

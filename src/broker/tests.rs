@@ -180,6 +180,7 @@ fn request(partitions: Vec<FetchPartition>, min_bytes: usize, wait: Duration) ->
         max_bytes: 1 << 20,
         file_reads: FileReads::Copy,
         filter: None,
+        isolation: crate::protocol::Isolation::ReadUncommitted,
     }
 }
 

@@ -619,6 +619,8 @@ pub struct ConsumeArgs {
     /// With --tags: only messages with every one of the tags.
     #[arg(long)]
     pub tags_all: bool,
+    /// read_uncommitted (default) or read_committed: only committed transactions' records
+    /// and plain ones, below the last stable offset.
     #[arg(long)]
     pub isolation: Option<String>,
     /// With --group: at-least-once (commit after printing) or at-most-once (commit before).

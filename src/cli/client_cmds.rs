@@ -8,8 +8,8 @@ use super::args::{ClusterCommand, Command, ConsumeArgs, ProduceArgs, TopicComman
 use crate::batch::TagFilter;
 use crate::client::{
     Acks, Client, ClientConfig, Consumer, ConsumerConfig, ConsumerRecord, Delivery, DeliveryFuture,
-    GroupConsumer, GroupConsumerConfig, OffsetReset, PendingCommit, Producer, ProducerConfig,
-    ProducerRecord, StartFrom,
+    GroupConsumer, GroupConsumerConfig, Isolation, OffsetReset, PendingCommit, Producer,
+    ProducerConfig, ProducerRecord, StartFrom,
 };
 
 pub fn run(target: &ClientConfig, cmd: Command) -> Result<(), String> {
@@ -368,23 +368,31 @@ fn parse_from(v: &str) -> Result<StartFrom, String> {
     }
 }
 
+/// `--isolation read_uncommitted|read_committed` (Kafka's `isolation.level`; default
+/// read_uncommitted). Tag filters read uncommitted: the two do not combine.
+fn parse_isolation(a: &ConsumeArgs) -> Result<Isolation, String> {
+    let isolation: Isolation = match &a.isolation {
+        Some(i) => i.parse().map_err(|e| format!("--isolation: {e}"))?,
+        None => Isolation::default(),
+    };
+    if isolation == Isolation::ReadCommitted && !a.tags.is_empty() {
+        return Err("--isolation read_committed cannot be used with --tags".into());
+    }
+    Ok(isolation)
+}
+
 fn consume(target: &ClientConfig, a: ConsumeArgs) -> Result<(), String> {
     if a.tags_all && a.tags.is_empty() {
         return Err("--tags-all needs --tags".into());
     }
-    if let Some(i) = &a.isolation {
-        if i != "read_uncommitted" {
-            return Err(format!(
-                "--isolation {i}: transactions are not supported by this build yet"
-            ));
-        }
-    }
+    let isolation = parse_isolation(&a)?;
     let from = parse_from(&a.from)?;
     if let Some(group) = &a.group {
         return consume_in_group(target, group, from, &a);
     }
     let cfg = ConsumerConfig {
         tags: TagFilter::new(a.tags.clone(), a.tags_all),
+        isolation,
         ..ConsumerConfig::default()
     };
     let mut consumer = Consumer::new(target.clone(), cfg).map_err(|e| e.to_string())?;
@@ -450,6 +458,7 @@ fn consume_in_group(
         return Err("--partition cannot be used with --group: the group assigns partitions".into());
     }
     let mut cfg = GroupConsumerConfig::new(group);
+    cfg.consumer.isolation = parse_isolation(a)?;
     cfg.delivery = match a.delivery.as_str() {
         "at-least-once" => Delivery::Manual,
         "at-most-once" => Delivery::AtMostOnce,

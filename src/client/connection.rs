@@ -125,12 +125,26 @@ impl Connection {
     where
         T: crate::protocol::frame::EncodeMeta,
     {
+        self.send_version(api, 0, meta, payload)
+    }
+
+    /// As [`Self::send`], at version `api_version` of the API.
+    pub fn send_version<T>(
+        &mut self,
+        api: ApiKey,
+        api_version: u16,
+        meta: &T,
+        payload: &[&[u8]],
+    ) -> Result<u32, ClientError>
+    where
+        T: crate::protocol::frame::EncodeMeta,
+    {
         let meta = encode_meta(meta).map_err(|e| ClientError::Invalid(e.to_string()))?;
         let correlation_id = self.next_correlation;
         self.next_correlation = self.next_correlation.wrapping_add(1);
         let header = RequestHeader {
             api_key: api as u16,
-            api_version: 0,
+            api_version,
             correlation_id,
             client_id: self.client_id.clone(),
         };
@@ -166,7 +180,22 @@ impl Connection {
         Req: crate::protocol::frame::EncodeMeta,
         Resp: crate::protocol::frame::DecodeMeta,
     {
-        let id = self.send(api, meta, payload)?;
+        self.call_version(api, 0, meta, payload)
+    }
+
+    /// As [`Self::call`], at version `api_version` of the API.
+    pub fn call_version<Req, Resp>(
+        &mut self,
+        api: ApiKey,
+        api_version: u16,
+        meta: &Req,
+        payload: &[&[u8]],
+    ) -> Result<(Resp, ResponseFrame), ClientError>
+    where
+        Req: crate::protocol::frame::EncodeMeta,
+        Resp: crate::protocol::frame::DecodeMeta,
+    {
+        let id = self.send_version(api, api_version, meta, payload)?;
         let frame = self.receive(id)?;
         let resp = frame
             .decode_meta::<Resp>()

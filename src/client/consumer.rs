@@ -8,14 +8,17 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::pipeline::{Completion, PipelinedConnection};
+use super::txn_skip::TxnSkipper;
 use super::{Client, ClientConfig, ClientError};
 use crate::batch::{BatchError, BatchIter, RecordView, TagFilter};
 use crate::protocol::frame::encode_meta;
 use crate::protocol::messages::{
-    FetchPartition, FetchPartitionResult, FetchRequest, FetchResponse, FilteredFetchRequest,
-    FilteredFetchResponse, ListOffsetsPartition, ListOffsetsRequest, ListOffsetsResponse,
-    EARLIEST_TIMESTAMP, LATEST_TIMESTAMP,
+    AbortedTransaction, FetchPartition, FetchPartitionResult, FetchRequest, FetchRequestV1,
+    FetchResponse, FetchResponseV1, FilteredFetchRequest, FilteredFetchResponse,
+    ListOffsetsPartition, ListOffsetsRequest, ListOffsetsResponse, EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
 };
+pub use crate::protocol::Isolation;
 use crate::protocol::{ApiKey, ErrorCode, ResponseFrame};
 
 /// Where a consumer starts reading a partition.
@@ -61,6 +64,11 @@ pub struct ConsumerConfig {
     /// FilteredFetch). Their offsets are unchanged, so positions jump over the records
     /// skipped; group commits work as usual.
     pub tags: Option<TagFilter>,
+    /// read_uncommitted (default: every record below the high watermark) or read_committed
+    /// (only below the last stable offset, aborted transactions' records skipped; Kafka's
+    /// `isolation.level`). Control batches (transaction markers) are never handed out. A
+    /// filtered fetch (`tags`) reads uncommitted.
+    pub isolation: Isolation,
 }
 
 impl Default for ConsumerConfig {
@@ -73,6 +81,7 @@ impl Default for ConsumerConfig {
             prefetch: 2,
             auto_offset_reset: OffsetReset::Earliest,
             tags: None,
+            isolation: Isolation::ReadUncommitted,
         }
     }
 }
@@ -86,6 +95,9 @@ struct FetchedPartition {
     payload_len: u32,
     /// Records below this offset (the front of the first batch) are skipped.
     from_offset: u64,
+    /// Base offsets of the batches not handed out (control batches, aborted transactions'
+    /// batches under read_committed), in order.
+    skipped: Vec<u64>,
     next_offset: u64,
     records: usize,
 }
@@ -181,8 +193,10 @@ impl FetchedPartition {
             .payload_slice(self.payload_offset, self.payload_len)
             .unwrap_or_default();
         let from = self.from_offset;
+        let skipped = &self.skipped;
         BatchIter::new(payload)
             .map_while(Result::ok)
+            .filter(move |b| skipped.binary_search(&b.header().base_offset).is_err())
             .flat_map(|b| b.records().into_iter().flatten())
             .filter(move |r| r.offset >= from)
             .map(move |record| ConsumerRecord {
@@ -757,10 +771,20 @@ impl Fetcher {
                     })
                     .collect(),
             };
-            let (api, meta) = match &self.cfg.tags {
-                None => (ApiKey::Fetch, encode_meta(&req)),
+            // read_committed needs Fetch v1 (the isolation level and the aborted list).
+            let (api, version, meta) = match &self.cfg.tags {
+                None if self.cfg.isolation == Isolation::ReadCommitted => (
+                    ApiKey::Fetch,
+                    1,
+                    encode_meta(&FetchRequestV1 {
+                        fetch: req,
+                        isolation: self.cfg.isolation.to_wire(),
+                    }),
+                ),
+                None => (ApiKey::Fetch, 0, encode_meta(&req)),
                 Some(filter) => (
                     ApiKey::FilteredFetch,
+                    0,
                     encode_meta(&FilteredFetchRequest {
                         fetch: req,
                         tags: filter.tags().to_vec(),
@@ -773,12 +797,10 @@ impl Fetcher {
             let completion: Completion = Box::new(move |r| {
                 let _ = tx.send((addr, r));
             });
-            self.shards.get(&addr).expect("inserted above").submit(
-                api,
-                &meta,
-                Vec::new(),
-                Some(completion),
-            )?;
+            self.shards
+                .get(&addr)
+                .expect("inserted above")
+                .submit_version(api, version, &meta, Vec::new(), Some(completion))?;
             self.in_flight.insert(addr, asked);
         }
         Ok(())
@@ -795,10 +817,28 @@ impl Fetcher {
                 .client
                 .list_offset(topic, partition, EARLIEST_TIMESTAMP)?
                 .unwrap_or(0),
-            StartFrom::End => self
-                .client
-                .list_offset(topic, partition, LATEST_TIMESTAMP)?
-                .unwrap_or(0),
+            StartFrom::End => {
+                let hw = self
+                    .client
+                    .list_offset(topic, partition, LATEST_TIMESTAMP)?
+                    .unwrap_or(0);
+                if self.cfg.isolation == Isolation::ReadCommitted && self.cfg.tags.is_none() {
+                    // read_committed's end is the last stable offset (Kafka's consumer asks
+                    // ListOffsets read_committed): a fetch at the high watermark names it.
+                    let (r, _) = self.client.fetch_isolated(
+                        topic,
+                        partition,
+                        hw,
+                        Duration::ZERO,
+                        1,
+                        1,
+                        Isolation::ReadCommitted,
+                    )?;
+                    r.last_stable_offset.min(hw)
+                } else {
+                    hw
+                }
+            }
             StartFrom::Offset(o) => o,
             StartFrom::Timestamp(ts) => match self.client.list_offset(topic, partition, ts)? {
                 Some(o) => o,
@@ -900,19 +940,30 @@ impl Fetcher {
         let invalid = |e: crate::protocol::frame::FrameError| ClientError::Invalid(e.to_string());
         // A filtered fetch's partitions say where their next fetch starts.
         let filtered = self.cfg.tags.is_some();
-        let partitions: Vec<(FetchPartitionResult, Option<u64>)> = if filtered {
+        let committed = !filtered && self.cfg.isolation == Isolation::ReadCommitted;
+        type Answer = (FetchPartitionResult, Option<u64>, Vec<AbortedTransaction>);
+        let partitions: Vec<Answer> = if filtered {
             let resp: FilteredFetchResponse = frame.decode_meta().map_err(invalid)?;
             resp.partitions
                 .into_iter()
-                .map(|p| (p.result, Some(p.next_offset)))
+                .map(|p| (p.result, Some(p.next_offset), Vec::new()))
+                .collect()
+        } else if committed {
+            let resp: FetchResponseV1 = frame.decode_meta().map_err(invalid)?;
+            resp.partitions
+                .into_iter()
+                .map(|p| (p.result, None, p.aborted))
                 .collect()
         } else {
             let resp: FetchResponse = frame.decode_meta().map_err(invalid)?;
-            resp.partitions.into_iter().map(|p| (p, None)).collect()
+            resp.partitions
+                .into_iter()
+                .map(|p| (p, None, Vec::new()))
+                .collect()
         };
         let frame = Arc::new(frame);
         let mut out = Vec::new();
-        for (r, scanned_to) in partitions {
+        for (r, scanned_to, aborted) in partitions {
             let Some((key, from)) = asked
                 .iter()
                 .find(|((t, p), _)| **t == *r.topic && *p == r.partition)
@@ -976,6 +1027,8 @@ impl Fetcher {
             let mut expected: Option<u64> = None;
             let mut valid_len = 0usize;
             let mut whole = true;
+            let mut skip = TxnSkipper::new(committed, aborted);
+            let mut skipped = Vec::new();
             for batch in BatchIter::new(payload) {
                 // Offsets and the body checked once each (rkyv validation is the cost here).
                 let checked = match &batch {
@@ -1013,7 +1066,11 @@ impl Fetcher {
                 };
                 let h = b.header();
                 expected = Some(h.next_offset());
-                records += count;
+                if skip.skips(b) {
+                    skipped.push(h.base_offset);
+                } else {
+                    records += count;
+                }
                 next = next.max(h.next_offset());
                 valid_len += b.len();
             }
@@ -1030,6 +1087,7 @@ impl Fetcher {
                     payload_offset: r.payload_offset,
                     payload_len: valid_len as u32,
                     from_offset: from,
+                    skipped,
                     next_offset: next,
                     records,
                 });

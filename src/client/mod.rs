@@ -14,6 +14,7 @@ pub mod group_consumer;
 pub mod pipeline;
 pub mod producer;
 pub mod socket;
+mod txn_skip;
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -25,7 +26,8 @@ pub use crate::group::assignor::TopicPartition;
 pub use crate::partitioner::partition_for_key;
 pub use connection::Connection;
 pub use consumer::{
-    ConsumedRecord, Consumer, ConsumerConfig, ConsumerRecord, OffsetReset, Records, StartFrom,
+    ConsumedRecord, Consumer, ConsumerConfig, ConsumerRecord, Isolation, OffsetReset, Records,
+    StartFrom,
 };
 pub use error::ClientError;
 pub use group_consumer::{
@@ -958,6 +960,56 @@ impl Client {
             return Err(ClientError::broker(
                 ErrorCode::from_code(r.error_code),
                 r.message,
+            ));
+        }
+        Ok((r, frame))
+    }
+
+    /// Fetch version 1 of one partition at an isolation level: its result (last stable offset,
+    /// aborted transactions under read_committed) and the frame holding its batches.
+    #[allow(clippy::too_many_arguments)]
+    pub fn fetch_isolated(
+        &mut self,
+        topic: &str,
+        partition: u32,
+        offset: u64,
+        max_wait: Duration,
+        min_bytes: u32,
+        max_bytes: u32,
+        isolation: crate::protocol::Isolation,
+    ) -> Result<(FetchPartitionResultV1, ResponseFrame), ClientError> {
+        let route = self.metadata.route(topic, partition)?;
+        let req = FetchRequestV1 {
+            fetch: FetchRequest {
+                max_wait_ms: max_wait.as_millis().min(u128::from(u32::MAX)) as u32,
+                min_bytes,
+                max_bytes,
+                partitions: vec![FetchPartition {
+                    topic: topic.to_string(),
+                    partition,
+                    offset,
+                    max_bytes,
+                }],
+            },
+            isolation: isolation.to_wire(),
+        };
+        let read_timeout = self.cfg.request_timeout + max_wait;
+        let c = self.connection(route.addr)?;
+        c.set_read_timeout(Some(read_timeout));
+        let result = c.call_version(ApiKey::Fetch, 1, &req, &[]);
+        if result.is_err() {
+            self.forget_connection(route.addr);
+        }
+        let (resp, frame): (FetchResponseV1, _) = result?;
+        let r = resp
+            .partitions
+            .into_iter()
+            .next()
+            .ok_or_else(|| ClientError::Invalid("empty fetch response".into()))?;
+        if r.result.error_code != 0 {
+            return Err(ClientError::broker(
+                ErrorCode::from_code(r.result.error_code),
+                r.result.message,
             ));
         }
         Ok((r, frame))

@@ -130,10 +130,22 @@ impl PipelinedConnection {
         payload: Vec<PayloadChunk>,
         completion: Option<Completion>,
     ) -> Result<(), ClientError> {
+        self.submit_version(api, 0, meta, payload, completion)
+    }
+
+    /// As [`Self::submit`], at version `api_version` of the API.
+    pub fn submit_version(
+        &self,
+        api: ApiKey,
+        api_version: u16,
+        meta: &[u8],
+        payload: Vec<PayloadChunk>,
+        completion: Option<Completion>,
+    ) -> Result<(), ClientError> {
         let correlation_id = self.next_correlation.fetch_add(1, Ordering::Relaxed);
         let header = RequestHeader {
             api_key: api as u16,
-            api_version: 0,
+            api_version,
             correlation_id,
             client_id: self.client_id.clone(),
         };

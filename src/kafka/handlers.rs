@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::fetch_response::{
-    FetchableTopicResponse, LeaderIdAndEpoch, PartitionData,
+    AbortedTransaction, FetchableTopicResponse, LeaderIdAndEpoch, PartitionData,
 };
 use kafka_protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
@@ -18,7 +18,7 @@ use kafka_protocol::messages::produce_response::{PartitionProduceResponse, Topic
 use kafka_protocol::messages::{
     ApiVersionsResponse, BrokerId, FetchRequest, FetchResponse, ListOffsetsRequest,
     ListOffsetsResponse, MetadataRequest, MetadataResponse, ProduceRequest, ProduceResponse,
-    RequestKind, ResponseKind, TopicName,
+    ProducerId, RequestKind, ResponseKind, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 
@@ -425,7 +425,10 @@ async fn fetch(shard: &Rc<Shard>, version: i16, req: FetchRequest) -> FetchRespo
         // Converted to Kafka's format on the way out: the bytes are needed here.
         file_reads: FileReads::Copy,
         filter: None,
+        // v4+; an unknown level reads uncommitted, as before.
+        isolation: fetch::Isolation::from_wire(req.isolation_level).unwrap_or_default(),
     };
+    let committed = op.isolation == fetch::Isolation::ReadCommitted;
     let mut reads = fetch::fetch(shard, &op).await.into_iter();
     let mut asked = asked.into_iter();
     let mut response = FetchResponse::default();
@@ -449,7 +452,20 @@ async fn fetch(shard: &Rc<Shard>, version: i16, req: FetchRequest) -> FetchRespo
             match read {
                 Ok(read) => {
                     pd.high_watermark = read.high_watermark as i64;
-                    pd.last_stable_offset = pd.high_watermark;
+                    pd.last_stable_offset = read.last_stable_offset as i64;
+                    if committed && version >= 4 {
+                        pd.aborted_transactions = Some(
+                            read.aborted
+                                .iter()
+                                .map(|a| {
+                                    let mut t = AbortedTransaction::default();
+                                    t.producer_id = ProducerId(a.producer_id);
+                                    t.first_offset = a.first_offset as i64;
+                                    t
+                                })
+                                .collect(),
+                        );
+                    }
                     pd.log_start_offset = read.log_start_offset as i64;
                     let mut out = BytesMut::new();
                     for c in &read.chunks {
@@ -532,6 +548,10 @@ async fn list_offsets(
                     let topic = t.name.0.as_str();
                     match epoch_refused(shard, topic, i, lp.current_leader_epoch) {
                         Some(code) => Err(OpError::new(code, "")),
+                        // read_committed (v2+): the latest offset is the last stable one.
+                        None if q == OffsetQuery::Latest && req.isolation_level == 1 => {
+                            list_offset(shard, topic, i, OffsetQuery::LastStable).await
+                        }
                         None => list_offset(shard, topic, i, q).await,
                     }
                 }

@@ -19,7 +19,10 @@ use kafka_protocol::compression::{self as codec, Decompressor};
 use kafka_protocol::records::{BatchDecodeInfo, Compression, RecordBatchDecoder};
 use rkyv::util::AlignedVec;
 
-use crate::batch::{aligned16, BatchBuilder, BatchError, BatchIter, BatchView};
+use crate::batch::{
+    add_flags, aligned16, BatchBuilder, BatchError, BatchIter, BatchView, FLAG_CONTROL,
+    FLAG_TRANSACTIONAL,
+};
 use crate::protocol::ErrorCode;
 
 /// Why produced Kafka records were refused.
@@ -33,6 +36,8 @@ pub enum ConvertError {
     TooMany(usize, usize),
     #[error(transparent)]
     Batch(#[from] BatchError),
+    #[error("a control batch (transaction marker) from a client: only the broker writes them")]
+    Control,
 }
 
 fn bad(why: impl Into<String>) -> ConvertError {
@@ -43,8 +48,9 @@ fn bad(why: impl Into<String>) -> ConvertError {
 pub const MAX_RECORDS: usize = 1 << 20;
 
 /// Decodes the RecordBatches a Kafka producer sent for one partition (decompressing them) into
-/// one rill batch. Control records (transaction markers) are dropped. The producer id, epoch
-/// and base sequence are kept when the records came as one batch (as Produce v3+ requires).
+/// one rill batch. A control batch (a transaction marker) is refused: only the broker writes
+/// them. The producer id, epoch and base sequence are kept when the records came as one batch
+/// (as Produce v3+ requires), and so is the transactional attribute ([`FLAG_TRANSACTIONAL`]).
 pub fn to_rill_batch(records: &Bytes) -> Result<(AlignedVec<16>, u32), ConvertError> {
     let records = records.clone();
     // Decompression is third-party code fed with network bytes: a panic in it must not take
@@ -59,6 +65,7 @@ fn decode_batches(mut rest: Bytes) -> Result<(AlignedVec<16>, u32), ConvertError
     let mut batches = 0usize;
     let mut producer = None;
     let mut idempotent = false;
+    let mut transactional = false;
     while rest.has_remaining() {
         if rest.len() < 12 {
             return Err(bad(format!("{} bytes after the last batch", rest.len())));
@@ -91,8 +98,9 @@ fn decode_batches(mut rest: Bytes) -> Result<(AlignedVec<16>, u32), ConvertError
         }
         batches += 1;
         if info.control {
-            continue;
+            return Err(ConvertError::Control);
         }
+        transactional |= info.transactional;
         producer = Some((info.producer_id, info.producer_epoch, info.base_sequence));
         idempotent |= info.producer_id >= 0;
         let mut body = batch.slice(BATCH_HEADER_LEN..);
@@ -118,10 +126,19 @@ fn decode_batches(mut rest: Bytes) -> Result<(AlignedVec<16>, u32), ConvertError
             "{batches} record batches with a producer id for one partition (one is allowed)"
         )));
     }
+    if transactional && batches > 1 {
+        return Err(bad(format!(
+            "{batches} record batches for one partition, transactional (one is allowed)"
+        )));
+    }
     if let (1, Some((id, epoch, sequence))) = (batches, producer) {
         builder = builder.producer(id, epoch, sequence);
     }
-    Ok((builder.build()?, n as u32))
+    let mut out = builder.build()?;
+    if transactional {
+        add_flags(&mut out, FLAG_TRANSACTIONAL);
+    }
+    Ok((out, n as u32))
 }
 
 /// Reads a batch's (decompressed) records into `builder`.
@@ -236,8 +253,14 @@ pub fn to_stored_batch(
     records: &Bytes,
     max_message_bytes: usize,
 ) -> Result<AlignedVec<16>, (ErrorCode, String)> {
-    let (batch, _) =
-        to_rill_batch(records).map_err(|e| (ErrorCode::CorruptMessage, e.to_string()))?;
+    let (batch, _) = to_rill_batch(records).map_err(|e| {
+        // Kafka answers a client's control batch with INVALID_RECORD.
+        let code = match e {
+            ConvertError::Control => ErrorCode::InvalidRecord,
+            _ => ErrorCode::CorruptMessage,
+        };
+        (code, e.to_string())
+    })?;
     crate::partition::check_message_bytes(batch.len(), max_message_bytes)?;
     Ok(batch)
 }
@@ -288,6 +311,19 @@ pub fn to_kafka_batches(
     Ok(next)
 }
 
+/// Kafka's RecordBatch attribute bits of a rill batch's flags: transactional (0x10) and
+/// control (0x20); no compression, create time.
+fn kafka_attributes(flags: u16) -> i16 {
+    let mut a = 0;
+    if flags & FLAG_TRANSACTIONAL != 0 {
+        a |= 0x10;
+    }
+    if flags & FLAG_CONTROL != 0 {
+        a |= 0x20;
+    }
+    a
+}
+
 /// Writes one rill batch as one RecordBatch v2.
 fn encode_batch(batch: &BatchView<'_>, out: &mut BytesMut) -> Result<(), ConvertError> {
     let h = batch.header();
@@ -301,8 +337,8 @@ fn encode_batch(batch: &BatchView<'_>, out: &mut BytesMut) -> Result<(), Convert
     out.put_i32(h.leader_epoch);
     out.put_i8(KAFKA_MAGIC);
     out.put_u32(0); // CRC, filled in below
-                    // Attributes: no compression, create time, neither transactional nor control.
-    out.put_i16(0);
+                    // Attributes: no compression, create time; transactional and control as stored.
+    out.put_i16(kafka_attributes(h.flags));
     out.put_i32(count - 1);
     out.put_i64(h.first_timestamp_ms);
     out.put_i64(h.max_timestamp_ms);
@@ -453,6 +489,56 @@ mod tests {
                 assert_eq!(r.headers, sent[i].headers);
             }
         }
+    }
+
+    #[test]
+    fn transactional_batches_keep_the_attribute_and_control_batches_are_refused() {
+        let encode = |control: bool| {
+            let r = Record {
+                transactional: true,
+                control,
+                producer_id: 9,
+                producer_epoch: 1,
+                sequence: 0,
+                ..kafka_record(0, "k", "v", ("h", "x"))
+            };
+            let mut wire = BytesMut::new();
+            RecordBatchEncoder::encode(
+                &mut wire,
+                &[r],
+                &RecordEncodeOptions {
+                    version: 2,
+                    compression: Compression::None,
+                },
+            )
+            .unwrap();
+            wire.freeze()
+        };
+        let (rill, _) = to_rill_batch(&encode(false)).unwrap();
+        let h = crate::batch::BatchHeader::decode(&rill).unwrap();
+        assert_eq!(h.flags & FLAG_TRANSACTIONAL, FLAG_TRANSACTIONAL);
+        let (code, _) = to_stored_batch(&encode(true), 1 << 20).unwrap_err();
+        assert_eq!(code, ErrorCode::InvalidRecord);
+        // Served back with Kafka's attribute bits; a stored marker as a control batch whose
+        // record is Kafka's marker bytes.
+        let mut stored = rill.to_vec();
+        crate::batch::stamp_batch(&mut stored, 10, 1);
+        let marker = crate::batch::control::ControlRecord {
+            kind: crate::batch::control::ControlKind::Abort,
+            coordinator_epoch: 3,
+        };
+        let mut m = marker.batch(9, 1, 5).unwrap().to_vec();
+        crate::batch::stamp_batch(&mut m, 11, 1);
+        stored.extend_from_slice(&m);
+        let mut out = BytesMut::new();
+        assert_eq!(to_kafka_batches(&stored, 0, &mut out).unwrap(), Some(12));
+        let got = RecordBatchDecoder::decode_all(&mut out.freeze()).unwrap();
+        let records: Vec<&Record> = got.iter().flat_map(|s| &s.records).collect();
+        assert_eq!(records.len(), 2);
+        assert!(records[0].transactional && !records[0].control);
+        assert!(records[1].transactional && records[1].control);
+        assert_eq!(records[1].key.as_deref(), Some(&[0u8, 0, 0, 0][..]));
+        assert_eq!(records[1].value.as_deref(), Some(&[0u8, 0, 0, 0, 0, 3][..]));
     }
 
     #[test]

@@ -31,7 +31,9 @@ use rkyv::util::AlignedVec;
 use super::error::LogError;
 use super::index::{SegmentExtent, SparseIndex};
 use super::segment::{index_paths, sync_dir};
-use crate::batch::{BatchBuilder, BatchHeader, BatchView, RecordView, HEADER_LEN};
+use crate::batch::{
+    BatchBuilder, BatchHeader, BatchView, RecordView, FLAG_CONTROL, FLAG_TRANSACTIONAL, HEADER_LEN,
+};
 
 /// Memory a key takes in a [`KeyMap`] beside its bytes (hash table slot, box, offset).
 pub const KEY_ENTRY_OVERHEAD: usize = 48;
@@ -182,6 +184,9 @@ pub fn segment_keys(path: &Path) -> Result<HashMap<Box<[u8]>, u64>, LogError> {
     let mut keys: HashMap<Box<[u8]>, u64> = HashMap::new();
     let mut batches = FileBatches::open(path)?;
     while let Some((at, b)) = batches.next_batch()? {
+        if kept_whole(&b) {
+            continue;
+        }
         for r in b.records().map_err(corrupt_at(path, at))? {
             // Produce refuses keyless records on compacted topics; older ones are kept.
             if let Some(k) = r.key() {
@@ -213,6 +218,15 @@ pub struct Cleaned {
     pub dropped: u64,
     pub bytes_before: u64,
     pub bytes_after: u64,
+}
+
+/// Transaction markers and transactional batches are kept whole and their keys are not
+/// mapped: a marker's key is Kafka's control record bytes, not a user key, and a
+/// transactional record may belong to an aborted transaction, which must not displace the
+/// committed value of its key (Kafka's cleaner tracks aborted transactions instead; this
+/// keeps them all, see ARCHITECTURE.md).
+fn kept_whole(b: &BatchView<'_>) -> bool {
+    b.header().flags & (FLAG_CONTROL | FLAG_TRANSACTIONAL) != 0
 }
 
 /// Whether compaction keeps `record` (of a batch appended at `append_ms`).
@@ -251,6 +265,9 @@ pub fn clean_segment(
     let mut batches = FileBatches::open(path)?;
     let bytes_before = batches.len;
     while let Some((at, b)) = batches.next_batch()? {
+        if kept_whole(&b) {
+            continue;
+        }
         let append_ms = b.header().append_time_ms;
         for r in b.records().map_err(corrupt_at(path, at))? {
             if !keeps(map, rules, &r, append_ms) {
@@ -269,6 +286,15 @@ pub fn clean_segment(
     let mut kept = 0u64;
     let mut batches = FileBatches::open(path)?;
     while let Some((at, b)) = batches.next_batch()? {
+        if kept_whole(&b) {
+            let h = b.header();
+            index.on_batch(h.base_offset, position as u32, h.length, h.max_timestamp_ms);
+            out.write_all(b.bytes())
+                .map_err(|e| LogError::io(&out_path, e))?;
+            position += b.len() as u64;
+            kept += u64::from(h.record_count);
+            continue;
+        }
         let append_ms = b.header().append_time_ms;
         let corrupt = corrupt_at(path, at);
         // Runs of surviving records with contiguous offsets, each one new batch.
@@ -512,6 +538,64 @@ mod tests {
             mapped += 1;
         }
         (map, mapped)
+    }
+
+    #[test]
+    fn transactional_and_control_batches_are_kept_whole_and_map_no_key() {
+        use crate::batch::control::{ControlKind, ControlRecord};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir
+            .path()
+            .join(super::super::segment::segment_file_name(100));
+        let mut data = batch(100, 5, &[("a", Some("a1")), ("b", Some("b1"))]);
+        let mut txn = BatchBuilder::new().producer(5, 0, 0);
+        txn.push_record(1_000, Some(b"a"), Some(b"a-aborted"), [], &[]);
+        let mut txn = txn.build().unwrap();
+        crate::batch::add_flags(&mut txn, FLAG_TRANSACTIONAL);
+        crate::batch::stamp_batch(&mut txn, 102, 5);
+        data.extend_from_slice(&txn);
+        let marker = ControlRecord {
+            kind: ControlKind::Abort,
+            coordinator_epoch: 0,
+        };
+        let mut m = marker.batch(5, 0, 1_000).unwrap();
+        crate::batch::stamp_batch(&mut m, 103, 5);
+        data.extend_from_slice(&m);
+        data.extend(batch(104, 5, &[("b", Some("b2"))]));
+        std::fs::write(&path, &data).unwrap();
+        let keys = segment_keys(&path).unwrap();
+        assert_eq!(keys.len(), 2, "a and b only: {keys:?}");
+        assert_eq!(keys.get(&b"a"[..]), Some(&100));
+        let (map, _) = map_of(&[&path], 1 << 20);
+        let rules = CleanRules {
+            tombstones_before_ms: 0,
+            index_interval_bytes: 64,
+        };
+        let c = clean_segment(&path, 100, 105, &map, &rules)
+            .unwrap()
+            .unwrap();
+        assert_eq!((c.kept, c.dropped), (4, 1), "only b1 goes");
+        swap_in(&path, SwapStep::Done).unwrap();
+        let offsets: Vec<u64> = read(&path).iter().map(|r| r.0).collect();
+        assert_eq!(offsets, vec![100, 102, 103, 104]);
+        let mut batches = FileBatches::open(&path).unwrap();
+        let mut flags = Vec::new();
+        while let Some((_, b)) = batches.next_batch().unwrap() {
+            flags.push((
+                b.header().base_offset,
+                b.header().flags,
+                b.header().producer_id,
+            ));
+        }
+        assert_eq!(
+            flags,
+            vec![
+                (100, 0, -1),
+                (102, FLAG_TRANSACTIONAL, 5),
+                (103, FLAG_CONTROL | FLAG_TRANSACTIONAL, 5),
+                (104, 0, -1)
+            ]
+        );
     }
 
     #[test]

@@ -8,27 +8,56 @@ use std::time::Duration;
 
 use super::Reply;
 use crate::batch::TagFilter;
-use crate::broker::fetch::{self, FetchPartition, PartitionRead};
+use crate::broker::fetch::{self, FetchPartition, Isolation, PartitionRead};
 use crate::broker::{OpError, Shard};
 use crate::log::{FileReads, ReadChunk};
 use crate::metrics::Listener;
 use crate::protocol::error_code::ErrorCode;
 use crate::protocol::frame::RequestFrame;
 use crate::protocol::messages::{
-    FetchPartitionResult, FetchRequest, FetchResponse, FilteredFetchPartitionResult,
-    FilteredFetchRequest, FilteredFetchResponse,
+    AbortedTransaction, FetchPartitionResult, FetchPartitionResultV1, FetchRequest, FetchRequestV1,
+    FetchResponse, FetchResponseV1, FilteredFetchPartitionResult, FilteredFetchRequest,
+    FilteredFetchResponse,
 };
 use crate::protocol::ApiKey;
 
 pub async fn fetch(shard: &Rc<Shard>, frame: &RequestFrame, file_reads: FileReads) -> Reply {
+    if frame.header.api_version >= 1 {
+        return fetch_v1(shard, frame, file_reads).await;
+    }
     let req: FetchRequest = match frame.decode_meta() {
         Ok(r) => r,
         Err(e) => return e.into(),
     };
-    let (results, chunks) = read(shard, &req, None, file_reads).await;
+    let (results, chunks) = read(shard, &req, None, Isolation::default(), file_reads).await;
     count_errors(shard, ApiKey::Fetch, &results);
     Reply::with_payload(
         &FetchResponse {
+            partitions: results.into_iter().map(|(r, _)| r.result).collect(),
+        },
+        chunks,
+    )
+}
+
+/// Version 1: an isolation level; the last stable offsets and aborted transactions back.
+async fn fetch_v1(shard: &Rc<Shard>, frame: &RequestFrame, file_reads: FileReads) -> Reply {
+    let req: FetchRequestV1 = match frame.decode_meta() {
+        Ok(r) => r,
+        Err(e) => return e.into(),
+    };
+    let Some(isolation) = Isolation::from_wire(req.isolation) else {
+        return Reply::Error(
+            ErrorCode::InvalidRequest,
+            format!(
+                "isolation level {} (0 read_uncommitted, 1 read_committed)",
+                req.isolation
+            ),
+        );
+    };
+    let (results, chunks) = read(shard, &req.fetch, None, isolation, file_reads).await;
+    count_errors(shard, ApiKey::Fetch, &results);
+    Reply::with_payload(
+        &FetchResponseV1 {
             partitions: results.into_iter().map(|(r, _)| r).collect(),
         },
         chunks,
@@ -46,7 +75,14 @@ pub async fn filtered_fetch(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
             "a filtered fetch needs at least one tag".into(),
         );
     };
-    let (results, chunks) = read(shard, &req.fetch, Some(filter), FileReads::Copy).await;
+    let (results, chunks) = read(
+        shard,
+        &req.fetch,
+        Some(filter),
+        Isolation::default(),
+        FileReads::Copy,
+    )
+    .await;
     count_errors(shard, ApiKey::FilteredFetch, &results);
     let partitions = req
         .fetch
@@ -54,7 +90,7 @@ pub async fn filtered_fetch(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
         .iter()
         .zip(results)
         .map(|(fp, (result, next))| FilteredFetchPartitionResult {
-            result,
+            result: result.result,
             next_offset: next.unwrap_or(fp.offset),
         })
         .collect();
@@ -62,11 +98,11 @@ pub async fn filtered_fetch(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
 }
 
 /// Counts each refused partition of the answer (metrics).
-fn count_errors(shard: &Shard, api: ApiKey, results: &[(FetchPartitionResult, Option<u64>)]) {
+fn count_errors(shard: &Shard, api: ApiKey, results: &[(FetchPartitionResultV1, Option<u64>)]) {
     for (r, _) in results {
         shard
             .metrics
-            .wire_error(Listener::Native, api.name(), r.error_code);
+            .wire_error(Listener::Native, api.name(), r.result.error_code);
     }
 }
 
@@ -76,8 +112,9 @@ async fn read(
     shard: &Rc<Shard>,
     req: &FetchRequest,
     filter: Option<TagFilter>,
+    isolation: Isolation,
     file_reads: FileReads,
-) -> (Vec<(FetchPartitionResult, Option<u64>)>, Vec<ReadChunk>) {
+) -> (Vec<(FetchPartitionResultV1, Option<u64>)>, Vec<ReadChunk>) {
     let op = fetch::FetchRequest {
         partitions: req
             .partitions
@@ -94,6 +131,7 @@ async fn read(
         max_bytes: req.max_bytes as usize,
         file_reads,
         filter,
+        isolation,
     };
     let reads = fetch::fetch(shard, &op).await;
     let mut results = Vec::with_capacity(reads.len());
@@ -111,6 +149,8 @@ async fn read(
             payload_len: 0,
         };
         let mut next = None;
+        let mut last_stable_offset = 0;
+        let mut aborted = Vec::new();
         match read {
             Ok(read) => {
                 let PartitionRead {
@@ -119,6 +159,15 @@ async fn read(
                     next_offset,
                     ..
                 } = read;
+                last_stable_offset = read.last_stable_offset;
+                aborted = read
+                    .aborted
+                    .iter()
+                    .map(|a| AbortedTransaction {
+                        producer_id: a.producer_id,
+                        first_offset: a.first_offset,
+                    })
+                    .collect();
                 r.high_watermark = high_watermark;
                 r.log_start_offset = log_start_offset;
                 let len = read.len();
@@ -132,6 +181,11 @@ async fn read(
                 r.message = message;
             }
         }
+        let r = FetchPartitionResultV1 {
+            result: r,
+            last_stable_offset,
+            aborted,
+        };
         results.push((r, next));
     }
     (results, chunks)

@@ -19,6 +19,7 @@ mod reassignments;
 mod replica_fetch;
 pub mod replica_fetcher;
 mod topics;
+mod txn_markers;
 mod users;
 
 use std::rc::Rc;
@@ -140,6 +141,7 @@ pub async fn dispatch(shard: &Rc<Shard>, frame: RequestFrame, file_reads: FileRe
         ApiKey::AlterUser => users::alter_user(shard, &frame).await,
         ApiKey::ListUsers => users::list_users(shard),
         ApiKey::InitProducerId => producer_ids::init_producer_id(shard, &frame).await,
+        ApiKey::WriteTxnMarkers => txn_markers::write_txn_markers(shard, &frame).await,
         ApiKey::CreateAcls => acls::create(shard, &frame).await,
         ApiKey::DescribeAcls => acls::describe(shard, &frame),
         ApiKey::DeleteAcls => acls::delete(shard, &frame).await,

@@ -7,35 +7,34 @@
 use std::path::Path;
 
 use super::producer_snapshot::{self, SNAPSHOT_FILE};
-use super::producer_state::{ProducerBatch, ProducerStates, SequenceError, Verdict};
+use super::producer_state::{AbortedTxn, ProducerBatch, ProducerStates, SequenceError, Verdict};
 use super::tail_cache::TailCache;
 use super::{Partition, ReadLimits};
-use crate::batch::{BatchHeader, BatchIter};
+use crate::batch::BatchIter;
 use crate::log::{FileReads, LogError};
 
 /// Bytes read at a time when a partition rebuilds its producer state from the log.
 const REBUILD_READ_BYTES: usize = 1 << 20;
 
 impl Partition {
-    /// Judges a produce's batches for this partition (headers in order; they would be
-    /// stamped from the log end on, duplicates taking no offsets). Changes nothing: the append
-    /// records them. One refused batch refuses them all.
+    /// Judges a produce's batches for this partition (each one's record count and producer
+    /// fields, in order; they would be stamped from the log end on, duplicates taking no
+    /// offsets). Changes nothing: the append records them. One refused batch refuses them all.
     pub fn admit_producer_batches(
         &self,
-        headers: &[BatchHeader],
+        batches: &[(u32, Option<ProducerBatch>)],
     ) -> Result<Vec<Verdict>, SequenceError> {
         let mut states = self.producers.borrow_mut();
-        let tracked: Vec<Option<ProducerBatch>> = headers.iter().map(ProducerBatch::of).collect();
-        if tracked.iter().all(Option::is_none) {
-            return Ok(vec![Verdict::Append; headers.len()]);
+        if batches.iter().all(|(_, b)| b.is_none()) {
+            return Ok(vec![Verdict::Append; batches.len()]);
         }
         // Later batches of the same producer are judged after the earlier ones: recorded on
         // the state, then taken back.
-        let undo = states.save(tracked.iter().flatten().map(|b| b.producer_id));
+        let undo = states.save(batches.iter().filter_map(|(_, b)| b.map(|b| b.producer_id)));
         let mut next = self.log_end_offset();
-        let mut verdicts = Vec::with_capacity(headers.len());
+        let mut verdicts = Vec::with_capacity(batches.len());
         let mut refused = None;
-        for (h, b) in headers.iter().zip(&tracked) {
+        for (count, b) in batches {
             let v = match b {
                 None => Ok(Verdict::Append),
                 Some(b) => states.check(b),
@@ -45,7 +44,7 @@ impl Partition {
                     if let Some(b) = b {
                         states.record(b, next);
                     }
-                    next += u64::from(h.record_count);
+                    next += u64::from(*count);
                     verdicts.push(Verdict::Append);
                 }
                 Ok(d) => verdicts.push(d),
@@ -62,12 +61,54 @@ impl Partition {
         }
     }
 
+    /// Records an appended batch (the leader's, a follower's replicated one, the broker's own)
+    /// on the producer state, and in the journal while a rebuild runs.
+    pub(super) fn record_producer_batch(&self, bytes: &[u8], base_offset: u64) {
+        let b = match ProducerBatch::of_bytes(bytes) {
+            Ok(Some(b)) => b,
+            Ok(None) => return,
+            Err(e) => {
+                // Validated when appended (a client's control batch is refused, a replicated
+                // one was validated by the fetcher): not expected.
+                log::warn!(
+                    "{}-{}: the batch at {base_offset} is left out of the producer state: {e}",
+                    self.topic,
+                    self.index
+                );
+                return;
+            }
+        };
+        self.producers.borrow_mut().record(&b, base_offset);
+        let mut journal = self.replay_journal.borrow_mut();
+        if journal.0 > 0 {
+            journal.1.push((b, base_offset));
+        }
+    }
+
+    /// The last stable offset: the first offset of the oldest open transaction, else the high
+    /// watermark (never above it, never below the log start: Kafka's). read_committed
+    /// consumers read below it.
+    pub fn last_stable_offset(&self) -> u64 {
+        let hw = self.high_watermark();
+        let lso = match self.producers.borrow().first_unstable_offset() {
+            Some(first) => first.min(hw).max(self.log_start_offset().min(hw)),
+            None => hw,
+        };
+        assert!(lso <= hw, "last stable offset {lso} <= high watermark {hw}");
+        lso
+    }
+
+    /// The aborted transactions a read of `from..to` must know of (see
+    /// [`ProducerStates::aborted_overlapping`]).
+    pub fn aborted_transactions(&self, from: u64, to: u64) -> Vec<AbortedTxn> {
+        self.producers.borrow().aborted_overlapping(from, to)
+    }
+
     /// What this partition knows of producer `id`: (epoch, last sequence, last offset).
     pub fn producer_position(&self, id: i64) -> Option<(i16, i32, u64)> {
-        self.producers
-            .borrow()
-            .get(id)
-            .map(|e| (e.epoch, e.last().last_seq, e.last().last_offset))
+        let states = self.producers.borrow();
+        let e = states.get(id)?;
+        e.last().map(|m| (e.epoch, m.last_seq, m.last_offset))
     }
 
     /// How many producers this partition tracks.
@@ -119,7 +160,8 @@ impl Partition {
             }
             None => (ProducerStates::new(), start),
         };
-        let states = self.replay_producers(states, from, end, cache).await?;
+        let mut states = self.replay_producers(states, from, end, cache).await?;
+        states.replicated_to(self.high_watermark());
         *self.producers.borrow_mut() = states;
         // The next snapshot is due at the next roll (or a clean stop), not at once: an
         // empty partition writes none.
@@ -189,11 +231,12 @@ impl Partition {
             for c in &chunks {
                 let Some(bytes) = c.as_slice() else { break };
                 for b in BatchIter::new(bytes) {
-                    let h = *b.map_err(|e| LogError::Failed(e.to_string()))?.header();
+                    let b = b.map_err(|e| LogError::Failed(e.to_string()))?;
+                    let h = *b.header();
                     if h.next_offset() <= at {
                         continue;
                     }
-                    states.replay(&h);
+                    states.replay(b.bytes(), h.base_offset);
                     at = h.next_offset();
                 }
             }
@@ -223,27 +266,30 @@ impl Partition {
         if complete {
             return Ok(());
         }
-        // Rebuilt aside: appends made while the log is read are recorded on the live state
-        // (at `end` and after) and carried over.
-        let mut rebuilt = self
+        // Rebuilt aside: appends made while the log is read (at `end` and after) are recorded
+        // on the live state and in the journal, and replayed on the rebuilt one.
+        let from = {
+            let mut j = self.replay_journal.borrow_mut();
+            j.0 += 1;
+            j.1.len()
+        };
+        let rebuilt = self
             .replay_producers(ProducerStates::new(), self.log_start_offset(), end, cache)
-            .await?;
-        let live = self.producers.borrow();
-        for (id, e) in live.entries() {
-            for m in e.batches().filter(|m| m.base_offset >= end) {
-                rebuilt.record(
-                    &ProducerBatch {
-                        producer_id: id,
-                        epoch: e.epoch,
-                        first_seq: m.first_seq,
-                        record_count: (m.last_offset - m.base_offset + 1) as u32,
-                        max_timestamp: e.last_timestamp,
-                    },
-                    m.base_offset,
-                );
+            .await;
+        let journal = {
+            let mut j = self.replay_journal.borrow_mut();
+            let mine = j.1[from..].to_vec();
+            j.0 -= 1;
+            if j.0 == 0 {
+                j.1.clear();
             }
+            mine
+        };
+        let mut rebuilt = rebuilt?;
+        for (b, at) in &journal {
+            rebuilt.record(b, *at);
         }
-        drop(live);
+        rebuilt.replicated_to(self.high_watermark());
         *self.producers.borrow_mut() = rebuilt;
         Ok(())
     }

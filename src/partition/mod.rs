@@ -77,6 +77,9 @@ pub struct Partition {
     /// after a roll).
     snapshot_segments: Cell<usize>,
     snapshot_end: Cell<Option<u64>>,
+    /// While the producer state is rebuilt from the log: how many rebuilds run, and the
+    /// producer batches appended meanwhile (each rebuild replays those from its start).
+    replay_journal: RefCell<(usize, Vec<(producer_state::ProducerBatch, u64)>)>,
 }
 
 /// What `DescribePartitions` reports about one partition.
@@ -133,6 +136,7 @@ impl Partition {
             producers: RefCell::new(producer_state::ProducerStates::new()),
             snapshot_segments: Cell::new(0),
             snapshot_end: Cell::new(None),
+            replay_journal: RefCell::new((0, Vec::new())),
         }
     }
 
@@ -387,9 +391,7 @@ impl Partition {
             let base = log.next_offset();
             let len = bytes.len() as u64;
             log.append_stamped(bytes.clone(), count)?;
-            if let Some(h) = crate::batch::BatchHeader::decode(&bytes) {
-                self.producers.borrow_mut().replay(&h);
-            }
+            self.record_producer_batch(&bytes, base);
             self.bytes_in.set(self.bytes_in.get() + len);
             cache.insert(self.cache_key, base, log.next_offset(), bytes);
         }
@@ -470,6 +472,8 @@ impl Partition {
             return;
         }
         self.high_watermark.set(hw);
+        // Transactions whose markers it passed are stable now: the LSO moves with it.
+        self.producers.borrow_mut().replicated_to(hw);
         let d = self.durable.get();
         if d.offset == hw {
             self.hw_position.set(d);
@@ -519,6 +523,44 @@ impl Partition {
         let position = (at.offset == hw).then_some(at);
         self.read_below(offset, self.log_start_offset(), hw, position, limits, cache)
             .await
+    }
+
+    /// read_committed: whole batches from `offset` below the last stable offset `lso` (as
+    /// [`Partition::last_stable_offset`] gave it); nothing for an offset between it and the
+    /// high watermark (the consumer waits there for the transaction to end).
+    pub async fn read_stable(
+        &self,
+        offset: u64,
+        lso: u64,
+        limits: ReadLimits,
+        cache: &TailCache,
+    ) -> Result<Vec<ReadChunk>, LogError> {
+        let hw = self.high_watermark.get();
+        debug_assert!(
+            lso <= hw,
+            "the last stable offset is below the high watermark"
+        );
+        if offset > hw {
+            return Err(LogError::OffsetOutOfRange {
+                offset,
+                start: self.log_start_offset(),
+                end: hw,
+            });
+        }
+        if offset > lso {
+            return Ok(Vec::new());
+        }
+        let at = self.hw_position.get();
+        let position = (at.offset == hw && lso == hw).then_some(at);
+        self.read_below(
+            offset,
+            self.log_start_offset(),
+            lso,
+            position,
+            limits,
+            cache,
+        )
+        .await
     }
 
     /// For a follower's fetch: whole batches from `offset` below the local durable end.

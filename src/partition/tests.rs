@@ -11,6 +11,7 @@ use rill_shards::file::faults::{self, FileOp};
 use rill_shards::rt::spawn_local;
 
 use super::group_commit::GroupCommit;
+use super::producer_state::ProducerBatch;
 use super::tail_cache::TailCache;
 use super::{Partition, ReadLimits};
 use crate::batch::{BatchBuilder, BatchIter, BatchView};
@@ -306,8 +307,11 @@ fn a_batch_lost_to_a_failed_write_is_stored_by_its_retry_after_the_reopen() {
         let append = |bytes: &[u8]| {
             let view = BatchView::validate(bytes).expect("valid");
             let v =
-                f.p.admit_producer_batches(&[*view.header()])
-                    .expect("admitted");
+                f.p.admit_producer_batches(&[(
+                    view.header().record_count,
+                    ProducerBatch::of(view.header()),
+                )])
+                .expect("admitted");
             let r = if v == [Verdict::Append] {
                 f.p.append(&[view], 1, &f.cache).map_err(|e| e.code())
             } else {
@@ -334,7 +338,7 @@ fn a_batch_lost_to_a_failed_write_is_stored_by_its_retry_after_the_reopen() {
         // The retry while failed: taken for the batch in the log's pending appends.
         let view = BatchView::validate(&second).expect("valid");
         assert!(matches!(
-            f.p.admit_producer_batches(&[*view.header()]).as_deref(),
+            f.p.admit_producer_batches(&[(view.header().record_count, ProducerBatch::of(view.header()))]).as_deref(),
             Ok([Verdict::Duplicate(m)]) if m.base_offset == 10
         ));
         faults::clear(&key);
@@ -354,4 +358,83 @@ fn a_batch_lost_to_a_failed_write_is_stored_by_its_retry_after_the_reopen() {
         f.p.failure().unwrap_or_default()
     });
     assert_eq!(left, "");
+}
+
+/// The last stable offset with several open transactions: at the oldest one's first offset,
+/// held there until the high watermark passes the marker that ends it; the aborted list;
+/// both the same after a clean reopen (the snapshot) and a reopen without one (the log).
+#[test]
+fn the_last_stable_offset_follows_open_transactions_and_survives_a_reopen() {
+    use super::producer_state::AbortedTxn;
+    use crate::batch::control::{ControlKind, ControlRecord};
+    use crate::batch::{add_flags, FLAG_TRANSACTIONAL};
+    on_shard(|dir| async move {
+        let f = open(&dir, FsyncPolicy::Always).await;
+        let txn = |pid: i64, seq: i32| {
+            let mut b = BatchBuilder::new().producer(pid, 0, seq);
+            b.push(1_000, None, b"t", &[], &[]);
+            let mut out = b.build().expect("batch");
+            add_flags(&mut out, FLAG_TRANSACTIONAL);
+            out
+        };
+        let marker = |pid: i64, kind| {
+            ControlRecord {
+                kind,
+                coordinator_epoch: 0,
+            }
+            .batch(pid, 0, 1_000)
+            .expect("marker")
+        };
+        let append = |bytes: &[u8]| {
+            let view = BatchView::validate(bytes).expect("valid");
+            let (_, next) = f.p.append(&[view], 1, &f.cache).expect("appended");
+            next
+        };
+        let durable = |next: u64| {
+            f.gc.mark_dirty(&f.p);
+            f.p.wait_for_ack(next - 1)
+        };
+        append(&txn(1, 0));
+        append(&txn(2, 0));
+        let mut plain = BatchBuilder::new();
+        plain.push(1_000, None, b"p", &[], &[]);
+        let next = append(&plain.build().unwrap());
+        durable(next).recv_async().await.unwrap().unwrap();
+        assert_eq!((f.p.high_watermark(), f.p.last_stable_offset()), (3, 0));
+        // Producer 1 commits at 3: until the marker is below the high watermark, the LSO
+        // stays at 0; then it is producer 2's first offset.
+        let next = append(&marker(1, ControlKind::Commit));
+        assert_eq!(f.p.last_stable_offset(), 0);
+        durable(next).recv_async().await.unwrap().unwrap();
+        assert_eq!((f.p.high_watermark(), f.p.last_stable_offset()), (4, 1));
+        let next = append(&marker(2, ControlKind::Abort));
+        durable(next).recv_async().await.unwrap().unwrap();
+        assert_eq!((f.p.high_watermark(), f.p.last_stable_offset()), (5, 5));
+        let aborted = vec![AbortedTxn {
+            producer_id: 2,
+            first_offset: 1,
+            last_offset: 4,
+        }];
+        assert_eq!(f.p.aborted_transactions(0, 5), aborted);
+        assert_eq!(f.p.aborted_transactions(5, 5), vec![]);
+        // Producer 1 opens another one, left open.
+        let next = append(&txn(1, 1));
+        durable(next).recv_async().await.unwrap().unwrap();
+        assert_eq!(f.p.last_stable_offset(), 5);
+        f.p.snapshot_producers(true).await.expect("snapshot");
+        assert!(dir.join(super::producer_snapshot::SNAPSHOT_FILE).exists());
+        drop(f);
+        for from_snapshot in [true, false] {
+            if !from_snapshot {
+                std::fs::remove_file(dir.join(super::producer_snapshot::SNAPSHOT_FILE)).unwrap();
+            }
+            let g = open(&dir, FsyncPolicy::Always).await;
+            g.p.load_producer_state(&g.cache).await.expect("loaded");
+            assert_eq!(
+                (g.p.last_stable_offset(), g.p.aborted_transactions(0, 6)),
+                (5, aborted.clone()),
+                "from the snapshot: {from_snapshot}"
+            );
+        }
+    });
 }

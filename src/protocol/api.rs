@@ -47,6 +47,9 @@ pub enum ApiKey {
     DelayedProduce = 31,
     /// A producer id and epoch for an idempotent producer (Kafka's InitProducerId).
     InitProducerId = 35,
+    /// A transaction coordinator's commit or abort markers, to a partition's leader (Kafka's
+    /// WriteTxnMarkers).
+    WriteTxnMarkers = 36,
     /// Adds ACL bindings (Kafka's CreateAcls; `rill acl add`).
     CreateAcls = 50,
     /// The ACL bindings a filter matches (Kafka's DescribeAcls; `rill acl list`).
@@ -92,6 +95,7 @@ impl ApiKey {
         ApiKey::FilteredFetch,
         ApiKey::DelayedProduce,
         ApiKey::InitProducerId,
+        ApiKey::WriteTxnMarkers,
         ApiKey::CreateAcls,
         ApiKey::DescribeAcls,
         ApiKey::DeleteAcls,
@@ -133,6 +137,7 @@ impl ApiKey {
             ApiKey::FilteredFetch => "FilteredFetch",
             ApiKey::DelayedProduce => "DelayedProduce",
             ApiKey::InitProducerId => "InitProducerId",
+            ApiKey::WriteTxnMarkers => "WriteTxnMarkers",
             ApiKey::CreateAcls => "CreateAcls",
             ApiKey::DescribeAcls => "DescribeAcls",
             ApiKey::DeleteAcls => "DeleteAcls",
@@ -147,7 +152,11 @@ impl ApiKey {
 
     /// The inclusive range of versions served.
     pub fn versions(self) -> (u16, u16) {
-        (0, 0)
+        match self {
+            // 1: the isolation level, the last stable offset and the aborted transactions.
+            ApiKey::Fetch => (0, 1),
+            _ => (0, 0),
+        }
     }
 
     pub fn supports(self, version: u16) -> bool {

@@ -184,6 +184,38 @@ pub struct FetchResponse {
     pub partitions: Vec<FetchPartitionResult>,
 }
 
+/// Fetch version 1: version 0's request with an isolation level; its answer gives each
+/// partition's last stable offset and, read_committed, the aborted transactions its records
+/// overlap.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct FetchRequestV1 {
+    pub fetch: FetchRequest,
+    /// Kafka's numbers: 0 read_uncommitted, 1 read_committed.
+    pub isolation: i8,
+}
+
+/// An aborted transaction a read_committed consumer skips: the records of `producer_id`'s
+/// transactional batches from `first_offset` up to its abort marker (Kafka's
+/// `AbortedTransaction`).
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AbortedTransaction {
+    pub producer_id: i64,
+    pub first_offset: u64,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct FetchPartitionResultV1 {
+    pub result: FetchPartitionResult,
+    pub last_stable_offset: u64,
+    /// read_committed only; in abort-marker order.
+    pub aborted: Vec<AbortedTransaction>,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct FetchResponseV1 {
+    pub partitions: Vec<FetchPartitionResultV1>,
+}
+
 /// A fetch that returns only the records carrying the given tags, offsets unchanged (gaps
 /// between them are normal): a native feature, Kafka clients filter themselves.
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]

@@ -17,8 +17,10 @@ pub mod api;
 pub mod error_code;
 pub mod frame;
 pub mod frame_pool;
+pub mod isolation;
 pub mod messages;
 
 pub use api::ApiKey;
 pub use error_code::ErrorCode;
 pub use frame::{FrameError, RequestFrame, RequestHeader, ResponseFrame};
+pub use isolation::Isolation;
