@@ -1194,7 +1194,8 @@ mod tests {
             }
             ApiKey::AlterUserScramCredentials => {
                 let mut r = AlterUserScramCredentialsRequest::default();
-                let mut d = alter_user_scram_credentials_request::ScramCredentialDeletion::default();
+                let mut d =
+                    alter_user_scram_credentials_request::ScramCredentialDeletion::default();
                 d.name = StrBytes::from_static_str("u");
                 r.deletions = vec![d];
                 RequestKind::AlterUserScramCredentials(r)

@@ -93,7 +93,11 @@ mod tests {
     fn every_served_version_is_one_the_codec_has() {
         for &(api, lo, hi) in SUPPORTED {
             // Produce v0-2 are listed for old librdkafka and refused (above).
-            let lo = if api == ApiKey::Produce { MIN_DECODED_PRODUCE } else { lo };
+            let lo = if api == ApiKey::Produce {
+                MIN_DECODED_PRODUCE
+            } else {
+                lo
+            };
             let valid = api.valid_versions();
             assert!(
                 valid.min <= lo && hi <= valid.max,
