@@ -36,11 +36,19 @@ pub struct CoordinatorPlace {
 
 /// The coordinator of `group`, from the metadata (`None`: no offsets topic yet).
 pub fn coordinator_of(md: &ClusterMetadata, group: &str) -> Option<CoordinatorPlace> {
-    let t = md.topic(OFFSETS_TOPIC)?;
+    place_in(md, OFFSETS_TOPIC, |n| offsets_partition(group, n))
+}
+
+/// The leader of the partition of internal `topic` that `pick` chooses from its partition
+/// count (`None`: no such topic yet).
+pub fn place_in(
+    md: &ClusterMetadata,
+    topic: &str,
+    pick: impl FnOnce(u32) -> u32,
+) -> Option<CoordinatorPlace> {
+    let t = md.topic(topic)?;
     let partitions = t.partitions.len() as u32;
-    let p = t
-        .partitions
-        .get(offsets_partition(group, partitions) as usize)?;
+    let p = t.partitions.get(pick(partitions) as usize)?;
     Some(CoordinatorPlace {
         broker: p.leader,
         shard: p.shard,

@@ -193,7 +193,7 @@ async fn remove(
 /// replication errors a Java consumer does not retry on a commit become the coordinator
 /// errors it does (Kafka's `GroupMetadataManager`): too few replicas in sync or a timeout
 /// -> COORDINATOR_NOT_AVAILABLE, no longer the leader or a failed disk -> NOT_COORDINATOR.
-fn as_coordinator_error(e: OpError, what: &str) -> OpError {
+pub(crate) fn as_coordinator_error(e: OpError, what: &str) -> OpError {
     let code = match e.code {
         ErrorCode::NotEnoughReplicas
         | ErrorCode::NotEnoughReplicasAfterAppend

@@ -6,7 +6,7 @@ use std::rc::Rc;
 
 use super::group_host::OFFSETS_TOPIC;
 use super::shard::Shard;
-use crate::batch::{BatchBuilder, BatchIter, BatchView};
+use crate::batch::{BatchBuilder, BatchIter, BatchView, RecordView};
 use crate::clock::now_ms;
 use crate::group::offsets_log::{CommitRecord, OffsetsRecord};
 use crate::log::{FileReads, LogError};
@@ -48,9 +48,50 @@ pub fn append(
 /// every read (each an await): once it says no (the leadership moved meanwhile), the replay
 /// stops, so two loads of one partition never interleave. True when it read to the end.
 pub async fn replay(shard: &Rc<Shard>, p: &Partition, current: impl Fn() -> bool) -> bool {
-    let mut at = p.log_start_offset();
     let end = p.high_watermark();
     let mut loaded = 0usize;
+    let read = read_records(shard, p, current, |r| {
+        // A tombstone's value is empty (or null, as a Kafka-style one would be).
+        let value = r.value().unwrap_or_default();
+        match OffsetsRecord::decode(r.key().unwrap_or_default(), value) {
+            Some(OffsetsRecord::Commit(c)) => {
+                let time = r.timestamp_ms.max(0) as u64;
+                shard
+                    .groups
+                    .store_commit(&c.group, time, "", vec![c.committed]);
+                loaded += 1;
+            }
+            Some(OffsetsRecord::Removed {
+                group,
+                topic,
+                partition,
+            }) => shard.groups.remove_offsets(&group, &[(topic, partition)]),
+            None => {}
+        }
+    })
+    .await;
+    if read {
+        log::info!(
+            "shard {}: loaded {loaded} committed offsets from {OFFSETS_TOPIC}-{} (offsets below {end})",
+            shard.id,
+            p.index
+        );
+    }
+    read
+}
+
+/// Reads an internal partition (`__consumer_offsets`, `__transactions`) from its log start
+/// to its high watermark, handing `f` each record in order. `current` is asked after every
+/// read (each an await): once it says no, the read stops (false). A hole in the log is
+/// skipped (logged): the records after it are newer than any lost in it.
+pub async fn read_records(
+    shard: &Shard,
+    p: &Partition,
+    current: impl Fn() -> bool,
+    mut f: impl FnMut(&RecordView<'_>),
+) -> bool {
+    let mut at = p.log_start_offset();
+    let end = p.high_watermark();
     while at < end {
         let limits = ReadLimits {
             max_bytes: 1 << 20,
@@ -63,18 +104,18 @@ pub async fn replay(shard: &Rc<Shard>, p: &Partition, current: impl Fn() -> bool
         let chunks = match read {
             Ok(c) if !c.is_empty() => c,
             Ok(_) => break,
-            // Commits after a hole are newer than any lost in it: keep them.
             Err(LogError::Missing { from, to, why }) if to > at => {
                 log::error!(
-                    "replaying {OFFSETS_TOPIC}-{}: commits at offsets {from}..{to} are \
-                     lost ({why}); replaying the rest",
+                    "reading {}-{}: records at offsets {from}..{to} are lost ({why}); \
+                     reading the rest",
+                    p.topic,
                     p.index
                 );
                 at = to;
                 continue;
             }
             Err(e) => {
-                log::error!("replaying {OFFSETS_TOPIC}-{}: {e}", p.index);
+                log::error!("reading {}-{}: {e}", p.topic, p.index);
                 break;
             }
         };
@@ -88,23 +129,7 @@ pub async fn replay(shard: &Rc<Shard>, p: &Partition, current: impl Fn() -> bool
                         continue;
                     }
                     at = r.offset + 1;
-                    // A tombstone's value is empty (or null, as a Kafka-style one would be).
-                    let value = r.value().unwrap_or_default();
-                    match OffsetsRecord::decode(r.key().unwrap_or_default(), value) {
-                        Some(OffsetsRecord::Commit(c)) => {
-                            let time = r.timestamp_ms.max(0) as u64;
-                            shard
-                                .groups
-                                .store_commit(&c.group, time, "", vec![c.committed]);
-                            loaded += 1;
-                        }
-                        Some(OffsetsRecord::Removed {
-                            group,
-                            topic,
-                            partition,
-                        }) => shard.groups.remove_offsets(&group, &[(topic, partition)]),
-                        None => {}
-                    }
+                    f(&r);
                 }
             }
         }
@@ -112,11 +137,6 @@ pub async fn replay(shard: &Rc<Shard>, p: &Partition, current: impl Fn() -> bool
             break; // no progress: never spin
         }
     }
-    log::info!(
-        "shard {}: loaded {loaded} committed offsets from {OFFSETS_TOPIC}-{} (offsets below {end})",
-        shard.id,
-        p.index
-    );
     true
 }
 

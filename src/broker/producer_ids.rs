@@ -1,7 +1,7 @@
 //! InitProducerId for both listeners: a fresh producer id from this shard's block (blocks
 //! are reserved from the controller, [`Command::AllocateProducerIds`], so ids are unique
-//! across brokers and restarts), or a KIP-360 epoch bump that keeps the id. Transactional
-//! ids are refused for now (UNSUPPORTED_VERSION, as Kafka answers for a feature that is off).
+//! across brokers and restarts), or a KIP-360 epoch bump that keeps the id. With a
+//! transactional id the transaction coordinator answers ([`super::transactions`]).
 
 use std::cell::Cell;
 use std::rc::Rc;
@@ -47,7 +47,13 @@ pub struct InitProducer {
     pub transactional_id: Option<String>,
     pub producer_id: i64,
     pub epoch: i16,
+    /// The producer's `transaction.timeout.ms` (with a transactional id).
+    pub transaction_timeout_ms: i32,
 }
+
+/// A transactional producer's timeout when its request names none (the native
+/// InitProducerId; Kafka's client default `transaction.timeout.ms`).
+pub const DEFAULT_TRANSACTION_TIMEOUT_MS: i32 = 60_000;
 
 /// Answers InitProducerId: (producer id, epoch).
 pub async fn init_producer_id(
@@ -55,15 +61,15 @@ pub async fn init_producer_id(
     req: &InitProducer,
     deadline: Instant,
 ) -> Result<(i64, i16), OpError> {
-    if req
-        .transactional_id
-        .as_deref()
-        .is_some_and(|t| !t.is_empty())
-    {
-        return Err(OpError::new(
-            ErrorCode::UnsupportedVersion,
-            "transactions are not supported yet (transactional.id)",
-        ));
+    if let Some(id) = req.transactional_id.as_deref().filter(|t| !t.is_empty()) {
+        return super::transactions::init_producer_id(
+            shard,
+            id,
+            req.transaction_timeout_ms,
+            req.producer_id,
+            req.epoch,
+        )
+        .await;
     }
     match bumped(req.producer_id, req.epoch) {
         Some(kept) => Ok(kept),

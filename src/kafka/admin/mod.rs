@@ -13,7 +13,7 @@ mod logs;
 mod producer_ids;
 mod reassignments;
 #[cfg(test)]
-mod test_support;
+pub(crate) mod test_support;
 mod topics;
 mod users;
 

@@ -1,0 +1,173 @@
+//! The transaction coordinators a shard hosts: one sans-IO [`TxnCoordinator`] per
+//! `__transactions` partition it leads, whether each is loaded, and the requests waiting for
+//! their answers. The glue that appends, loads, ticks and sends markers is
+//! [`super::transactions`].
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+
+use super::group_host::Coordination;
+use crate::transactions::coordinator::{
+    Action, CoordinatorConfig, Event, RequestId, Response, TxnCoordinator,
+};
+use crate::transactions::log_record::TxnLogRecord;
+use crate::transactions::state::TxnMetadata;
+
+/// Transaction coordinators hosted by one shard.
+pub struct TxnHost {
+    cfg: CoordinatorConfig,
+    /// The `__transactions` partitions this shard leads, and whether they are loaded.
+    coordination: RefCell<HashMap<u32, Coordination>>,
+    /// Kept across leaderships: its append sequence numbers never repeat, so the answer to an
+    /// append of an earlier leadership is recognised as stale.
+    coordinators: RefCell<HashMap<u32, TxnCoordinator>>,
+    waiters: RefCell<HashMap<RequestId, flume::Sender<Response>>>,
+    next_req: Cell<RequestId>,
+    /// Fired when a coordinator may have an earlier timer than the ticker sleeps for.
+    pub wake: event_listener::Event,
+}
+
+impl TxnHost {
+    pub fn new(cfg: CoordinatorConfig) -> TxnHost {
+        TxnHost {
+            cfg,
+            coordination: RefCell::default(),
+            coordinators: RefCell::default(),
+            waiters: RefCell::default(),
+            next_req: Cell::new(1),
+            wake: event_listener::Event::new(),
+        }
+    }
+
+    pub fn coordination(&self, k: u32) -> Option<Coordination> {
+        self.coordination.borrow().get(&k).copied()
+    }
+
+    /// Every `__transactions` partition led here, with its state.
+    pub fn coordinated(&self) -> Vec<(u32, Coordination)> {
+        let mut v: Vec<_> = self
+            .coordination
+            .borrow()
+            .iter()
+            .map(|(k, c)| (*k, *c))
+            .collect();
+        v.sort_by_key(|(k, _)| *k);
+        v
+    }
+
+    /// Led here at `epoch`: loading. What an earlier leadership held is dropped first (the
+    /// returned actions answer its waiting requests).
+    pub fn begin_load(&self, k: u32, epoch: u32) -> Vec<Action> {
+        let out = self.unload(k);
+        self.coordination
+            .borrow_mut()
+            .insert(k, Coordination::Loading { epoch });
+        out
+    }
+
+    /// The load at `epoch` read `records`: the coordinator takes them and answers from now
+    /// on. `None` when the leadership moved meanwhile.
+    pub fn finish_load(
+        &self,
+        k: u32,
+        epoch: u32,
+        records: Vec<TxnLogRecord>,
+        now_ms: u64,
+    ) -> Option<Vec<Action>> {
+        let mut c = self.coordination.borrow_mut();
+        if c.get(&k) != Some(&Coordination::Loading { epoch }) {
+            return None;
+        }
+        c.insert(k, Coordination::Active { epoch });
+        drop(c);
+        let coordinator_epoch = i32::try_from(epoch).unwrap_or(i32::MAX);
+        let out = self.handle(
+            k,
+            Event::BecameLeader {
+                coordinator_epoch,
+                records,
+                now_ms,
+            },
+        );
+        self.wake.notify(usize::MAX);
+        Some(out)
+    }
+
+    /// No longer led here: the coordinator forgets everything (the new leader loads it from
+    /// its replica); the returned actions answer waiting requests NOT_COORDINATOR.
+    pub fn unload(&self, k: u32) -> Vec<Action> {
+        self.coordination.borrow_mut().remove(&k);
+        self.coordinators
+            .borrow_mut()
+            .get_mut(&k)
+            .map_or_else(Vec::new, |c| c.handle(Event::Deposed))
+    }
+
+    /// Delivers an event to partition `k`'s coordinator.
+    pub fn handle(&self, k: u32, event: Event) -> Vec<Action> {
+        let mut cs = self.coordinators.borrow_mut();
+        let c = cs
+            .entry(k)
+            .or_insert_with(|| TxnCoordinator::new(self.cfg.clone()));
+        c.handle(event)
+    }
+
+    /// A handle for a new request and where its answer will come.
+    pub fn register(&self) -> (RequestId, flume::Receiver<Response>) {
+        let req = self.next_req.get();
+        self.next_req.set(req + 1);
+        let (tx, rx) = flume::bounded(1);
+        self.waiters.borrow_mut().insert(req, tx);
+        (req, rx)
+    }
+
+    /// A request gave up waiting.
+    pub fn forget(&self, req: RequestId) {
+        self.waiters.borrow_mut().remove(&req);
+    }
+
+    pub fn respond(&self, req: RequestId, response: Response) {
+        if let Some(tx) = self.waiters.borrow_mut().remove(&req) {
+            let _ = tx.try_send(response);
+        }
+    }
+
+    /// The earliest timer of the loaded coordinators (ms since the epoch).
+    pub fn next_wakeup_ms(&self) -> Option<u64> {
+        let active = self.coordinated();
+        let cs = self.coordinators.borrow();
+        active
+            .iter()
+            .filter(|(_, c)| matches!(c, Coordination::Active { .. }))
+            .filter_map(|(k, _)| cs.get(k)?.next_wakeup_ms())
+            .min()
+    }
+
+    /// The loaded partitions.
+    pub fn active(&self) -> Vec<u32> {
+        self.coordinated()
+            .into_iter()
+            .filter(|(_, c)| matches!(c, Coordination::Active { .. }))
+            .map(|(k, _)| k)
+            .collect()
+    }
+
+    /// A transactional id's metadata, from partition `k`'s coordinator.
+    pub fn describe(&self, k: u32, transactional_id: &str) -> Option<TxnMetadata> {
+        self.coordinators
+            .borrow()
+            .get(&k)?
+            .describe(transactional_id)
+            .cloned()
+    }
+
+    /// Every transactional id of the loaded coordinators, with its metadata.
+    pub fn list(&self) -> Vec<(String, TxnMetadata)> {
+        let cs = self.coordinators.borrow();
+        self.active()
+            .iter()
+            .filter_map(|k| cs.get(k))
+            .flat_map(|c| c.list().map(|(id, m)| (id.to_string(), m.clone())))
+            .collect()
+    }
+}
