@@ -14,8 +14,7 @@ use crate::protocol::ErrorCode;
 /// Producer ids a shard reserves at a time (Kafka's block is 1000 too).
 pub const PRODUCER_ID_BLOCK: u32 = 1000;
 
-/// Kafka bumps an epoch up to `i16::MAX - 1`, then hands out a new producer id.
-pub const MAX_EPOCH: i16 = i16::MAX - 1;
+pub use crate::transactions::state::MAX_EPOCH;
 
 /// A shard's reserved producer ids not handed out yet: `next..end`.
 #[derive(Default)]

@@ -424,7 +424,7 @@ pub async fn read_log(
 ) -> Option<Vec<TxnLogRecord>> {
     let mut records = Vec::new();
     let mut damaged = 0usize;
-    let read = offsets_log::read_records(shard, p, current, |r| {
+    let read = offsets_log::read_records(shard, p, current, |_, r| {
         match TxnLogRecord::decode(r.key().unwrap_or_default(), r.value()) {
             Ok(rec) => records.push(rec),
             Err(e) => {

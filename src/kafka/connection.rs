@@ -302,6 +302,11 @@ fn count_errors(shard: &Shard, api: &'static str, response: &ResponseKind) {
             .for_each(|p| count(p.partition_error_code)),
         ResponseKind::AddOffsetsToTxn(r) => count(r.error_code),
         ResponseKind::EndTxn(r) => count(r.error_code),
+        ResponseKind::TxnOffsetCommit(r) => r
+            .topics
+            .iter()
+            .flat_map(|t| &t.partitions)
+            .for_each(|p| count(p.error_code)),
         ResponseKind::AlterPartitionReassignments(r) => {
             count(r.error_code);
             r.responses

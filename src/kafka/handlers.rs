@@ -142,6 +142,9 @@ pub async fn handle(
         RequestKind::AddOffsetsToTxn(r) => ResponseKind::AddOffsetsToTxn(
             super::transactions::add_offsets_to_txn(shard, version, &r).await,
         ),
+        RequestKind::TxnOffsetCommit(r) => ResponseKind::TxnOffsetCommit(
+            super::transactions::txn_offset_commit(shard, version, &r).await,
+        ),
         RequestKind::EndTxn(r) => {
             ResponseKind::EndTxn(super::transactions::end_txn(shard, version, &r).await)
         }

@@ -1,18 +1,24 @@
 //! The transaction APIs for Kafka clients (AddPartitionsToTxn v0-3, AddOffsetsToTxn v0-3,
-//! EndTxn v0-3; InitProducerId and FindCoordinator key type 1 go through their own
-//! handlers): decode, call [`crate::broker::transactions`], encode.
+//! EndTxn v0-3, TxnOffsetCommit v0-3; InitProducerId and FindCoordinator key type 1 go
+//! through their own handlers): decode, call [`crate::broker::transactions`] (or
+//! [`crate::broker::offsets::txn_commit`]), encode.
 
 use std::rc::Rc;
 
 use kafka_protocol::messages::add_partitions_to_txn_response::{
     AddPartitionsToTxnPartitionResult, AddPartitionsToTxnTopicResult,
 };
+use kafka_protocol::messages::txn_offset_commit_response::{
+    TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
+};
 use kafka_protocol::messages::{
     AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, AddPartitionsToTxnRequest,
-    AddPartitionsToTxnResponse, EndTxnRequest, EndTxnResponse, ProducerId,
+    AddPartitionsToTxnResponse, EndTxnRequest, EndTxnResponse, ProducerId, TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
 };
 
-use crate::broker::{transactions, OpError, Shard};
+use crate::broker::{offsets, transactions, OpError, Shard};
+use crate::group::offsets_log::PartitionOffset;
 use crate::protocol::ErrorCode;
 use crate::transactions::TopicPartition;
 
@@ -126,6 +132,73 @@ pub async fn end_txn(shard: &Rc<Shard>, version: i16, req: &EndTxnRequest) -> En
     r
 }
 
+pub async fn txn_offset_commit(
+    shard: &Rc<Shard>,
+    version: i16,
+    req: &TxnOffsetCommitRequest,
+) -> TxnOffsetCommitResponse {
+    let mut asked = Vec::new();
+    let mut bad = false;
+    for t in &req.topics {
+        for p in &t.partitions {
+            match (
+                u32::try_from(p.partition_index),
+                u64::try_from(p.committed_offset),
+            ) {
+                (Ok(partition), Ok(offset)) => asked.push(PartitionOffset {
+                    topic: t.name.0.to_string(),
+                    partition,
+                    offset,
+                    leader_epoch: (p.committed_leader_epoch >= 0)
+                        .then_some(p.committed_leader_epoch),
+                    metadata: p
+                        .committed_metadata
+                        .as_ref()
+                        .map(|m| m.to_string())
+                        .unwrap_or_default(),
+                }),
+                _ => bad = true,
+            }
+        }
+    }
+    let outcome = if bad {
+        Err(OpError::new(
+            ErrorCode::InvalidRequest,
+            "a negative partition or offset",
+        ))
+    } else {
+        offsets::txn_commit(
+            shard,
+            &req.group_id.0,
+            req.producer_id.0,
+            req.producer_epoch,
+            &req.member_id,
+            req.group_instance_id.as_ref().map(|i| i.as_str()),
+            req.generation_id,
+            asked,
+        )
+        .await
+    };
+    let code = match &outcome {
+        Ok(()) => 0,
+        // PRODUCER_FENCED is known from v3 on (KIP-588's bump of TxnOffsetCommit).
+        Err(e) => code_for(e, version, 3),
+    };
+    let mut r = TxnOffsetCommitResponse::default();
+    for t in &req.topics {
+        let mut tr = TxnOffsetCommitResponseTopic::default();
+        tr.name = t.name.clone();
+        for p in &t.partitions {
+            let mut pr = TxnOffsetCommitResponsePartition::default();
+            pr.partition_index = p.partition_index;
+            pr.error_code = code;
+            tr.partitions.push(pr);
+        }
+        r.topics.push(tr);
+    }
+    r
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -145,6 +218,12 @@ mod tests {
             served(ApiKey::AddOffsetsToTxn),
         );
         round_trip(&EndTxnResponse::default(), served(ApiKey::EndTxn));
+        let mut r = TxnOffsetCommitResponse::default();
+        let mut t = TxnOffsetCommitResponseTopic::default();
+        t.partitions
+            .push(TxnOffsetCommitResponsePartition::default());
+        r.topics.push(t);
+        round_trip(&r, served(ApiKey::TxnOffsetCommit));
     }
 
     #[test]

@@ -87,7 +87,7 @@ impl TxnState {
 }
 
 /// Kafka bumps an epoch up to `i16::MAX - 1`, then hands out a new producer id.
-pub use crate::broker::producer_ids::MAX_EPOCH;
+pub const MAX_EPOCH: i16 = i16::MAX - 1;
 
 /// No epoch yet (Kafka's `RecordBatch.NO_PRODUCER_EPOCH`).
 pub const NO_EPOCH: i16 = -1;
