@@ -157,3 +157,185 @@ fn bad_transaction_requests_get_kafkas_errors_and_change_nothing() {
     );
     assert_eq!(add_partition(addr, "pay", second, "t", 3), ErrorCode::None);
 }
+
+const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/kafka/transactions.py");
+
+/// Runs `transactions.py` to completion; its stdout lines (panics on a failure).
+fn py(args: &[&str]) -> Vec<String> {
+    let out = rill_testkit::external("python3")
+        .arg(SCRIPT)
+        .args(args)
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "transactions.py {args:?}: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// The values a consumer with `isolation` reads from every partition, sorted.
+fn read(bootstrap: &str, topic: &str, partitions: u32, isolation: &str) -> Vec<String> {
+    let mut v = py(&["read", bootstrap, topic, &partitions.to_string(), isolation]);
+    v.sort();
+    v
+}
+
+/// A `transactions.py` process left running (SIGKILLed by the test, or at drop).
+struct Running {
+    child: std::process::Child,
+    lines: std::io::Lines<std::io::BufReader<std::process::ChildStdout>>,
+}
+
+impl Running {
+    fn start(args: &[&str]) -> Running {
+        use std::io::BufRead;
+        let mut child = rill_testkit::external("python3")
+            .arg(SCRIPT)
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("python3");
+        let lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        Running { child, lines }
+    }
+
+    /// The next line it prints (panics if it exits first).
+    fn line(&mut self) -> String {
+        self.lines
+            .next()
+            .expect("transactions.py exited")
+            .expect("its output")
+    }
+
+    fn say(&mut self, line: &str) {
+        use std::io::Write;
+        let stdin = self.child.stdin.as_mut().unwrap();
+        writeln!(stdin, "{line}").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill(); // SIGKILL
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn expected(prefix: &str, n: usize) -> Vec<String> {
+    let mut v: Vec<String> = (0..n).map(|i| format!("{prefix}{i}")).collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn confluent_kafka_commits_and_aborts_and_read_committed_sees_the_commit_only() {
+    let b = TestBroker::start_kafka(2, &[]);
+    b.client().create_topic("t", 3, 1, vec![]).unwrap();
+    let k = b.kafka_bootstrap();
+    let out = py(&["commit-and-abort", &k, "tx-a", "t", "3", "g", "30"]);
+    assert_eq!(out, ["committed", "aborted"]);
+    assert_eq!(read(&k, "t", 3, "read_committed"), expected("c", 30));
+    let mut all = expected("c", 30);
+    all.extend(expected("a", 30));
+    all.sort();
+    assert_eq!(read(&k, "t", 3, "read_uncommitted"), all);
+    // The group's offsets are the ones the committed transaction sent.
+    assert_eq!(
+        py(&["committed", &k, "g", "t", "3"]),
+        ["0\t10", "1\t11", "2\t12"]
+    );
+}
+
+#[test]
+fn a_killed_producers_transaction_is_aborted_after_its_timeout() {
+    let b = TestBroker::start_kafka(1, &[]);
+    b.client().create_topic("k", 1, 1, vec![]).unwrap();
+    let k = b.kafka_bootstrap();
+    let mut hung = Running::start(&["hang", &k, "tx-k", "k", "3000", "5"]);
+    assert_eq!(hung.line(), "produced");
+    hung.kill();
+    rill_testkit::produce_values(&b, "k", 0, ["after".to_string()]);
+    // Once the coordinator aborted it (its 3 s timeout), read_committed consumers move past
+    // it and never see its records.
+    let start = Instant::now();
+    loop {
+        let committed = read(&k, "k", 1, "read_committed");
+        assert!(committed.iter().all(|v| !v.starts_with('h')), "{committed:?}");
+        if committed == ["after"] {
+            break;
+        }
+        assert!(start.elapsed() < DEADLINE, "never aborted: {committed:?}");
+    }
+    let mut all = expected("h", 5);
+    all.push("after".into());
+    all.sort();
+    assert_eq!(read(&k, "k", 1, "read_uncommitted"), all);
+}
+
+#[test]
+fn a_new_instance_fences_a_killed_producer_at_once() {
+    let b = TestBroker::start_kafka(1, &[]);
+    b.client().create_topic("f", 1, 1, vec![]).unwrap();
+    let k = b.kafka_bootstrap();
+    // Its timeout (15 min) is longer than the test may take: only fencing ends it.
+    let mut hung = Running::start(&["hang", &k, "tx-f", "f", "900000", "5"]);
+    assert_eq!(hung.line(), "produced");
+    hung.kill();
+    assert_eq!(py(&["init", &k, "tx-f"]), ["ok"]);
+    rill_testkit::produce_values(&b, "f", 0, ["after".to_string()]);
+    assert_eq!(read(&k, "f", 1, "read_committed"), ["after"]);
+    let mut all = expected("h", 5);
+    all.push("after".into());
+    all.sort();
+    assert_eq!(read(&k, "f", 1, "read_uncommitted"), all);
+}
+
+/// The broker coordinating `id`, asked through `via` (a Kafka node id is broker * 1000 +
+/// shard).
+fn coordinator_broker(via: &str, id: &str) -> u64 {
+    let start = Instant::now();
+    loop {
+        let mut req = FindCoordinatorRequest::default();
+        req.key = StrBytes::from_string(id.to_string());
+        req.key_type = 1;
+        let r: FindCoordinatorResponse = call(via, ApiKey::FindCoordinator, 3, &req);
+        if r.error_code == 0 {
+            return (r.node_id.0 / 1000) as u64;
+        }
+        assert!(start.elapsed() < DEADLINE, "no coordinator: {:?}", code(r.error_code));
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_coordinator_failover_mid_transaction_completes_it_from_the_log() {
+    let mut c = rill_testkit::TestCluster::start_kafka(3, 1, &[]);
+    rill_testkit::create_topic_rf3(&c, "ft", 1, &[]);
+    let all: Vec<String> = (1..=3).map(|id| c.kafka_bootstrap(id)).collect();
+    let bootstrap = all.join(",");
+    let mut p = Running::start(&["two-phase", &bootstrap, "tx-fo", "ft", "20"]);
+    assert_eq!(p.line(), "produced");
+    // The transaction is Ongoing with its partition in the coordinator's RF 3 log: SIGKILL
+    // the coordinator's broker, then commit through whoever takes over.
+    let victim = coordinator_broker(&all[0], "tx-fo");
+    c.node(victim).kill();
+    let survivor = (1..=3).find(|&id| id != victim).unwrap();
+    p.say("commit");
+    assert_eq!(p.line(), "committed");
+    let via = c.kafka_bootstrap(survivor);
+    assert_ne!(coordinator_broker(&via, "tx-fo"), victim);
+    assert_eq!(read(&via, "ft", 1, "read_committed"), expected("t", 20));
+}
