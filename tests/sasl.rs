@@ -48,9 +48,12 @@ fn create_user(b: &TestBroker, user: &str, password: &str) {
 fn confluent_kafka_over_sasl_ssl_with_scram_and_plain() {
     let certs = TestCerts::new();
     let mut flags = certs.broker_flags("kafka", &certs.server, false);
+    // Authentication is what is tested here: alice may do anything (ACLs: tests/acls.rs).
     flags.extend([
         "--kafka-sasl-mechanisms".to_string(),
         "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512".to_string(),
+        "--super-users".to_string(),
+        "User:alice".to_string(),
     ]);
     let b = TestBroker::start_tls(1, true, &flags, None);
     create_user(&b, "alice", "wonder land");
@@ -260,7 +263,7 @@ fn a_client_that_never_authenticates_is_closed_after_the_timeout() {
 
 #[test]
 fn users_through_kafka_admin_apis_and_a_restart() {
-    let mut b = sasl_broker(&[]);
+    let mut b = sasl_broker(&["--super-users", "User:admin"]);
     create_user(&b, "admin", "adminpw");
     let kafka = b.kafka_bootstrap();
     let authed = |b: &TestBroker| {

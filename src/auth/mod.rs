@@ -1,8 +1,10 @@
-//! Authentication as sans-IO state machines: SCRAM-SHA-256/512 (RFC 5802, RFC 7677) and
+//! Authentication and authorization as sans-IO state machines: ACLs and their decision
+//! (`acl.rs`); SCRAM-SHA-256/512 (RFC 5802, RFC 7677) and
 //! PLAIN (RFC 4616) checked against salted, iterated credentials, never a stored password.
 //! Bytes in, bytes or a verdict out; the caller supplies the credential lookup and the
 //! server nonce, so the exchanges are tested with the RFC's vectors.
 
+pub mod acl;
 pub mod plain;
 pub mod scram;
 

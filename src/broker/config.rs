@@ -97,6 +97,8 @@ pub struct BrokerConfig {
     pub kafka_sasl_mechanisms: Vec<String>,
     /// A connection not authenticated within this is closed (`--sasl-authentication-timeout-ms`).
     pub sasl_authentication_timeout: Duration,
+    /// Principals (`User:<name>`) every ACL check lets through (`--super-users`).
+    pub super_users: Vec<String>,
     pub max_partitions_per_topic: u32,
     /// Partition replicas the cluster holds per live shard at most
     /// (`--max-partitions-per-shard`); the same on every controller voter.
@@ -200,6 +202,7 @@ impl BrokerConfig {
             tls_handshake_timeout: Duration::from_secs(10),
             kafka_sasl_mechanisms: Vec::new(),
             sasl_authentication_timeout: Duration::from_secs(10),
+            super_users: Vec::new(),
             max_partitions_per_topic: 10_000,
             max_partitions_per_shard: crate::controller::metadata::DEFAULT_MAX_PARTITIONS_PER_SHARD,
             auto_create_topics: true,

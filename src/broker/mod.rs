@@ -17,6 +17,7 @@
 //! - [`transactions`]: the transaction APIs, over [`txn_host`] (the shell around the sans-IO
 //!   transaction coordinators) and [`marker_sender`] (commit and abort markers).
 
+pub mod acls;
 pub mod config;
 pub mod coordination;
 pub mod fetch;

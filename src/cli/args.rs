@@ -195,6 +195,16 @@ pub struct BrokerArgs {
         default_value_t = 10_000
     )]
     pub sasl_authentication_timeout_ms: u64,
+    /// Principals that every ACL check lets through, `User:<name>` separated by `;` (Kafka's
+    /// `super.users`). ACLs are enforced on the Kafka listener when it authenticates
+    /// (--kafka-sasl-mechanisms).
+    #[arg(
+        long,
+        env = "RILL_SUPER_USERS",
+        value_name = "LIST",
+        default_value = ""
+    )]
+    pub super_users: String,
     /// Serve Prometheus metrics (text format) at http://HOST:PORT/metrics; `off` (the
     /// default) serves none.
     #[arg(long, env = "RILL_METRICS_LISTEN", value_name = "HOST:PORT")]

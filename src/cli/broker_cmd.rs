@@ -287,6 +287,21 @@ pub fn config_from_args(a: &BrokerArgs) -> Result<BrokerConfig, String> {
         return Err("--sasl-authentication-timeout-ms must be at least 1".into());
     }
     c.sasl_authentication_timeout = Duration::from_millis(a.sasl_authentication_timeout_ms);
+    for p in a
+        .super_users
+        .split(';')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+    {
+        match p.split_once(':') {
+            Some(("User", name)) if !name.is_empty() => c.super_users.push(p.to_string()),
+            _ => {
+                return Err(format!(
+                    "--super-users: '{p}' is not a principal of the form User:<name>"
+                ))
+            }
+        }
+    }
     if a.broker_heartbeat_interval_ms == 0
         || a.broker_heartbeat_interval_ms >= a.broker_session_timeout_ms
     {

@@ -26,6 +26,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use super::cluster::{split_cluster_configs, BrokerMember, BrokerRegistration};
+use crate::auth::acl::{AclBinding, AclFilter};
 use crate::auth::scram::{Credential, Mechanism};
 use crate::protocol::error_code::ErrorCode;
 use crate::topic_config::TopicConfigError;
@@ -58,6 +59,9 @@ pub struct ClusterMetadata {
     /// out of the JSON while 0 so older snapshots read as before.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub next_producer_id: u64,
+    /// ACLs (`acls.rs`); left out of the JSON while empty.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub acls: BTreeSet<AclBinding>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -230,6 +234,14 @@ pub enum Command {
         node_id: u32,
         count: u32,
     },
+    /// Adds ACL bindings (Kafka's CreateAcls; one already there stays once).
+    CreateAcls {
+        acls: Vec<AclBinding>,
+    },
+    /// Removes every ACL binding any filter matches (Kafka's DeleteAcls).
+    DeleteAcls {
+        filters: Vec<AclFilter>,
+    },
 }
 
 /// What an applied command did (serde: a leader answers a forwarded proposal with it).
@@ -265,6 +277,10 @@ pub enum Applied {
     ProducerIdsAllocated {
         first: u64,
         count: u32,
+    },
+    /// ACLs created, or deleted: per filter of a DeleteAcls, the bindings it matched.
+    AclsChanged {
+        deleted: Vec<Vec<AclBinding>>,
     },
 }
 
@@ -588,6 +604,7 @@ impl ClusterMetadata {
             Command::UpsertScramCredential { .. } | Command::DeleteScramCredential { .. } => {
                 self.validate_user(cmd)
             }
+            Command::CreateAcls { .. } | Command::DeleteAcls { .. } => self.validate_acls(cmd),
             Command::AllocateProducerIds { count, .. } => {
                 if *count == 0 || *count > MAX_PRODUCER_ID_BLOCK {
                     return Err(MetadataError::new(
@@ -720,6 +737,7 @@ impl ClusterMetadata {
             Command::UpsertScramCredential { .. } | Command::DeleteScramCredential { .. } => {
                 self.apply_user(cmd)
             }
+            Command::CreateAcls { .. } | Command::DeleteAcls { .. } => self.apply_acls(cmd),
             Command::AllocateProducerIds { count, .. } => {
                 let first = self.next_producer_id;
                 self.next_producer_id = first + u64::from(*count);

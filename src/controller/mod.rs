@@ -20,6 +20,7 @@
 //! is known (an election), proposals wait (parked) until one is, up to
 //! [`ControllerConfig::forward_timeout`].
 
+pub mod acls;
 pub mod broker_session;
 pub mod cluster;
 pub mod core;

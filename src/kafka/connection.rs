@@ -18,9 +18,11 @@ use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
 use kafka_protocol::protocol::{Decodable, Encodable};
 
+use super::authorization::{self, Checked};
 use super::handlers::{self, Handled};
 use super::sasl::{self, Gate, Sasl};
 use super::versions;
+use crate::broker::acls::Caller;
 use crate::broker::produce::hold_until_acked;
 use crate::broker::Shard;
 use crate::metrics::{Listener, Timed, UNKNOWN_API};
@@ -62,6 +64,10 @@ async fn read_requests(
     let mut sasl = (!mechanisms.is_empty()).then(|| Sasl::new(mechanisms.clone()));
     // Authentication must end by then (a TLS handshake before it had its own bound).
     let authenticate_until = after(shard.cfg.sasl_authentication_timeout);
+    // The address ACLs match hosts against.
+    let host = peer
+        .parse::<std::net::SocketAddr>()
+        .map_or_else(|_| peer.to_string(), |a| a.ip().to_string());
     loop {
         // Not read while the bound is reached: a client that does not read its replies stops
         // being read.
@@ -150,8 +156,46 @@ async fn read_requests(
                     _ => Timed::No,
                 };
                 let timer = shard.metrics.request(Listener::Kafka, name, timed);
-                match handlers::handle(shard, version, client.as_deref(), *request).await {
-                    Handled::Answer(r) => {
+                // ACLs, on when the listener authenticates (a connection gets this far only
+                // once authenticated).
+                let caller = sasl
+                    .as_ref()
+                    .and_then(|s| s.user())
+                    .map(|u| Caller::user(u, host.clone()));
+                let (request, refused) = match &caller {
+                    None => (*request, None),
+                    Some(c) => match authorization::check(shard, c, *request) {
+                        Checked::Handle(r, refused) => (*r, Some(refused)),
+                        Checked::Answer(r) => {
+                            shard.metrics.done(timer);
+                            count_errors(shard, name, &r);
+                            drop(grant);
+                            replies
+                                .push_ready(encode(api, version, correlation, &r))
+                                .await;
+                            continue;
+                        }
+                        Checked::Close => {
+                            log::info!(
+                                "kafka {peer}: {name} is served only to principals with every \
+                                 right on the cluster; closing"
+                            );
+                            return;
+                        }
+                    },
+                };
+                // Refused items go back into the answer.
+                let patch_shard = shard.clone();
+                let patch = move |r: &mut ResponseKind| {
+                    if let (Some(refused), Some(c)) = (refused, caller) {
+                        if !refused.is_empty() {
+                            refused.apply(&patch_shard, &c, r);
+                        }
+                    }
+                };
+                match handlers::handle(shard, version, client.as_deref(), request).await {
+                    Handled::Answer(mut r) => {
+                        patch(&mut r);
                         shard.metrics.done(timer);
                         count_errors(shard, name, &r);
                         encode(api, version, correlation, &r)
@@ -165,7 +209,8 @@ async fn read_requests(
                         let shard = shard.clone();
                         replies
                             .push(Box::pin(async move {
-                                let r = later.await;
+                                let mut r = later.await;
+                                patch(&mut r);
                                 shard.metrics.done(timer);
                                 count_errors(&shard, name, &r);
                                 drop(grant);

@@ -148,6 +148,15 @@ pub async fn handle(
         RequestKind::EndTxn(r) => {
             ResponseKind::EndTxn(super::transactions::end_txn(shard, version, &r).await)
         }
+        RequestKind::CreateAcls(r) => {
+            ResponseKind::CreateAcls(super::admin::create_acls(shard, r).await)
+        }
+        RequestKind::DescribeAcls(r) => {
+            ResponseKind::DescribeAcls(super::admin::describe_acls(shard, &r))
+        }
+        RequestKind::DeleteAcls(r) => {
+            ResponseKind::DeleteAcls(super::admin::delete_acls(shard, r).await)
+        }
         // `versions::SUPPORTED` lets nothing else through.
         _ => return Handled::Unanswered(Vec::new()),
     }))

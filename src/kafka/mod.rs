@@ -10,6 +10,7 @@
 //! the native path stores and serves the producer's bytes as they came.
 
 mod admin;
+mod authorization;
 mod authorized_operations;
 pub mod connection;
 mod groups;

@@ -49,6 +49,9 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::SaslAuthenticate, 0, 2),
     (ApiKey::DescribeUserScramCredentials, 0, 0),
     (ApiKey::AlterUserScramCredentials, 0, 0),
+    (ApiKey::DescribeAcls, 0, 3),
+    (ApiKey::CreateAcls, 0, 3),
+    (ApiKey::DeleteAcls, 0, 3),
 ];
 
 /// The lowest Produce version whose body this listener decodes (record batch v2).
@@ -94,6 +97,7 @@ mod tests {
         assert_eq!(name(ApiKey::OffsetForLeaderEpoch), "OffsetForLeaderEpoch");
         assert_eq!(name(ApiKey::SaslHandshake), "SaslHandshake");
         assert_eq!(name(ApiKey::Heartbeat), "Heartbeat");
-        assert_eq!(name(ApiKey::CreateAcls), crate::metrics::UNKNOWN_API);
+        assert_eq!(name(ApiKey::CreateAcls), "CreateAcls");
+        assert_eq!(name(ApiKey::Envelope), crate::metrics::UNKNOWN_API);
     }
 }

@@ -113,6 +113,12 @@ pub fn run_broker(cfg: BrokerConfig) -> Result<(), BrokerError> {
     };
     std::fs::create_dir_all(&dir).map_err(dir_err)?;
     let _lock = lock_data_dir(&cfg)?;
+    // Made while there is space, so that setting a directory aside later (a rename into it)
+    // needs no new block: on a full disk a start that had to create it failed.
+    let stray_dir = dir.join(stray::STRAY_DIR);
+    if let Err(e) = std::fs::create_dir_all(&stray_dir) {
+        ::log::warn!("cannot create {}: {e}", stray_dir.display());
+    }
     // Bound now, so that a taken port fails the start before anything runs (std's listener
     // has no SO_REUSEPORT: binding next to a live one fails).
     let metrics_listener = cfg

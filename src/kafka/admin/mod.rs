@@ -3,9 +3,11 @@
 //! IncrementalAlterConfigs), `configs`
 //! (DescribeConfigs and the catalogue of topic and broker settings under Kafka's names),
 //! `cluster` (DescribeCluster), `producer_ids` (InitProducerId) and `reassignments`
-//! (AlterPartitionReassignments, ListPartitionReassignments, ElectLeaders). What they share lives
+//! (AlterPartitionReassignments, ListPartitionReassignments, ElectLeaders), `acls`
+//! (CreateAcls, DescribeAcls, DeleteAcls). What they share lives
 //! here: the broker defaults a topic created with -1 gets, and how a refusal is written.
 
+mod acls;
 mod alter_configs;
 mod cluster;
 mod configs;
@@ -17,6 +19,7 @@ pub(crate) mod test_support;
 mod topics;
 mod users;
 
+pub use acls::{create_acls, delete_acls, describe_acls};
 pub use alter_configs::{alter_configs, incremental_alter_configs};
 pub use cluster::{brokers_only, describe_cluster};
 pub use configs::describe_configs;
