@@ -273,7 +273,10 @@ fn a_killed_producers_transaction_is_aborted_after_its_timeout() {
     let start = Instant::now();
     loop {
         let committed = read(&k, "k", 1, "read_committed");
-        assert!(committed.iter().all(|v| !v.starts_with('h')), "{committed:?}");
+        assert!(
+            committed.iter().all(|v| !v.starts_with('h')),
+            "{committed:?}"
+        );
         if committed == ["after"] {
             break;
         }
@@ -315,7 +318,11 @@ fn coordinator_broker(via: &str, id: &str) -> u64 {
         if r.error_code == 0 {
             return (r.node_id.0 / 1000) as u64;
         }
-        assert!(start.elapsed() < DEADLINE, "no coordinator: {:?}", code(r.error_code));
+        assert!(
+            start.elapsed() < DEADLINE,
+            "no coordinator: {:?}",
+            code(r.error_code)
+        );
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }

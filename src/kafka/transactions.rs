@@ -23,7 +23,7 @@ use crate::protocol::ErrorCode;
 use crate::transactions::TopicPartition;
 
 /// Kafka's OPERATION_NOT_ATTEMPTED: the other partitions of a refused AddPartitionsToTxn.
-const OPERATION_NOT_ATTEMPTED: i16 = 55;
+pub const OPERATION_NOT_ATTEMPTED: i16 = 55;
 
 /// PRODUCER_FENCED as a client of `version` understands it: versions before KIP-588's
 /// (`fenced_since`) know only INVALID_PRODUCER_EPOCH for it, as Kafka answers them.
