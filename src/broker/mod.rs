@@ -15,7 +15,7 @@
 //!   offsets partitions; [`internal_topics`]: creating `__consumer_offsets` and
 //!   `__transactions`.
 //! - [`transactions`]: the transaction APIs, over [`txn_host`] (the shell around the sans-IO
-//!   transaction coordinators) and [`marker_sender`] (commit and abort markers).
+//!   transaction coordinators; its markers go out through `native::marker_sender`).
 
 pub mod acls;
 pub mod config;
@@ -28,7 +28,6 @@ pub mod internal_topics;
 pub mod leader_epochs;
 pub mod list_offsets;
 pub mod log_admin;
-pub mod marker_sender;
 pub mod metrics;
 pub mod offsets;
 pub mod offsets_log;

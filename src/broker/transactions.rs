@@ -3,8 +3,9 @@
 //! AddPartitionsToTxn, AddOffsetsToTxn and EndTxn, each an event of the partition's sans-IO
 //! coordinator ([`crate::transactions::coordinator`], hosted in [`super::txn_host`]); and
 //! what the coordinator asks for: records appended to `__transactions` with acks=all and
-//! applied once durable, markers written ([`super::marker_sender`]), timers, loading the
-//! log on becoming the partition's leader ([`super::coordination`]).
+//! applied once durable, markers queued for `native::marker_sender` ([`markers_done`] is its
+//! answer), timers, loading the log on becoming the partition's leader
+//! ([`super::coordination`]).
 
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -13,7 +14,8 @@ use super::group_host::{offsets_partition, place_in, OFFSETS_TOPIC};
 use super::internal_topics::{self, InternalTopic};
 use super::offsets::as_coordinator_error;
 use super::produce::{Acks, Appended};
-use super::{marker_sender, offsets_log, producer_ids, recv_until, OpError, Shard};
+use super::txn_host::Markers;
+use super::{offsets_log, producer_ids, recv_until, OpError, Shard};
 use crate::batch::{BatchBuilder, BatchView};
 use crate::clock::now_ms;
 use crate::controller::metadata::BrokerInfo;
@@ -323,23 +325,37 @@ pub fn run_actions(shard: &Rc<Shard>, k: u32, actions: Vec<Action>) {
                 commit,
                 coordinator_epoch,
                 partitions,
-            } => marker_sender::send(
-                shard,
-                k,
-                marker_sender::Markers {
-                    transactional_id,
-                    producer_id,
-                    producer_epoch,
-                    commit,
-                    coordinator_epoch,
-                    partitions,
-                },
-            ),
+            } => shard.txns.queue_markers(Markers {
+                coordinator: k,
+                transactional_id,
+                producer_id,
+                producer_epoch,
+                commit,
+                coordinator_epoch,
+                partitions,
+            }),
             // Only a request asks for one; it allocates and delivers itself again.
             Action::AllocateProducerId { .. } => {}
         }
     }
     shard.txns.wake.notify(usize::MAX);
+}
+
+/// The marker sender wrote the markers of `written` partitions of `m` (the others are
+/// retried by the coordinator).
+pub fn markers_done(shard: &Rc<Shard>, m: Markers, written: Vec<TopicPartition>) {
+    let k = m.coordinator;
+    let out = shard.txns.handle(
+        k,
+        Event::MarkersDone {
+            transactional_id: m.transactional_id,
+            producer_id: m.producer_id,
+            producer_epoch: m.producer_epoch,
+            written,
+            now_ms: now(),
+        },
+    );
+    run_actions(shard, k, out);
 }
 
 /// Appends a coordinator's record to its partition; the coordinator hears when it is

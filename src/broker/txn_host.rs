@@ -1,10 +1,11 @@
 //! The transaction coordinators a shard hosts: one sans-IO [`TxnCoordinator`] per
 //! `__transactions` partition it leads, whether each is loaded, and the requests waiting for
-//! their answers. The glue that appends, loads, ticks and sends markers is
-//! [`super::transactions`].
+//! their answers, and the markers waiting to be sent. The glue that appends, loads and ticks
+//! is [`super::transactions`]; markers go out through `native::marker_sender`, which takes
+//! them from [`TxnHost::take_markers`] (the broker layer speaks no wire protocol).
 
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 use super::group_host::Coordination;
 use crate::transactions::coordinator::{
@@ -12,6 +13,20 @@ use crate::transactions::coordinator::{
 };
 use crate::transactions::log_record::TxnLogRecord;
 use crate::transactions::state::TxnMetadata;
+use crate::transactions::TopicPartition;
+
+/// One transaction's markers to write, for the coordinator of `__transactions` partition
+/// `coordinator`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Markers {
+    pub coordinator: u32,
+    pub transactional_id: String,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub commit: bool,
+    pub coordinator_epoch: i32,
+    pub partitions: Vec<TopicPartition>,
+}
 
 /// Transaction coordinators hosted by one shard.
 pub struct TxnHost {
@@ -25,6 +40,11 @@ pub struct TxnHost {
     next_req: Cell<RequestId>,
     /// Fired when a coordinator may have an earlier timer than the ticker sleeps for.
     pub wake: event_listener::Event,
+    /// Markers to send (at most one entry per prepared transaction: the coordinator sends a
+    /// transaction's markers again only once it heard how the last send went).
+    outbox: RefCell<VecDeque<Markers>>,
+    /// Fired when markers are queued.
+    pub markers_queued: event_listener::Event,
 }
 
 impl TxnHost {
@@ -36,6 +56,8 @@ impl TxnHost {
             waiters: RefCell::default(),
             next_req: Cell::new(1),
             wake: event_listener::Event::new(),
+            outbox: RefCell::default(),
+            markers_queued: event_listener::Event::new(),
         }
     }
 
@@ -110,6 +132,17 @@ impl TxnHost {
             .entry(k)
             .or_insert_with(|| TxnCoordinator::new(self.cfg.clone()));
         c.handle(event)
+    }
+
+    /// Queues a transaction's markers for the marker sender.
+    pub fn queue_markers(&self, m: Markers) {
+        self.outbox.borrow_mut().push_back(m);
+        self.markers_queued.notify(usize::MAX);
+    }
+
+    /// Every queued marker send.
+    pub fn take_markers(&self) -> Vec<Markers> {
+        self.outbox.borrow_mut().drain(..).collect()
     }
 
     /// A handle for a new request and where its answer will come.

@@ -325,7 +325,10 @@ async fn ask_epoch_ends(
 }
 
 /// The native address of the leader's shard: its base port plus the shard index.
-fn leader_addr(shard: &Shard, (leader, lshard): SessionKey) -> Result<SocketAddr, String> {
+pub(crate) fn leader_addr(
+    shard: &Shard,
+    (leader, lshard): SessionKey,
+) -> Result<SocketAddr, String> {
     let md = shard.metadata.borrow();
     let b = md
         .brokers
@@ -341,13 +344,13 @@ fn leader_addr(shard: &Shard, (leader, lshard): SessionKey) -> Result<SocketAddr
 }
 
 /// A client connection from a shard to another broker's shard: one request at a time.
-struct Conn {
+pub(crate) struct Conn {
     stream: TcpStream,
     correlation: u32,
 }
 
 impl Conn {
-    async fn connect(shard: &Shard, addr: SocketAddr) -> Result<Conn, String> {
+    pub(crate) async fn connect(shard: &Shard, addr: SocketAddr) -> Result<Conn, String> {
         let deadline = Instant::now() + CONNECT_TIMEOUT;
         let stream =
             futures_lite::future::or(async { Some(TcpStream::connect(addr).await) }, async {
@@ -366,7 +369,7 @@ impl Conn {
 
     /// Sends one request and reads its answer, within `wait` (the leader's long poll) plus
     /// a margin.
-    async fn call<Req, Resp>(
+    pub(crate) async fn call<Req, Resp>(
         &mut self,
         shard: &Shard,
         api: ApiKey,
