@@ -17,6 +17,7 @@ mod reassignments;
 mod replica_fetch;
 pub mod replica_fetcher;
 mod topics;
+mod transactions;
 mod users;
 
 use std::rc::Rc;
@@ -138,5 +139,10 @@ pub async fn dispatch(shard: &Rc<Shard>, frame: RequestFrame, file_reads: FileRe
         ApiKey::AlterUser => users::alter_user(shard, &frame).await,
         ApiKey::ListUsers => users::list_users(shard),
         ApiKey::InitProducerId => producer_ids::init_producer_id(shard, &frame).await,
+        ApiKey::FindTxnCoordinator => transactions::find_coordinator(shard, &frame),
+        ApiKey::AddPartitionsToTxn => transactions::add_partitions(shard, &frame).await,
+        ApiKey::AddOffsetsToTxn => transactions::add_offsets(shard, &frame).await,
+        ApiKey::EndTxn => transactions::end_txn(shard, &frame).await,
+        ApiKey::TxnOffsetCommit => transactions::txn_offset_commit(shard, &frame).await,
     }
 }

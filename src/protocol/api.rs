@@ -47,6 +47,17 @@ pub enum ApiKey {
     DelayedProduce = 31,
     /// A producer id and epoch for an idempotent producer (Kafka's InitProducerId).
     InitProducerId = 35,
+    // 36 is WriteTxnMarkers.
+    /// A transactional id's coordinator (Kafka's FindCoordinator, key type 1).
+    FindTxnCoordinator = 37,
+    /// Kafka's AddPartitionsToTxn.
+    AddPartitionsToTxn = 38,
+    /// Kafka's AddOffsetsToTxn.
+    AddOffsetsToTxn = 39,
+    /// Kafka's EndTxn.
+    EndTxn = 40,
+    /// Kafka's TxnOffsetCommit.
+    TxnOffsetCommit = 41,
 }
 
 impl ApiKey {
@@ -82,6 +93,11 @@ impl ApiKey {
         ApiKey::FilteredFetch,
         ApiKey::DelayedProduce,
         ApiKey::InitProducerId,
+        ApiKey::FindTxnCoordinator,
+        ApiKey::AddPartitionsToTxn,
+        ApiKey::AddOffsetsToTxn,
+        ApiKey::EndTxn,
+        ApiKey::TxnOffsetCommit,
     ];
 
     /// The API's name (the `api` label of metrics).
@@ -118,6 +134,11 @@ impl ApiKey {
             ApiKey::FilteredFetch => "FilteredFetch",
             ApiKey::DelayedProduce => "DelayedProduce",
             ApiKey::InitProducerId => "InitProducerId",
+            ApiKey::FindTxnCoordinator => "FindTxnCoordinator",
+            ApiKey::AddPartitionsToTxn => "AddPartitionsToTxn",
+            ApiKey::AddOffsetsToTxn => "AddOffsetsToTxn",
+            ApiKey::EndTxn => "EndTxn",
+            ApiKey::TxnOffsetCommit => "TxnOffsetCommit",
         }
     }
 
