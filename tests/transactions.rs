@@ -346,3 +346,67 @@ fn a_coordinator_failover_mid_transaction_completes_it_from_the_log() {
     assert_ne!(coordinator_broker(&via, "tx-fo"), victim);
     assert_eq!(read(&via, "ft", 1, "read_committed"), expected("t", 20));
 }
+
+/// TxnOffsetCommit v`version` of `group`'s offset 5 for `topic`-0: its partition's code.
+fn txn_offset_commit(
+    addr: &str,
+    (id, group): (&str, &str),
+    (pid, epoch): (i64, i16),
+    topic: &str,
+    version: i16,
+) -> ErrorCode {
+    use kafka_protocol::messages::txn_offset_commit_request::{
+        TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
+    };
+    use kafka_protocol::messages::{GroupId, TxnOffsetCommitRequest, TxnOffsetCommitResponse};
+    let mut p = TxnOffsetCommitRequestPartition::default();
+    p.partition_index = 0;
+    p.committed_offset = 5;
+    let mut t = TxnOffsetCommitRequestTopic::default();
+    t.name = TopicName(StrBytes::from_string(topic.to_string()));
+    t.partitions = vec![p];
+    let mut req = TxnOffsetCommitRequest::default();
+    req.transactional_id = txn_id(id);
+    req.group_id = GroupId(StrBytes::from_string(group.to_string()));
+    req.producer_id = ProducerId(pid);
+    req.producer_epoch = epoch;
+    req.generation_id = -1;
+    req.topics = vec![t];
+    let r: TxnOffsetCommitResponse = call(addr, ApiKey::TxnOffsetCommit, version, &req);
+    code(r.topics[0].partitions[0].error_code)
+}
+
+#[test]
+fn txn_offset_commit_from_a_fenced_producer_is_refused_and_commits_nothing() {
+    use kafka_protocol::messages::{AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, GroupId};
+    let b = TestBroker::start_kafka(1, &[]);
+    b.client().create_topic("t", 1, 1, vec![]).unwrap();
+    let k = b.kafka_bootstrap();
+    let addr = k.as_str();
+    let first = init(addr, "off", 60_000).unwrap();
+    let mut req = AddOffsetsToTxnRequest::default();
+    req.transactional_id = txn_id("off");
+    req.producer_id = ProducerId(first.0);
+    req.producer_epoch = first.1;
+    req.group_id = GroupId(StrBytes::from_static_str("gx"));
+    let r: AddOffsetsToTxnResponse = call(addr, ApiKey::AddOffsetsToTxn, 3, &req);
+    assert_eq!(code(r.error_code), ErrorCode::None);
+    assert_eq!(
+        txn_offset_commit(addr, ("off", "gx"), first, "t", 3),
+        ErrorCode::None
+    );
+    // A new instance: the open transaction is aborted (its marker reaches the offsets
+    // partition at the bumped epoch) and the old epoch is fenced there too.
+    let second = init(addr, "off", 60_000).unwrap();
+    assert!(second.1 > first.1);
+    assert_eq!(
+        txn_offset_commit(addr, ("off", "gx"), first, "t", 3),
+        ErrorCode::ProducerFenced
+    );
+    assert_eq!(
+        txn_offset_commit(addr, ("off", "gx"), first, "t", 2),
+        ErrorCode::InvalidProducerEpoch
+    );
+    // Nothing committed: the aborted transaction's offset is dropped.
+    assert_eq!(py(&["committed", &k, "gx", "t", "1"]), ["0\t-1001"]);
+}

@@ -199,8 +199,15 @@ fn check_producer_epoch(
     producer_id: i64,
     producer_epoch: i16,
 ) -> Result<(), OpError> {
-    let _ = (p, producer_id, producer_epoch);
-    Ok(())
+    match p.producer_epoch(producer_id) {
+        Some(current) if producer_epoch < current => Err(OpError::new(
+            ErrorCode::ProducerFenced,
+            format!(
+                "producer {producer_id} epoch {producer_epoch} is fenced (epoch {current} here)"
+            ),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// DeleteGroups: a group without members loses its committed offsets and is gone; answered
