@@ -410,3 +410,47 @@ fn txn_offset_commit_from_a_fenced_producer_is_refused_and_commits_nothing() {
     // Nothing committed: the aborted transaction's offset is dropped.
     assert_eq!(py(&["committed", &k, "gx", "t", "1"]), ["0\t-1001"]);
 }
+
+#[test]
+fn the_transaction_log_is_compacted_and_a_restart_reads_the_state_back() {
+    use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+    use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
+    let flags = [
+        "--transaction-state-partitions",
+        "1",
+        "--transaction-state-compact-every",
+        "20",
+    ];
+    let mut b = TestBroker::start_kafka(1, &flags);
+    let k = b.kafka_bootstrap();
+    // Every InitProducerId is a record; 50 of them for two ids.
+    let mut last = (0, 0);
+    for _ in 0..25 {
+        last = init(&k, "kept", 60_000).unwrap();
+        init(&k, "other", 60_000).unwrap();
+    }
+    assert_eq!(last.1, 24);
+    let log_start = |addr: &str| {
+        let mut p = ListOffsetsPartition::default();
+        p.partition_index = 0;
+        p.timestamp = -2; // earliest
+        let mut t = ListOffsetsTopic::default();
+        t.name = TopicName(StrBytes::from_static_str("__transactions"));
+        t.partitions = vec![p];
+        let mut req = ListOffsetsRequest::default();
+        req.replica_id = (-1).into();
+        req.topics = vec![t];
+        let r: ListOffsetsResponse = call(addr, ApiKey::ListOffsets, 5, &req);
+        r.topics[0].partitions[0].offset
+    };
+    let start = Instant::now();
+    while log_start(&k) == 0 {
+        assert!(start.elapsed() < DEADLINE, "never compacted");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    b.kill();
+    b.start_again();
+    let k = b.kafka_bootstrap();
+    // The state survived: the next epoch of the same producer id.
+    assert_eq!(init(&k, "kept", 60_000).unwrap(), (last.0, 25));
+}

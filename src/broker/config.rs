@@ -126,6 +126,9 @@ pub struct BrokerConfig {
     /// Transactional ids one `__transactions` partition's coordinator keeps at most
     /// (`--max-transactional-ids-per-partition`).
     pub max_transactional_ids_per_partition: usize,
+    /// Records a `__transactions` partition takes between two compactions
+    /// (`--transaction-state-compact-every`).
+    pub transaction_state_compact_every: usize,
     /// Members one group may have (`--group-max-size`, Kafka's `group.max.size`).
     pub group_max_size: usize,
     /// An empty group's first generation waits this long for more members after each join
@@ -214,6 +217,7 @@ impl BrokerConfig {
             transaction_max_timeout_ms: 900_000,
             transactional_id_expiration_ms: 7 * 24 * 3600 * 1000,
             max_transactional_ids_per_partition: 100_000,
+            transaction_state_compact_every: 10_000,
             group_max_size: 1_000,
             group_initial_rebalance_delay: Duration::from_secs(3),
             max_groups_per_shard: 10_000,

@@ -379,22 +379,24 @@ fn append(shard: &Rc<Shard>, k: u32, seq: u64, record: TxnLogRecord) {
             OpError::new(ErrorCode::NotLeaderOrFollower, "the partition is not here"),
         );
     };
-    let appended = append_record(shard, &p, &record);
+    let appended = append_records(shard, &p, std::slice::from_ref(&record));
     let (base, next) = match appended {
         Ok(r) => r,
         Err(e) => return failed(shard, e),
     };
+    shard.txns.append_started(k);
     shard.group_commit.mark_dirty(&p);
     let shard = shard.clone();
     rill_shards::rt::spawn_local(async move {
         let stored = Appended {
-            partition: p,
+            partition: p.clone(),
             base_offset: base,
             next_offset: next,
             acks: Acks::All,
         }
         .durable(&shard)
         .await;
+        shard.txns.append_settled(k);
         match stored {
             Ok(()) => {
                 let out = shard.txns.handle(k, Event::Appended { seq, now_ms: now() });
@@ -402,26 +404,92 @@ fn append(shard: &Rc<Shard>, k: u32, seq: u64, record: TxnLogRecord) {
             }
             Err(e) => failed(&shard, e),
         }
+        // Every `--transaction-state-compact-every` records a snapshot of every id's state
+        // is appended and, once durable, the log below it truncated (as the offsets topic
+        // is compacted): the log is bounded by the ids it holds, not by their history.
+        let every = shard.cfg.transaction_state_compact_every;
+        if let Some(records) = shard.txns.begin_compaction(k, every) {
+            compact(&shard, &p, records).await;
+            shard.txns.end_compaction(k);
+        }
     })
     .detach();
 }
 
-/// One record as a batch of its own, appended (not durable yet).
-fn append_record(
+/// Compacts a `__transactions` partition: appends `records` (every id's state, taken with
+/// no append in flight), waits until they are durable, then truncates the log below them.
+async fn compact(shard: &Rc<Shard>, p: &Rc<Partition>, records: Vec<TxnLogRecord>) {
+    let epoch = p.leader_epoch();
+    let (base, next) = if records.is_empty() {
+        // No id left: the whole history is obsolete.
+        (p.log_end_offset(), p.log_end_offset())
+    } else {
+        match append_records(shard, p, &records) {
+            Ok(r) => r,
+            Err(e) => {
+                log::warn!(
+                    "{TRANSACTIONS_TOPIC}-{}: compaction append failed: {e}",
+                    p.index
+                );
+                return;
+            }
+        }
+    };
+    if next > base {
+        shard.group_commit.mark_dirty(p);
+        let rx = p.wait_for_all(next);
+        if !matches!(rx.recv_async().await, Ok(Ok(()))) {
+            return;
+        }
+    }
+    // Deposed meanwhile: the new leader compacts its own log.
+    if p.is_follower() || p.leader_epoch() != epoch {
+        return;
+    }
+    match p.truncate_before(base.min(p.high_watermark())).await {
+        Ok(start) => log::info!(
+            "{TRANSACTIONS_TOPIC}-{}: compacted ({} ids), log starts at {start}",
+            p.index,
+            records.len()
+        ),
+        Err(e) => log::warn!(
+            "{TRANSACTIONS_TOPIC}-{}: compaction truncate failed: {e}",
+            p.index
+        ),
+    }
+}
+
+/// Records appended in batches of at most 1024 (not durable yet): (first offset, next).
+fn append_records(
     shard: &Shard,
     p: &Partition,
-    record: &TxnLogRecord,
+    records: &[TxnLogRecord],
 ) -> Result<(u64, u64), OpError> {
     p.admit_all().map_err(OpError::from)?;
+    let mut range: Option<(u64, u64)> = None;
+    for chunk in records.chunks(1024) {
+        let (base, next) = append_batch(shard, p, chunk)?;
+        range = Some((range.map_or(base, |r| r.0), next));
+    }
+    range.ok_or_else(|| OpError::new(ErrorCode::UnknownServerError, "no record to append"))
+}
+
+fn append_batch(
+    shard: &Shard,
+    p: &Partition,
+    records: &[TxnLogRecord],
+) -> Result<(u64, u64), OpError> {
     let mut b = BatchBuilder::new();
-    let value = record.value();
-    b.push_record(
-        now_ms(),
-        Some(&record.key()),
-        value.as_deref(),
-        std::iter::empty(),
-        &[],
-    );
+    for record in records {
+        let value = record.value();
+        b.push_record(
+            now_ms(),
+            Some(&record.key()),
+            value.as_deref(),
+            std::iter::empty(),
+            &[],
+        );
+    }
     let internal =
         |e: &dyn std::fmt::Display| OpError::new(ErrorCode::UnknownServerError, e.to_string());
     let bytes = b.build().map_err(|e| internal(&e))?;

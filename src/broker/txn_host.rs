@@ -45,6 +45,11 @@ pub struct TxnHost {
     outbox: RefCell<VecDeque<Markers>>,
     /// Fired when markers are queued.
     pub markers_queued: event_listener::Event,
+    /// Per partition: records appended since its last compaction, appends not yet durable
+    /// (or failed), and whether a compaction runs.
+    since_compaction: RefCell<HashMap<u32, usize>>,
+    in_flight: RefCell<HashMap<u32, usize>>,
+    compacting: RefCell<std::collections::HashSet<u32>>,
 }
 
 impl TxnHost {
@@ -58,6 +63,9 @@ impl TxnHost {
             wake: event_listener::Event::new(),
             outbox: RefCell::default(),
             markers_queued: event_listener::Event::new(),
+            since_compaction: RefCell::default(),
+            in_flight: RefCell::default(),
+            compacting: RefCell::default(),
         }
     }
 
@@ -119,6 +127,7 @@ impl TxnHost {
     /// its replica); the returned actions answer waiting requests NOT_COORDINATOR.
     pub fn unload(&self, k: u32) -> Vec<Action> {
         self.coordination.borrow_mut().remove(&k);
+        self.since_compaction.borrow_mut().remove(&k);
         self.coordinators
             .borrow_mut()
             .get_mut(&k)
@@ -132,6 +141,48 @@ impl TxnHost {
             .entry(k)
             .or_insert_with(|| TxnCoordinator::new(self.cfg.clone()));
         c.handle(event)
+    }
+
+    /// A record of partition `k` is appended (not durable yet).
+    pub fn append_started(&self, k: u32) {
+        *self.in_flight.borrow_mut().entry(k).or_default() += 1;
+        *self.since_compaction.borrow_mut().entry(k).or_default() += 1;
+    }
+
+    /// An append of partition `k` is durable or failed.
+    pub fn append_settled(&self, k: u32) {
+        if let Some(n) = self.in_flight.borrow_mut().get_mut(&k) {
+            *n = n.saturating_sub(1);
+        }
+    }
+
+    /// Partition `k` is due a compaction (`every` records since the last) and may have one
+    /// now: loaded, no compaction running, and no append in flight, so the coordinator's
+    /// memory is exactly its log (a snapshot taken with an append in flight could carry an
+    /// older state of an id than that append, and replay after it). The snapshot to append:
+    /// every id's record.
+    pub fn begin_compaction(&self, k: u32, every: usize) -> Option<Vec<TxnLogRecord>> {
+        let due = self.since_compaction.borrow().get(&k).copied().unwrap_or(0) >= every;
+        let idle = self.in_flight.borrow().get(&k).copied().unwrap_or(0) == 0;
+        let active = matches!(self.coordination(k), Some(Coordination::Active { .. }));
+        if !due || !idle || !active || !self.compacting.borrow_mut().insert(k) {
+            return None;
+        }
+        self.since_compaction.borrow_mut().insert(k, 0);
+        let cs = self.coordinators.borrow();
+        let c = cs.get(&k)?;
+        Some(
+            c.list()
+                .map(|(id, m)| TxnLogRecord {
+                    transactional_id: id.to_string(),
+                    metadata: Some(m.clone()),
+                })
+                .collect(),
+        )
+    }
+
+    pub fn end_compaction(&self, k: u32) {
+        self.compacting.borrow_mut().remove(&k);
     }
 
     /// Queues a transaction's markers for the marker sender.

@@ -416,6 +416,14 @@ pub struct BrokerArgs {
         default_value_t = 100_000
     )]
     pub max_transactional_ids_per_partition: usize,
+    /// Records a `__transactions` partition takes before it is compacted (a snapshot of
+    /// every transactional id's state, then the older history is truncated).
+    #[arg(
+        long,
+        env = "RILL_TRANSACTION_STATE_COMPACT_EVERY",
+        default_value_t = 10_000
+    )]
+    pub transaction_state_compact_every: usize,
     /// Members one consumer group may have (Kafka's group.max.size); a join past it gets
     /// GROUP_MAX_SIZE_REACHED.
     #[arg(long, env = "RILL_GROUP_MAX_SIZE", default_value_t = 1_000)]

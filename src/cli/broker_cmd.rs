@@ -231,6 +231,7 @@ pub fn config_from_args(a: &BrokerArgs) -> Result<BrokerConfig, String> {
     c.transaction_max_timeout_ms = a.transaction_max_timeout_ms;
     c.transactional_id_expiration_ms = a.transactional_id_expiration_ms;
     c.max_transactional_ids_per_partition = a.max_transactional_ids_per_partition;
+    c.transaction_state_compact_every = a.transaction_state_compact_every.max(1);
     if a.group_max_size == 0 || a.max_groups_per_shard == 0 || a.max_offsets_per_group == 0 {
         return Err(
             "--group-max-size, --max-groups-per-shard and --max-offsets-per-group \
