@@ -17,6 +17,7 @@ pub mod net;
 pub mod partition;
 pub mod partitioner;
 pub mod protocol;
+pub mod quota;
 pub mod replication;
 pub mod server;
 #[cfg(test)]

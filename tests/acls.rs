@@ -132,3 +132,124 @@ fn read_needs_an_allow_a_deny_wins_only_cluster_admins_manage_acls_and_they_surv
     let v = alice_reads();
     assert_eq!(v["values"], Value::from(want), "{v}");
 }
+
+#[test]
+fn rill_acl_adds_lists_and_removes_bindings_that_the_kafka_listener_enforces() {
+    let b = TestBroker::start_kafka(1, &["--kafka-sasl-mechanisms", "SCRAM-SHA-256"]);
+    let cli = |args: &[&str]| {
+        let out = b.cli(args, None);
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let (ok, _, err) = cli(&["user", "create", "carol", "--password", "carol-pw"]);
+    assert!(ok, "{err}");
+    b.client().create_topic("orders", 1, 1, vec![]).unwrap();
+    let producer = producer(&b, 16 << 10);
+    producer.send(ProducerRecord::new("orders", b"o1")).unwrap();
+    producer.flush().unwrap();
+    let kafka = b.kafka_bootstrap();
+    let carol_reads = || acls_py(&["read", "carol", "carol-pw", &kafka, "orders", "1"]);
+    let v = carol_reads();
+    assert_eq!(error_name(&v), Some("TOPIC_AUTHORIZATION_FAILED"), "{v}");
+
+    let (ok, out, err) = cli(&[
+        "acl",
+        "add",
+        "--allow-principal",
+        "User:carol",
+        "--operation",
+        "read",
+        "--topic",
+        "orders",
+    ]);
+    assert!(ok, "{err}");
+    assert_eq!(
+        out.trim(),
+        "added\tUser:carol\tALLOW\tREAD\thost=*\ttopic:literal:orders"
+    );
+    let (ok, out, err) = cli(&[
+        "acl",
+        "add",
+        "--allow-principal",
+        "User:*",
+        "--operation",
+        "READ",
+        "--group",
+        "unused",
+    ]);
+    assert!(ok, "{err}{out}");
+    let v = carol_reads();
+    assert_eq!(v["values"], serde_json::json!(["o1"]), "{v}");
+
+    let (ok, out, _) = cli(&["acl", "list", "--principal", "User:carol"]);
+    assert!(ok);
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        vec!["User:carol\tALLOW\tREAD\thost=*\ttopic:literal:orders"]
+    );
+    let (ok, out, _) = cli(&["acl", "list"]);
+    assert!(ok);
+    assert_eq!(out.lines().count(), 2, "{out}");
+
+    // Bad input: a one-line error each, nothing changed.
+    for (args, why) in [
+        (
+            vec![
+                "acl",
+                "add",
+                "--allow-principal",
+                "User:x",
+                "--operation",
+                "fly",
+                "--topic",
+                "t",
+            ],
+            "unknown operation 'fly'",
+        ),
+        (
+            vec![
+                "acl",
+                "add",
+                "--allow-principal",
+                "carol",
+                "--operation",
+                "read",
+                "--topic",
+                "t",
+            ],
+            "not of the form User:<name>",
+        ),
+        (
+            vec![
+                "acl",
+                "add",
+                "--allow-principal",
+                "User:x",
+                "--operation",
+                "read",
+                "--topic",
+                "t",
+                "--group",
+                "g",
+            ],
+            "name one resource",
+        ),
+        (vec!["acl", "remove"], "name a resource"),
+    ] {
+        let (ok, _, err) = cli(&args);
+        assert!(!ok, "{args:?} succeeded");
+        assert!(err.contains(why), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+    }
+    let (_, out, _) = cli(&["acl", "list"]);
+    assert_eq!(out.lines().count(), 2, "{out}");
+
+    let (ok, out, err) = cli(&["acl", "remove", "--topic", "orders"]);
+    assert!(ok, "{err}");
+    assert_eq!(out.lines().count(), 1, "{out}");
+    let v = carol_reads();
+    assert_eq!(error_name(&v), Some("TOPIC_AUTHORIZATION_FAILED"), "{v}");
+}

@@ -95,6 +95,12 @@ impl PatternType {
             PatternType::Prefixed => "prefixed",
         }
     }
+
+    pub fn from_name(s: &str) -> Option<PatternType> {
+        [PatternType::Literal, PatternType::Prefixed]
+            .into_iter()
+            .find(|p| p.name().eq_ignore_ascii_case(s))
+    }
 }
 
 /// An operation (Kafka's `AclOperation` codes 2..=12).
@@ -214,6 +220,97 @@ impl Permission {
             Permission::Deny => "DENY",
             Permission::Allow => "ALLOW",
         }
+    }
+
+    pub fn from_name(s: &str) -> Option<Permission> {
+        [Permission::Deny, Permission::Allow]
+            .into_iter()
+            .find(|p| p.name().eq_ignore_ascii_case(s))
+    }
+}
+
+/// Reads one of an enum's names, or says which are known.
+fn named<T>(
+    what: &str,
+    v: &str,
+    parse: impl Fn(&str) -> Option<T>,
+    known: &str,
+) -> Result<T, String> {
+    parse(v).ok_or_else(|| format!("unknown {what} '{v}' ({known})"))
+}
+
+const RESOURCE_TYPES: &str = "topic, group, cluster, transactional-id";
+const PATTERNS: &str = "literal, prefixed";
+const OPERATIONS: &str = "ALL, READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE, CLUSTER_ACTION, \
+                          DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE";
+const PERMISSIONS: &str = "ALLOW, DENY";
+
+/// A binding's fields by name (what the native protocol and the CLI carry).
+pub type BindingNames = [String; 7];
+
+impl AclBinding {
+    /// From its fields by name: resource type, name, pattern, principal, host, operation,
+    /// permission (see [`AclBinding::names`]); not validated (see [`AclBinding::validate`]).
+    pub fn from_names(n: &BindingNames) -> Result<AclBinding, String> {
+        Ok(AclBinding {
+            resource_type: named(
+                "resource type",
+                &n[0],
+                ResourceType::from_name,
+                RESOURCE_TYPES,
+            )?,
+            name: n[1].clone(),
+            pattern: named("pattern type", &n[2], PatternType::from_name, PATTERNS)?,
+            principal: n[3].clone(),
+            host: n[4].clone(),
+            operation: named("operation", &n[5], Operation::from_name, OPERATIONS)?,
+            permission: named("permission", &n[6], Permission::from_name, PERMISSIONS)?,
+        })
+    }
+
+    pub fn names(&self) -> BindingNames {
+        [
+            self.resource_type.name().to_string(),
+            self.name.clone(),
+            self.pattern.name().to_string(),
+            self.principal.clone(),
+            self.host.clone(),
+            self.operation.name().to_string(),
+            self.permission.name().to_string(),
+        ]
+    }
+}
+
+impl AclFilter {
+    /// From optional fields by name, as [`AclBinding::from_names`]; the pattern may also be
+    /// `any` (the default) or `match`.
+    pub fn from_names(n: &[Option<String>; 7]) -> Result<AclFilter, String> {
+        let opt = |i: usize| n[i].as_deref();
+        Ok(AclFilter {
+            resource_type: opt(0)
+                .map(|v| named("resource type", v, ResourceType::from_name, RESOURCE_TYPES))
+                .transpose()?,
+            name: n[1].clone(),
+            pattern: match opt(2) {
+                None => PatternFilter::Any,
+                Some(v) if v.eq_ignore_ascii_case("any") => PatternFilter::Any,
+                Some(v) if v.eq_ignore_ascii_case("match") => PatternFilter::Match,
+                Some(v) => PatternFilter::Exactly(named(
+                    "pattern type",
+                    v,
+                    PatternType::from_name,
+                    "any, match, literal, prefixed",
+                )?),
+            },
+            principal: n[3].clone(),
+            host: n[4].clone(),
+            operation: opt(5)
+                .map(|v| named("operation", v, Operation::from_name, OPERATIONS))
+                .transpose()?,
+            permission: opt(6)
+                .map(|v| named("permission", v, Permission::from_name, PERMISSIONS))
+                .transpose()?,
+        })
     }
 }
 

@@ -33,6 +33,7 @@ pub mod offsets;
 pub mod offsets_log;
 pub mod produce;
 pub mod producer_ids;
+pub mod quotas;
 pub mod reassignments;
 pub mod replica_fetch;
 pub mod shard;

@@ -114,6 +114,8 @@ pub struct Shard {
     pub producer_ids: super::producer_ids::ProducerIdBlock,
     /// The transaction coordinators of the `__transactions` partitions this shard leads.
     pub txns: super::txn_host::TxnHost,
+    /// Clients' use measured against their quotas on this shard (`super::quotas`).
+    pub quota_windows: super::quotas::QuotaWindows,
 }
 
 /// Where a topic's partition lives on disk. The topic id keeps a re-created topic from
@@ -193,6 +195,7 @@ impl Shard {
             internal_topic_create: Default::default(),
             producer_ids: Default::default(),
             txns,
+            quota_windows: Default::default(),
         })
     }
 

@@ -66,6 +66,101 @@ pub enum Command {
     /// Users Kafka clients authenticate as (SASL SCRAM and PLAIN).
     #[command(subcommand)]
     User(UserCommand),
+    /// ACLs (Kafka's model; enforced on the Kafka listener when it authenticates).
+    #[command(subcommand)]
+    Acl(AclCommand),
+    /// Client quotas: produce and fetch byte rates and a request rate per user or client id.
+    #[command(subcommand)]
+    Quota(QuotaCommand),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum QuotaCommand {
+    /// Set (or with --remove, remove) quotas of a user, a client id, or both.
+    Set {
+        /// The user (a Kafka listener principal's name) the quota applies to.
+        #[arg(long, conflicts_with = "user_default")]
+        user: Option<String>,
+        /// Every user without a quota of its own.
+        #[arg(long)]
+        user_default: bool,
+        /// The client id the quota applies to.
+        #[arg(long, conflicts_with = "client_id_default")]
+        client_id: Option<String>,
+        /// Every client id without a quota of its own.
+        #[arg(long)]
+        client_id_default: bool,
+        /// Bytes per second of record batches produced (per shard: each is a Kafka node).
+        #[arg(long)]
+        producer_byte_rate: Option<f64>,
+        /// Bytes per second of records fetched (per shard).
+        #[arg(long)]
+        consumer_byte_rate: Option<f64>,
+        /// Requests per second (per shard).
+        #[arg(long)]
+        request_rate: Option<f64>,
+        /// Quota keys to remove (producer_byte_rate, consumer_byte_rate, request_rate).
+        #[arg(long)]
+        remove: Vec<String>,
+    },
+    /// Every entity's quotas.
+    List,
+}
+
+/// Which resources an ACL command names (one of them), as Kafka's `kafka-acls` flags.
+#[derive(Args, Debug, Clone, Default)]
+pub struct AclResource {
+    #[arg(long)]
+    pub topic: Option<String>,
+    #[arg(long)]
+    pub group: Option<String>,
+    #[arg(long)]
+    pub transactional_id: Option<String>,
+    /// The cluster resource.
+    #[arg(long)]
+    pub cluster: bool,
+    /// literal or prefixed (add); any, match, literal or prefixed (list, remove).
+    #[arg(long)]
+    pub resource_pattern_type: Option<String>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum AclCommand {
+    /// Allow or deny principals operations on a resource (one binding per principal, host
+    /// and operation).
+    Add {
+        #[command(flatten)]
+        resource: AclResource,
+        /// Principals allowed, e.g. User:alice or User:* (repeatable).
+        #[arg(long)]
+        allow_principal: Vec<String>,
+        /// Principals denied (repeatable).
+        #[arg(long)]
+        deny_principal: Vec<String>,
+        /// Hosts the bindings apply to (repeatable; default: every host, `*`).
+        #[arg(long)]
+        host: Vec<String>,
+        /// READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE, DESCRIBE_CONFIGS, ALTER_CONFIGS,
+        /// CLUSTER_ACTION, IDEMPOTENT_WRITE or ALL (repeatable).
+        #[arg(long, required = true)]
+        operation: Vec<String>,
+    },
+    /// List the bindings (all, or those of a resource and principal).
+    List {
+        #[command(flatten)]
+        resource: AclResource,
+        #[arg(long)]
+        principal: Option<String>,
+    },
+    /// Remove the bindings of a resource and/or principal (at least one of them).
+    Remove {
+        #[command(flatten)]
+        resource: AclResource,
+        #[arg(long)]
+        principal: Option<String>,
+        #[arg(long)]
+        operation: Option<String>,
+    },
 }
 
 #[derive(Subcommand, Debug)]

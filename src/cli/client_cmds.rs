@@ -20,6 +20,8 @@ pub fn run(target: &ClientConfig, cmd: Command) -> Result<(), String> {
         Command::Produce(p) => produce(target, p),
         Command::Consume(c) => consume(target, c),
         Command::User(u) => super::user_cmds::run(&mut connect(target)?, u),
+        Command::Acl(a) => super::acl_cmds::run(&mut connect(target)?, a),
+        Command::Quota(q) => super::quota_cmds::run(&mut connect(target)?, q),
         Command::Cluster(ClusterCommand::Info) => cluster_info(connect(target)?),
         Command::Cluster(ClusterCommand::DrainBroker {
             node_id,

@@ -1,9 +1,11 @@
 //! The `rill` command line.
+pub mod acl_cmds;
 pub mod args;
 pub mod broker_cmd;
 pub mod client_cmds;
 pub mod config_file;
 pub mod group_cmds;
+pub mod quota_cmds;
 pub mod tune_cmd;
 pub mod user_cmds;
 

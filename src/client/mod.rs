@@ -542,6 +542,93 @@ impl Client {
         Ok(())
     }
 
+    /// Adds ACL bindings (`rill acl add`).
+    pub fn create_acls(&mut self, acls: Vec<AclEntry>) -> Result<(), ClientError> {
+        let addr = self.bootstrap_addr()?;
+        let req = CreateAclsRequest {
+            acls,
+            timeout_ms: self.cfg.request_timeout.as_millis() as u32,
+        };
+        let (resp, _): (CreateAclsResponse, _) = self.call(addr, ApiKey::CreateAcls, &req, &[])?;
+        match resp.error_code {
+            0 => Ok(()),
+            code => Err(ClientError::broker(
+                ErrorCode::from_code(code),
+                resp.message,
+            )),
+        }
+    }
+
+    /// The ACL bindings `filter` matches (`rill acl list`).
+    pub fn describe_acls(&mut self, filter: AclFilterEntry) -> Result<Vec<AclEntry>, ClientError> {
+        let addr = self.bootstrap_addr()?;
+        let (resp, _): (DescribeAclsResponse, _) = self.call(
+            addr,
+            ApiKey::DescribeAcls,
+            &DescribeAclsRequest { filter },
+            &[],
+        )?;
+        match resp.error_code {
+            0 => Ok(resp.acls),
+            code => Err(ClientError::broker(
+                ErrorCode::from_code(code),
+                resp.message,
+            )),
+        }
+    }
+
+    /// Removes the ACL bindings `filter` matches; returns them (`rill acl remove`).
+    pub fn delete_acls(&mut self, filter: AclFilterEntry) -> Result<Vec<AclEntry>, ClientError> {
+        let addr = self.bootstrap_addr()?;
+        let req = DeleteAclsRequest {
+            filter,
+            timeout_ms: self.cfg.request_timeout.as_millis() as u32,
+        };
+        let (resp, _): (DeleteAclsResponse, _) = self.call(addr, ApiKey::DeleteAcls, &req, &[])?;
+        match resp.error_code {
+            0 => Ok(resp.deleted),
+            code => Err(ClientError::broker(
+                ErrorCode::from_code(code),
+                resp.message,
+            )),
+        }
+    }
+
+    /// Sets `entry.values` and removes `remove` of one entity's quotas (`rill quota set`).
+    pub fn alter_client_quota(
+        &mut self,
+        entry: QuotaEntry,
+        remove: Vec<String>,
+    ) -> Result<(), ClientError> {
+        let addr = self.bootstrap_addr()?;
+        let req = AlterClientQuotaRequest {
+            entry,
+            remove,
+            timeout_ms: self.cfg.request_timeout.as_millis() as u32,
+        };
+        let (resp, _): (AlterClientQuotaResponse, _) =
+            self.call(addr, ApiKey::AlterClientQuota, &req, &[])?;
+        match resp.error_code {
+            0 => Ok(()),
+            code => Err(ClientError::broker(
+                ErrorCode::from_code(code),
+                resp.message,
+            )),
+        }
+    }
+
+    /// Every entity's quotas (`rill quota list`).
+    pub fn describe_client_quotas(&mut self) -> Result<Vec<QuotaEntry>, ClientError> {
+        let addr = self.bootstrap_addr()?;
+        let (resp, _): (DescribeClientQuotasResponse, _) = self.call(
+            addr,
+            ApiKey::DescribeClientQuotas,
+            &DescribeClientQuotasRequest {},
+            &[],
+        )?;
+        Ok(resp.entries)
+    }
+
     /// Every user, with its mechanisms and their iterations.
     pub fn list_users(&mut self) -> Result<Vec<UserEntry>, ClientError> {
         let addr = self.bootstrap_addr()?;

@@ -29,6 +29,7 @@ use super::cluster::{split_cluster_configs, BrokerMember, BrokerRegistration};
 use crate::auth::acl::{AclBinding, AclFilter};
 use crate::auth::scram::{Credential, Mechanism};
 use crate::protocol::error_code::ErrorCode;
+use crate::quota::QuotaEntity;
 use crate::topic_config::TopicConfigError;
 
 /// Largest topic name Kafka accepts.
@@ -62,6 +63,35 @@ pub struct ClusterMetadata {
     /// ACLs (`acls.rs`); left out of the JSON while empty.
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     pub acls: BTreeSet<AclBinding>,
+    /// Client quotas (`crate::quota`): entity -> key -> value; left out of the JSON while
+    /// empty. A list of pairs in the JSON (its keys are not strings).
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        with = "quota_pairs"
+    )]
+    pub quotas: BTreeMap<QuotaEntity, BTreeMap<String, f64>>,
+}
+
+/// Serde of a map with struct keys as a list of (key, value) pairs.
+mod quota_pairs {
+    use std::collections::BTreeMap;
+
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use crate::quota::QuotaEntity;
+
+    type Quotas = BTreeMap<QuotaEntity, BTreeMap<String, f64>>;
+
+    pub fn serialize<S: Serializer>(q: &Quotas, s: S) -> Result<S::Ok, S::Error> {
+        q.iter().collect::<Vec<_>>().serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Quotas, D::Error> {
+        Ok(Vec::<(QuotaEntity, BTreeMap<String, f64>)>::deserialize(d)?
+            .into_iter()
+            .collect())
+    }
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -242,6 +272,12 @@ pub enum Command {
     DeleteAcls {
         filters: Vec<AclFilter>,
     },
+    /// Sets and removes quota keys of one entity (Kafka's AlterClientQuotas).
+    AlterClientQuota {
+        entity: QuotaEntity,
+        set: BTreeMap<String, f64>,
+        remove: Vec<String>,
+    },
 }
 
 /// What an applied command did (serde: a leader answers a forwarded proposal with it).
@@ -278,6 +314,8 @@ pub enum Applied {
         first: u64,
         count: u32,
     },
+    /// A client quota set or removed.
+    QuotaChanged,
     /// ACLs created, or deleted: per filter of a DeleteAcls, the bindings it matched.
     AclsChanged {
         deleted: Vec<Vec<AclBinding>>,
@@ -605,6 +643,12 @@ impl ClusterMetadata {
                 self.validate_user(cmd)
             }
             Command::CreateAcls { .. } | Command::DeleteAcls { .. } => self.validate_acls(cmd),
+            Command::AlterClientQuota {
+                entity,
+                set,
+                remove,
+            } => crate::quota::validate(entity, set, remove)
+                .map_err(|e| MetadataError::new(ErrorCode::InvalidRequest, e.to_string())),
             Command::AllocateProducerIds { count, .. } => {
                 if *count == 0 || *count > MAX_PRODUCER_ID_BLOCK {
                     return Err(MetadataError::new(
@@ -738,6 +782,21 @@ impl ClusterMetadata {
                 self.apply_user(cmd)
             }
             Command::CreateAcls { .. } | Command::DeleteAcls { .. } => self.apply_acls(cmd),
+            Command::AlterClientQuota {
+                entity,
+                set,
+                remove,
+            } => {
+                let q = self.quotas.entry(entity.clone()).or_default();
+                for k in remove {
+                    q.remove(k);
+                }
+                q.extend(set.iter().map(|(k, v)| (k.clone(), *v)));
+                if q.is_empty() {
+                    self.quotas.remove(entity);
+                }
+                Applied::QuotaChanged
+            }
             Command::AllocateProducerIds { count, .. } => {
                 let first = self.next_producer_id;
                 self.next_producer_id = first + u64::from(*count);

@@ -698,6 +698,42 @@ pub fn check(shard: &Shard, caller: &Caller, request: RequestKind) -> Checked {
                 .collect();
             answer(ResponseKind::DeleteAcls(out))
         }
+        RequestKind::DescribeClientQuotas(r) => {
+            if cluster_ok(shard, c, Operation::DescribeConfigs) {
+                return handle(RequestKind::DescribeClientQuotas(r), Refused::default());
+            }
+            let mut out = DescribeClientQuotasResponse::default();
+            out.error_code = CLUSTER.code();
+            out.error_message = msg(CLUSTER);
+            answer(ResponseKind::DescribeClientQuotas(out))
+        }
+        RequestKind::AlterClientQuotas(r) => {
+            if cluster_ok(shard, c, Operation::AlterConfigs) {
+                return handle(RequestKind::AlterClientQuotas(r), Refused::default());
+            }
+            let mut out = AlterClientQuotasResponse::default();
+            out.entries = r
+                .entries
+                .iter()
+                .map(|e| {
+                    let mut x = alter_client_quotas_response::EntryData::default();
+                    x.error_code = CLUSTER.code();
+                    x.error_message = msg(CLUSTER);
+                    x.entity = e
+                        .entity
+                        .iter()
+                        .map(|p| {
+                            let mut d = alter_client_quotas_response::EntityData::default();
+                            d.entity_type = p.entity_type.clone();
+                            d.entity_name = p.entity_name.clone();
+                            d
+                        })
+                        .collect();
+                    x
+                })
+                .collect();
+            answer(ResponseKind::AlterClientQuotas(out))
+        }
         RequestKind::InitProducerId(r) => {
             // Kafka 3+: an idempotent producer needs IDEMPOTENT_WRITE on the cluster or
             // WRITE on some topic; a transactional one WRITE on its transactional id.

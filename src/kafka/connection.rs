@@ -12,6 +12,7 @@
 //! response that does not drain into the socket within `--fetch-send-timeout-ms` closes it too.
 
 use std::rc::Rc;
+use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
@@ -24,6 +25,7 @@ use super::sasl::{self, Gate, Sasl};
 use super::versions;
 use crate::broker::acls::Caller;
 use crate::broker::produce::hold_until_acked;
+use crate::broker::quotas::{self, QuotaClient};
 use crate::broker::Shard;
 use crate::metrics::{Listener, Timed, UNKNOWN_API};
 use crate::net::conn_limits::{after, until};
@@ -68,7 +70,13 @@ async fn read_requests(
     let host = peer
         .parse::<std::net::SocketAddr>()
         .map_or_else(|_| peer.to_string(), |a| a.ip().to_string());
+    // What the last request earned against the client's quotas: the connection is not read
+    // for that long (Kafka mutes the channel; the client keeps its connection).
+    let mut pause = Duration::ZERO;
     loop {
+        if !pause.is_zero() {
+            shard.deadlines.sleep(std::mem::take(&mut pause)).await;
+        }
         // Not read while the bound is reached: a client that does not read its replies stops
         // being read.
         replies.room().await;
@@ -162,11 +170,17 @@ async fn read_requests(
                     .as_ref()
                     .and_then(|s| s.user())
                     .map(|u| Caller::user(u, host.clone()));
+                let quota_user = sasl.as_ref().and_then(|s| s.user()).map(str::to_string);
+                let quota_client = QuotaClient {
+                    user: quota_user.as_deref(),
+                    client_id: client.as_deref().unwrap_or_default(),
+                };
                 let (request, refused) = match &caller {
                     None => (*request, None),
                     Some(c) => match authorization::check(shard, c, *request) {
                         Checked::Handle(r, refused) => (*r, Some(refused)),
                         Checked::Answer(r) => {
+                            pause = quotas::record_request(shard, &quota_client, 0, 0);
                             shard.metrics.done(timer);
                             count_errors(shard, name, &r);
                             drop(grant);
@@ -193,24 +207,34 @@ async fn read_requests(
                         }
                     }
                 };
+                let produced = produce_bytes(&request);
+                let quota = |fetched: usize| {
+                    quotas::record_request(shard, &quota_client, produced, fetched)
+                };
                 match handlers::handle(shard, version, client.as_deref(), request).await {
                     Handled::Answer(mut r) => {
                         patch(&mut r);
+                        pause = quota(fetch_bytes(&r));
+                        set_throttle(&mut r, pause);
                         shard.metrics.done(timer);
                         count_errors(shard, name, &r);
                         encode(api, version, correlation, &r)
                     }
                     Handled::Unanswered(waits) => {
+                        pause = quota(0);
                         shard.metrics.done(timer);
                         hold_until_acked(shard, waits, grant);
                         continue;
                     }
                     Handled::Later(later) => {
+                        pause = quota(0);
+                        let throttle = pause;
                         let shard = shard.clone();
                         replies
                             .push(Box::pin(async move {
                                 let mut r = later.await;
                                 patch(&mut r);
+                                set_throttle(&mut r, throttle);
                                 shard.metrics.done(timer);
                                 count_errors(&shard, name, &r);
                                 drop(grant);
@@ -490,6 +514,53 @@ fn encode(
     let size = (buf.len() - 4) as i32;
     buf[..4].copy_from_slice(&size.to_be_bytes());
     Ok(buf.freeze())
+}
+
+/// Bytes of record batches a Produce carries (what a produce quota counts).
+fn produce_bytes(request: &RequestKind) -> usize {
+    match request {
+        RequestKind::Produce(r) => r
+            .topic_data
+            .iter()
+            .flat_map(|t| &t.partition_data)
+            .filter_map(|p| p.records.as_ref())
+            .map(|b| b.len())
+            .sum(),
+        _ => 0,
+    }
+}
+
+/// Bytes of records a Fetch answer carries (what a fetch quota counts).
+fn fetch_bytes(response: &ResponseKind) -> usize {
+    match response {
+        ResponseKind::Fetch(r) => r
+            .responses
+            .iter()
+            .flat_map(|t| &t.partitions)
+            .filter_map(|p| p.records.as_ref())
+            .map(|b| b.len())
+            .sum(),
+        _ => 0,
+    }
+}
+
+/// Tells the client how long it is throttled (the answers whose clients act on it).
+fn set_throttle(response: &mut ResponseKind, pause: Duration) {
+    if pause.is_zero() {
+        return;
+    }
+    let ms = i32::try_from(pause.as_millis()).unwrap_or(i32::MAX);
+    match response {
+        ResponseKind::Produce(r) => r.throttle_time_ms = ms,
+        ResponseKind::Fetch(r) => r.throttle_time_ms = ms,
+        ResponseKind::ListOffsets(r) => r.throttle_time_ms = ms,
+        ResponseKind::Metadata(r) => r.throttle_time_ms = ms,
+        ResponseKind::OffsetCommit(r) => r.throttle_time_ms = ms,
+        ResponseKind::OffsetFetch(r) => r.throttle_time_ms = ms,
+        ResponseKind::Heartbeat(r) => r.throttle_time_ms = ms,
+        ResponseKind::FindCoordinator(r) => r.throttle_time_ms = ms,
+        _ => {}
+    }
 }
 
 #[cfg(test)]

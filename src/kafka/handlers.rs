@@ -157,6 +157,12 @@ pub async fn handle(
         RequestKind::DeleteAcls(r) => {
             ResponseKind::DeleteAcls(super::admin::delete_acls(shard, r).await)
         }
+        RequestKind::DescribeClientQuotas(r) => {
+            ResponseKind::DescribeClientQuotas(super::admin::describe_client_quotas(shard, &r))
+        }
+        RequestKind::AlterClientQuotas(r) => {
+            ResponseKind::AlterClientQuotas(super::admin::alter_client_quotas(shard, r).await)
+        }
         // `versions::SUPPORTED` lets nothing else through.
         _ => return Handled::Unanswered(Vec::new()),
     }))

@@ -52,6 +52,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeAcls, 0, 3),
     (ApiKey::CreateAcls, 0, 3),
     (ApiKey::DeleteAcls, 0, 3),
+    (ApiKey::DescribeClientQuotas, 0, 1),
+    (ApiKey::AlterClientQuotas, 0, 1),
 ];
 
 /// The lowest Produce version whose body this listener decodes (record batch v2).

@@ -15,11 +15,13 @@
 //! its socket (a client that stops reading costs only its own connection).
 
 use std::rc::Rc;
+use std::time::Duration;
 
 use futures_lite::AsyncWriteExt;
 
 use super::{dispatch, Reply};
 use crate::broker::produce::hold_until_acked;
+use crate::broker::quotas::{self, QuotaClient};
 use crate::broker::Shard;
 use crate::log::{FileReads, ReadChunk};
 use crate::metrics::{Listener, Timed, UNKNOWN_API};
@@ -60,7 +62,13 @@ async fn read_requests(
         true => FileReads::Copy,
         false => shard.cfg.file_reads,
     };
+    // What the last request earned against the client's quotas (by client id: the native
+    // listener does not authenticate): the connection is not read for that long.
+    let mut pause = Duration::ZERO;
     loop {
+        if !pause.is_zero() {
+            shard.deadlines.sleep(std::mem::take(&mut pause)).await;
+        }
         // Not read while the bound is reached: a client that does not read its replies stops
         // being read.
         replies.room().await;
@@ -111,15 +119,34 @@ async fn read_requests(
             _ => Timed::No,
         };
         let timer = shard.metrics.request(Listener::Native, api_name, timed);
+        // Quotas cost nothing (no copy of the client id) while none is set.
+        let quota_client_id =
+            (!shard.metadata.borrow().quotas.is_empty()).then(|| frame.header.client_id.clone());
+        let produced = match api {
+            Some(ApiKey::Produce | ApiKey::DelayedProduce) => frame.payload().len(),
+            _ => 0,
+        };
+        let quota = |fetched: usize| match &quota_client_id {
+            None => Duration::ZERO,
+            Some(client_id) => {
+                let client = QuotaClient {
+                    user: None,
+                    client_id,
+                };
+                quotas::record_request(shard, &client, produced, fetched)
+            }
+        };
         // The request is done when its reply is: what a produce keeps of its frame is the
         // tail cache's and the pending writes' (see `request_memory`); unanswered writes
         // keep the grant until durable.
         match dispatch(shard, frame, file_reads).await {
             Reply::Unanswered(waits) => {
+                pause = quota(0);
                 shard.metrics.done(timer);
                 hold_until_acked(shard, waits, grant)
             }
             Reply::Later(later) => {
+                pause = quota(0);
                 let shard = shard.clone();
                 replies
                     .push(Box::pin(async move {
@@ -134,6 +161,13 @@ async fn read_requests(
                     .await
             }
             reply => {
+                let fetched = match (&reply, api) {
+                    (Reply::Meta(_, chunks), Some(ApiKey::Fetch | ApiKey::FilteredFetch)) => {
+                        chunks.iter().map(ReadChunk::len).sum()
+                    }
+                    _ => 0,
+                };
+                pause = quota(fetched);
                 shard.metrics.done(timer);
                 if let Reply::Error(code, _) = &reply {
                     count_error(shard, api_name, *code);

@@ -2,6 +2,7 @@
 //! Each handler decodes a request's meta, calls an operation, and encodes its result; the
 //! payload (batches) passes through as the stored bytes, both ways.
 
+mod acls;
 pub mod connection;
 mod delayed_produce;
 mod fetch;
@@ -13,6 +14,7 @@ mod metadata;
 mod offsets;
 mod produce;
 mod producer_ids;
+mod quotas;
 mod reassignments;
 mod replica_fetch;
 pub mod replica_fetcher;
@@ -144,5 +146,10 @@ pub async fn dispatch(shard: &Rc<Shard>, frame: RequestFrame, file_reads: FileRe
         ApiKey::AddOffsetsToTxn => transactions::add_offsets(shard, &frame).await,
         ApiKey::EndTxn => transactions::end_txn(shard, &frame).await,
         ApiKey::TxnOffsetCommit => transactions::txn_offset_commit(shard, &frame).await,
+        ApiKey::CreateAcls => acls::create(shard, &frame).await,
+        ApiKey::DescribeAcls => acls::describe(shard, &frame),
+        ApiKey::DeleteAcls => acls::delete(shard, &frame).await,
+        ApiKey::AlterClientQuota => quotas::alter(shard, &frame).await,
+        ApiKey::DescribeClientQuotas => quotas::describe(shard),
     }
 }

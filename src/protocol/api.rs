@@ -58,6 +58,16 @@ pub enum ApiKey {
     EndTxn = 40,
     /// Kafka's TxnOffsetCommit.
     TxnOffsetCommit = 41,
+    /// Adds ACL bindings (Kafka's CreateAcls; `rill acl add`).
+    CreateAcls = 50,
+    /// The ACL bindings a filter matches (Kafka's DescribeAcls; `rill acl list`).
+    DescribeAcls = 51,
+    /// Removes the ACL bindings a filter matches (Kafka's DeleteAcls; `rill acl remove`).
+    DeleteAcls = 52,
+    /// Sets or removes one entity's client quotas (Kafka's AlterClientQuotas; `rill quota set`).
+    AlterClientQuota = 53,
+    /// Every entity's client quotas (Kafka's DescribeClientQuotas; `rill quota list`).
+    DescribeClientQuotas = 54,
 }
 
 impl ApiKey {
@@ -98,6 +108,11 @@ impl ApiKey {
         ApiKey::AddOffsetsToTxn,
         ApiKey::EndTxn,
         ApiKey::TxnOffsetCommit,
+        ApiKey::CreateAcls,
+        ApiKey::DescribeAcls,
+        ApiKey::DeleteAcls,
+        ApiKey::AlterClientQuota,
+        ApiKey::DescribeClientQuotas,
     ];
 
     /// The API's name (the `api` label of metrics).
@@ -139,6 +154,11 @@ impl ApiKey {
             ApiKey::AddOffsetsToTxn => "AddOffsetsToTxn",
             ApiKey::EndTxn => "EndTxn",
             ApiKey::TxnOffsetCommit => "TxnOffsetCommit",
+            ApiKey::CreateAcls => "CreateAcls",
+            ApiKey::DescribeAcls => "DescribeAcls",
+            ApiKey::DeleteAcls => "DeleteAcls",
+            ApiKey::AlterClientQuota => "AlterClientQuota",
+            ApiKey::DescribeClientQuotas => "DescribeClientQuotas",
         }
     }
 

@@ -796,3 +796,185 @@ pub struct TxnOffsetCommitRequest {
     /// (topic, partition, next offset to read, metadata)
     pub offsets: Vec<(String, u32, u64, String)>,
 }
+
+/// One ACL binding on the native protocol (`rill acl`), its enum fields by name as Kafka
+/// writes them: resource type `topic|group|cluster|transactional-id`, pattern
+/// `literal|prefixed`, operation `READ`.., permission `ALLOW|DENY`.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct AclEntry {
+    pub resource_type: String,
+    pub name: String,
+    pub pattern: String,
+    pub principal: String,
+    pub host: String,
+    pub operation: String,
+    pub permission: String,
+}
+
+/// Native key 50 (Kafka's CreateAcls).
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct CreateAclsRequest {
+    pub acls: Vec<AclEntry>,
+    pub timeout_ms: u32,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct CreateAclsResponse {
+    pub error_code: i16,
+    pub message: String,
+}
+
+/// A filter over bindings: `None` matches anything; `pattern` may also be `any` or `match`
+/// (Kafka's: every binding that applies to the literal name).
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
+pub struct AclFilterEntry {
+    pub resource_type: Option<String>,
+    pub name: Option<String>,
+    pub pattern: Option<String>,
+    pub principal: Option<String>,
+    pub host: Option<String>,
+    pub operation: Option<String>,
+    pub permission: Option<String>,
+}
+
+/// Native key 51 (Kafka's DescribeAcls).
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct DescribeAclsRequest {
+    pub filter: AclFilterEntry,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct DescribeAclsResponse {
+    pub error_code: i16,
+    pub message: String,
+    pub acls: Vec<AclEntry>,
+}
+
+/// Native key 52 (Kafka's DeleteAcls): removes what the filter matches.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct DeleteAclsRequest {
+    pub filter: AclFilterEntry,
+    pub timeout_ms: u32,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct DeleteAclsResponse {
+    pub error_code: i16,
+    pub message: String,
+    pub deleted: Vec<AclEntry>,
+}
+
+impl AclEntry {
+    /// From the fields in [`crate::auth::acl::AclBinding::names`]'s order.
+    pub fn from_names(n: [String; 7]) -> AclEntry {
+        let [resource_type, name, pattern, principal, host, operation, permission] = n;
+        AclEntry {
+            resource_type,
+            name,
+            pattern,
+            principal,
+            host,
+            operation,
+            permission,
+        }
+    }
+
+    /// The fields in [`crate::auth::acl::AclBinding::from_names`]'s order.
+    pub fn into_names(self) -> [String; 7] {
+        [
+            self.resource_type,
+            self.name,
+            self.pattern,
+            self.principal,
+            self.host,
+            self.operation,
+            self.permission,
+        ]
+    }
+}
+
+impl AclFilterEntry {
+    /// The fields in [`crate::auth::acl::AclFilter::from_names`]'s order.
+    pub fn into_names(self) -> [Option<String>; 7] {
+        [
+            self.resource_type,
+            self.name,
+            self.pattern,
+            self.principal,
+            self.host,
+            self.operation,
+            self.permission,
+        ]
+    }
+}
+
+/// One side of a quota entity on the native protocol: a name, or the default.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub enum QuotaName {
+    Name(String),
+    Default,
+}
+
+/// A quota entity and its values (`rill quota`).
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct QuotaEntry {
+    pub user: Option<QuotaName>,
+    pub client_id: Option<QuotaName>,
+    pub values: Vec<QuotaValue>,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct QuotaValue {
+    pub key: String,
+    pub value: f64,
+}
+
+/// Native key 53 (Kafka's AlterClientQuotas, one entity): sets `entry.values`, removes
+/// `remove`.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct AlterClientQuotaRequest {
+    pub entry: QuotaEntry,
+    pub remove: Vec<String>,
+    pub timeout_ms: u32,
+}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct AlterClientQuotaResponse {
+    pub error_code: i16,
+    pub message: String,
+}
+
+/// Native key 54 (Kafka's DescribeClientQuotas): every entity's quotas.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct DescribeClientQuotasRequest {}
+
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct DescribeClientQuotasResponse {
+    pub entries: Vec<QuotaEntry>,
+}
+
+impl QuotaName {
+    pub fn to_entity_name(&self) -> crate::quota::EntityName {
+        match self {
+            QuotaName::Name(n) => crate::quota::EntityName::Name(n.clone()),
+            QuotaName::Default => crate::quota::EntityName::Default,
+        }
+    }
+
+    pub fn of(n: &crate::quota::EntityName) -> QuotaName {
+        match n {
+            crate::quota::EntityName::Name(n) => QuotaName::Name(n.clone()),
+            crate::quota::EntityName::Default => QuotaName::Default,
+        }
+    }
+}
+
+impl QuotaEntry {
+    /// The entity this entry names.
+    pub fn entity(&self) -> crate::quota::QuotaEntity {
+        crate::quota::QuotaEntity {
+            user: self.user.as_ref().map(QuotaName::to_entity_name),
+            client_id: self.client_id.as_ref().map(QuotaName::to_entity_name),
+        }
+    }
+}

@@ -4,7 +4,7 @@
 //! (DescribeConfigs and the catalogue of topic and broker settings under Kafka's names),
 //! `cluster` (DescribeCluster), `producer_ids` (InitProducerId) and `reassignments`
 //! (AlterPartitionReassignments, ListPartitionReassignments, ElectLeaders), `acls`
-//! (CreateAcls, DescribeAcls, DeleteAcls). What they share lives
+//! (CreateAcls, DescribeAcls, DeleteAcls), `quotas` (DescribeClientQuotas, AlterClientQuotas). What they share lives
 //! here: the broker defaults a topic created with -1 gets, and how a refusal is written.
 
 mod acls;
@@ -13,6 +13,7 @@ mod cluster;
 mod configs;
 mod logs;
 mod producer_ids;
+mod quotas;
 mod reassignments;
 #[cfg(test)]
 pub(crate) mod test_support;
@@ -25,6 +26,7 @@ pub use cluster::{brokers_only, describe_cluster};
 pub use configs::describe_configs;
 pub use logs::{delete_records, describe_log_dirs};
 pub use producer_ids::init_producer_id;
+pub use quotas::{alter_client_quotas, describe_client_quotas};
 pub use reassignments::{
     alter_partition_reassignments, elect_leaders, list_partition_reassignments,
 };
