@@ -10,6 +10,7 @@ mod groups;
 mod leader_epochs;
 mod list_offsets;
 mod log_admin;
+pub mod marker_sender;
 mod metadata;
 mod offsets;
 mod produce;

@@ -380,9 +380,27 @@ impl Conn {
         Req: EncodeMeta,
         Resp: DecodeMeta,
     {
+        self.call_key(shard, api as u16, api.name(), req, wait)
+            .await
+    }
+
+    /// [`Conn::call`] by the API's wire number (`name` for errors): for an API the peer may
+    /// serve before this build names it.
+    pub(crate) async fn call_key<Req, Resp>(
+        &mut self,
+        shard: &Shard,
+        api_key: u16,
+        api: &str,
+        req: &Req,
+        wait: Duration,
+    ) -> Result<(Resp, ResponseFrame), String>
+    where
+        Req: EncodeMeta,
+        Resp: DecodeMeta,
+    {
         self.correlation = self.correlation.wrapping_add(1);
         let header = RequestHeader {
-            api_key: api as u16,
+            api_key,
             api_version: 0,
             correlation_id: self.correlation,
             client_id: format!("replica-{}", shard.cfg.node_id),
@@ -415,17 +433,17 @@ impl Conn {
             None
         })
         .await
-        .ok_or_else(|| format!("{api:?}: no answer in time"))??;
+        .ok_or_else(|| format!("{api}: no answer in time"))??;
         let frame = ResponseFrame::parse(buf).map_err(|e| e.to_string())?;
         if frame.correlation_id != self.correlation {
-            return Err(format!("{api:?}: answer to another request"));
+            return Err(format!("{api}: answer to another request"));
         }
         if frame.error != ErrorCode::None {
             let why = frame
                 .decode_meta::<crate::protocol::messages::ErrorBody>()
                 .map(|b| b.message)
                 .unwrap_or_default();
-            return Err(format!("{api:?} refused: {:?} {why}", frame.error));
+            return Err(format!("{api} refused: {:?} {why}", frame.error));
         }
         let resp = frame.decode_meta::<Resp>().map_err(|e| e.to_string())?;
         Ok((resp, frame))

@@ -618,6 +618,7 @@ async fn run_shard(
     spawn_local(shard.clone().replication_loop()).detach();
     spawn_local(crate::native::replica_fetcher::run(shard.clone())).detach();
     spawn_local(crate::broker::transactions::run_timers(shard.clone())).detach();
+    spawn_local(crate::native::marker_sender::run(shard.clone())).detach();
     let s = shard.clone();
     spawn_local(async move {
         while let Ok(md) = updates.recv_async().await {
