@@ -253,3 +253,47 @@ fn rill_acl_adds_lists_and_removes_bindings_that_the_kafka_listener_enforces() {
     let v = carol_reads();
     assert_eq!(error_name(&v), Some("TOPIC_AUTHORIZATION_FAILED"), "{v}");
 }
+
+#[test]
+fn a_mutual_tls_client_is_the_principal_its_certificate_names() {
+    let certs = rill_testkit::tls::TestCerts::new();
+    let flags = certs.broker_flags("kafka", &certs.server, true);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let b = TestBroker::start_kafka(1, &flags);
+    b.client().create_topic("certified", 1, 1, vec![]).unwrap();
+    let producer = producer(&b, 16 << 10);
+    producer
+        .send(ProducerRecord::new("certified", b"c1"))
+        .unwrap();
+    producer.flush().unwrap();
+    let kafka = b.kafka_bootstrap();
+    let identity = format!(
+        "{},{},{}",
+        certs.ca_str(),
+        certs.client.cert_str(),
+        certs.client.key_str()
+    );
+    let reads = || acls_py(&["read", "ssl", &identity, &kafka, "certified", "1"]);
+    // ACLs apply as soon as the listener authenticates, by certificate here.
+    let v = reads();
+    assert_eq!(error_name(&v), Some("TOPIC_AUTHORIZATION_FAILED"), "{v}");
+    for args in [["--topic", "certified"].as_slice(), &["--group", "unused"]] {
+        let mut a = vec![
+            "acl",
+            "add",
+            "--allow-principal",
+            "User:CN=client",
+            "--operation",
+            "read",
+        ];
+        a.extend_from_slice(args);
+        let out = b.cli(&a, None);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let v = reads();
+    assert_eq!(v["values"], serde_json::json!(["c1"]), "{v}");
+}

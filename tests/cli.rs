@@ -357,3 +357,54 @@ fn log_format_json_writes_one_object_per_line_from_start_to_stop() {
     assert_eq!(lines[0].0, "ERROR");
     assert!(lines[0].2.starts_with("rill: error: --fsync"), "{lines:?}");
 }
+
+#[test]
+fn json_log_lines_of_a_request_path_name_the_shard_and_the_connection() {
+    let mut b = TestBroker::start_kafka(
+        1,
+        &[
+            "--log-format",
+            "json",
+            "--kafka-sasl-mechanisms",
+            "SCRAM-SHA-256",
+        ],
+    );
+    let o = b.cli(&["topic", "create", "ctx", "--partitions", "1"], None);
+    assert!(o.status.success(), "{:?}", text(&o));
+    // A Kafka client with a wrong password: the broker logs the refusal on its connection.
+    let kcat = rill_testkit::external("kcat")
+        .args(["-b", &b.kafka_bootstrap(), "-m", "5", "-L"])
+        .args(["-X", "security.protocol=SASL_PLAINTEXT"])
+        .args(["-X", "sasl.mechanisms=SCRAM-SHA-256"])
+        .args(["-X", "sasl.username=nobody", "-X", "sasl.password=wrong"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("kcat (run .ci/run, or apt-get install kcat)");
+    assert!(!kcat.status.success());
+    assert!(b.terminate().success());
+    let lines: Vec<serde_json::Value> = b
+        .log_text()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not json ({e}): {l:?}")))
+        .collect();
+    let find = |needle: &str| {
+        lines
+            .iter()
+            .find(|v| v["msg"].as_str().is_some_and(|m| m.contains(needle)))
+            .unwrap_or_else(|| panic!("no line with {needle:?}: {lines:?}"))
+    };
+    let opened = find("opened ctx-0");
+    assert_eq!(opened["shard"], 0, "{opened}");
+    assert!(opened.get("conn").is_none(), "{opened}");
+    let refused = find("SASL refused; closing");
+    assert_eq!(refused["shard"], 0, "{refused}");
+    let conn = refused["conn"].as_str().unwrap_or_default();
+    assert!(conn.starts_with("kafka/127.0.0.1:"), "{refused}");
+    // Lines of the process itself name neither.
+    let ready = find(" ready: native protocol on ");
+    assert!(
+        ready.get("shard").is_none() && ready.get("conn").is_none(),
+        "{ready}"
+    );
+}

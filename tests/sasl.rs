@@ -22,7 +22,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use rill::auth::scram::Mechanism;
 use rill_testkit::tls::TestCerts;
-use rill_testkit::{TestBroker, DEADLINE};
+use rill_testkit::{scrape_metrics as scrape, TestBroker, DEADLINE};
 
 const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
 
@@ -226,16 +226,6 @@ fn wrong_passwords_early_requests_and_malformed_messages_close_the_connection() 
     assert!(text.contains(failed), "{text}");
     let unsupported = "api=\"SaslHandshake\",code=\"UNSUPPORTED_SASL_MECHANISM\"} 1";
     assert!(text.contains(unsupported), "{text}");
-}
-
-/// The broker's Prometheus text (HTTP/1.0 GET /metrics).
-fn scrape(addr: &str) -> String {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(DEADLINE)).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
 }
 
 #[test]

@@ -229,7 +229,13 @@ fn kafka_clients_over_tls_beside_a_plaintext_native_listener() {
 fn broken_stalled_and_garbage_handshakes_leave_the_broker_serving() {
     let certs = TestCerts::new();
     let mut flags = certs.broker_flags("native,kafka", &certs.server, false);
-    flags.extend(["--tls-handshake-timeout-ms".to_string(), "1000".to_string()]);
+    let metrics = format!("127.0.0.1:{}", rill_testkit::free_ports(1));
+    flags.extend([
+        "--tls-handshake-timeout-ms".to_string(),
+        "1000".to_string(),
+        "--metrics-listen".to_string(),
+        metrics.clone(),
+    ]);
     let b = TestBroker::start_tls(1, true, &flags, Some(certs.client_tls(false)));
     b.client().create_topic("busy", 1, 1, vec![]).unwrap();
 
@@ -274,6 +280,23 @@ fn broken_stalled_and_garbage_handshakes_leave_the_broker_serving() {
         values(&consume_exactly(&b, "busy", StartFrom::Beginning, 300)),
         sent
     );
+    // Counted: the stalled and silent ones timed out, the cut and garbage ones failed (two
+    // per listener; the harness's own readiness probes add plain connects), and the served
+    // clients' handshakes went through.
+    let text = rill_testkit::scrape_metrics(&metrics);
+    let count = |listener: &str, result: &str| -> u64 {
+        let series = format!(
+            "rill_tls_handshakes_total{{shard=\"0\",listener=\"{listener}\",result=\"{result}\"}} "
+        );
+        text.lines()
+            .find_map(|l| l.strip_prefix(&series))
+            .map_or(0, |v| v.trim().parse().unwrap())
+    };
+    for listener in ["native", "kafka"] {
+        assert_eq!(count(listener, "timeout"), 1, "{listener}: {text}");
+        assert!(count(listener, "failed") >= 2, "{listener}: {text}");
+    }
+    assert!(count("native", "ok") >= 1, "{text}");
 }
 
 #[test]

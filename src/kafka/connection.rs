@@ -70,6 +70,9 @@ async fn read_requests(
     let host = peer
         .parse::<std::net::SocketAddr>()
         .map_or_else(|_| peer.to_string(), |a| a.ip().to_string());
+    // A mutual-TLS client's identity (its certificate's subject): the principal when the
+    // listener does not also require SASL.
+    let tls_dn = stream.tls_client_dn();
     // What the last request earned against the client's quotas: the connection is not read
     // for that long (Kafka mutes the channel; the client keeps its connection).
     let mut pause = Duration::ZERO;
@@ -166,11 +169,12 @@ async fn read_requests(
                 let timer = shard.metrics.request(Listener::Kafka, name, timed);
                 // ACLs, on when the listener authenticates (a connection gets this far only
                 // once authenticated).
-                let caller = sasl
-                    .as_ref()
-                    .and_then(|s| s.user())
-                    .map(|u| Caller::user(u, host.clone()));
-                let quota_user = sasl.as_ref().and_then(|s| s.user()).map(str::to_string);
+                let user = match sasl.as_ref() {
+                    Some(s) => s.user(),
+                    None => tls_dn.as_deref(),
+                };
+                let caller = user.map(|u| Caller::user(u, host.clone()));
+                let quota_user = user.map(str::to_string);
                 let quota_client = QuotaClient {
                     user: quota_user.as_deref(),
                     client_id: client.as_deref().unwrap_or_default(),

@@ -59,6 +59,8 @@ pub const UNKNOWN_API: &str = "unknown";
 /// produce's includes its acknowledgement wait, a fetch's its long poll).
 pub struct RequestMetrics {
     requests: RefCell<HashMap<(Listener, &'static str), u64>>,
+    /// TLS handshakes per listener and result (`ok`, `failed`, `timeout`).
+    tls_handshakes: RefCell<HashMap<(Listener, &'static str), u64>>,
     errors: RefCell<HashMap<(Listener, &'static str, &'static str), u64>>,
     produce: Histogram,
     fetch: Histogram,
@@ -68,6 +70,7 @@ impl Default for RequestMetrics {
     fn default() -> Self {
         RequestMetrics {
             requests: RefCell::default(),
+            tls_handshakes: RefCell::default(),
             errors: RefCell::default(),
             produce: Histogram::latency(),
             fetch: Histogram::latency(),
@@ -118,8 +121,24 @@ impl RequestMetrics {
         }
     }
 
+    /// Counts a TLS handshake's `result` (`ok`, `failed`, `timeout`).
+    pub fn tls_handshake(&self, listener: Listener, result: &'static str) {
+        *self
+            .tls_handshakes
+            .borrow_mut()
+            .entry((listener, result))
+            .or_insert(0) += 1;
+    }
+
     /// Fills the request part of a shard's snapshot.
     pub fn snapshot_into(&self, s: &mut ShardSnapshot) {
+        s.tls_handshakes = self
+            .tls_handshakes
+            .borrow()
+            .iter()
+            .map(|(&(l, r), &n)| (l, r, n))
+            .collect();
+        s.tls_handshakes.sort_unstable();
         s.requests = self
             .requests
             .borrow()
@@ -183,6 +202,8 @@ pub struct ShardSnapshot {
     pub tail_cache_bytes: u64,
     /// Open connections per listener.
     pub connections: Vec<(Listener, u64)>,
+    /// (listener, result, count) of TLS handshakes, sorted.
+    pub tls_handshakes: Vec<(Listener, &'static str, u64)>,
     pub partitions: Vec<PartitionSnapshot>,
     pub committed: Vec<CommittedSnapshot>,
 }
@@ -359,6 +380,27 @@ pub fn render(
         }
     }
 
+    t.family(
+        "rill_tls_handshakes_total",
+        Kind::Counter,
+        "TLS handshakes per listener and result: ok, failed (refused certificate, bad bytes), \
+         timeout (not done within --tls-handshake-timeout-ms).",
+    );
+    for s in &ok {
+        let shard = s.shard.to_string();
+        for (l, result, n) in &s.tls_handshakes {
+            t.sample(
+                "rill_tls_handshakes_total",
+                &[
+                    ("shard", &shard),
+                    ("listener", l.label()),
+                    ("result", result),
+                ],
+                *n,
+            );
+        }
+    }
+
     let per_partition: [Family<PartitionSnapshot>; 4] = [
         Family {
             name: "rill_partition_bytes_in_total",
@@ -489,6 +531,9 @@ mod tests {
         let timer = m.request(Listener::Kafka, "Metadata", Timed::No);
         m.done(timer);
         m.error(Listener::Kafka, "Produce", "NOT_LEADER_OR_FOLLOWER");
+        for _ in 0..3 {
+            m.tls_handshake(Listener::Kafka, "failed");
+        }
         let mut s = ShardSnapshot {
             shard: id,
             connections: vec![(Listener::Native, 2), (Listener::Kafka, 0)],
@@ -543,6 +588,7 @@ mod tests {
             "rill_fetch_duration_seconds_count{shard=\"1\"} 0",
             "rill_tail_cache_hits_total{shard=\"0\"} 5",
             "rill_connections{shard=\"0\",listener=\"native\"} 2",
+            "rill_tls_handshakes_total{shard=\"0\",listener=\"kafka\",result=\"failed\"} 3",
             "rill_partition_bytes_in_total{shard=\"0\",topic=\"t\",partition=\"3\"} 1000",
             "rill_partition_bytes_out_total{shard=\"0\",topic=\"t\",partition=\"3\"} 500",
             "rill_consumer_group_lag{group=\"g\",topic=\"t\",partition=\"3\"} 25",

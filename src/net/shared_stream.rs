@@ -47,6 +47,14 @@ impl SharedStream {
     pub fn is_tls(&self) -> bool {
         matches!(&*self.0.borrow(), Socket::Tls(_))
     }
+
+    /// The subject of the certificate a mutual-TLS client presented (RFC 2253).
+    pub fn tls_client_dn(&self) -> Option<String> {
+        match &*self.0.borrow() {
+            Socket::Plain(_) => None,
+            Socket::Tls(s) => s.client_dn(),
+        }
+    }
 }
 
 impl AsyncRead for SharedStream {

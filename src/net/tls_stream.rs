@@ -59,6 +59,13 @@ impl TlsStream {
         &self.tcp
     }
 
+    /// The subject of the client's certificate, when it presented one (mutual TLS: the
+    /// listener's `--tls-client-ca` verified it in the handshake).
+    pub fn client_dn(&self) -> Option<String> {
+        let cert = self.session.peer_certificates()?.first()?;
+        crate::tls::principal::subject_dn(cert)
+    }
+
     /// Reads TLS records until plaintext is available (or the peer closed). Never writes.
     pub fn poll_read(&mut self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
         loop {

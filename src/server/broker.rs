@@ -20,6 +20,7 @@ use crate::controller::metadata::{BrokerInfo, Command, MetadataLimits};
 use crate::controller::{self, ControllerConfig, ControllerError};
 use crate::log::{FileReads, FsyncPolicy};
 use crate::logging::announce;
+use crate::metrics::Listener;
 use crate::net::conn_limits::{accepted, after, until};
 use crate::net::sendfile::SendfileWorker;
 use crate::net::shared_stream::SharedStream;
@@ -538,6 +539,7 @@ async fn run_shard(
     stop: Option<flume::Receiver<()>>,
     scrapes: Option<flume::Receiver<super::metrics::SnapshotReply>>,
 ) {
+    crate::logging::set_shard(ctx.id);
     let bind = |base: std::net::SocketAddr| {
         let addr = std::net::SocketAddr::new(base.ip(), base.port() + ctx.id as u16);
         TcpListener::bind(addr).map_err(|e| BrokerError::Listen {
@@ -777,6 +779,20 @@ enum Protocol {
     Kafka,
 }
 
+impl Protocol {
+    fn listener(self) -> Listener {
+        match self {
+            Protocol::Native => Listener::Native,
+            Protocol::Kafka => Listener::Kafka,
+        }
+    }
+
+    /// How log lines name the listener.
+    fn name(self) -> &'static str {
+        self.listener().label()
+    }
+}
+
 async fn accept_loop(shard: Rc<Shard>, listener: TcpListener, protocol: Protocol) {
     let conns = match protocol {
         Protocol::Native => shard.native_conns.clone(),
@@ -802,22 +818,30 @@ async fn accept_loop(shard: Rc<Shard>, listener: TcpListener, protocol: Protocol
                 };
                 spawn_local(async move {
                     let peer = accepted(&stream);
-                    // The handshake runs on this shard, inside the connection's admission.
-                    let stream = match tls {
-                        None => SharedStream::new(stream),
-                        Some(config) => match tls_accept(&s, &peer, stream, config).await {
-                            Some(stream) => stream,
-                            None => return,
-                        },
+                    let conn = format!("{}/{peer}", protocol.name());
+                    let serve = async {
+                        // The handshake runs on this shard, inside the connection's admission.
+                        let stream = match tls {
+                            None => SharedStream::new(stream),
+                            Some(config) => {
+                                match tls_accept(&s, &peer, stream, config, protocol.listener())
+                                    .await
+                                {
+                                    Some(stream) => stream,
+                                    None => return,
+                                }
+                            }
+                        };
+                        match protocol {
+                            Protocol::Native => {
+                                crate::native::connection::serve(s.clone(), peer, stream).await
+                            }
+                            Protocol::Kafka => {
+                                crate::kafka::connection::serve(s.clone(), peer, stream).await
+                            }
+                        }
                     };
-                    match protocol {
-                        Protocol::Native => {
-                            crate::native::connection::serve(s.clone(), peer, stream).await
-                        }
-                        Protocol::Kafka => {
-                            crate::kafka::connection::serve(s.clone(), peer, stream).await
-                        }
-                    }
+                    crate::logging::in_conn(conn, serve).await;
                     drop(guard);
                 })
                 .detach();
@@ -838,15 +862,22 @@ async fn tls_accept(
     peer: &str,
     stream: TcpStream,
     config: Arc<rustls::ServerConfig>,
+    listener: Listener,
 ) -> Option<SharedStream> {
     let timeout = shard.cfg.tls_handshake_timeout;
-    match until(
+    let outcome = until(
         &shard.deadlines,
         after(timeout),
         tls_stream::handshake(stream, config),
     )
-    .await
-    {
+    .await;
+    let result = match &outcome {
+        Some(Ok(_)) => "ok",
+        Some(Err(_)) => "failed",
+        None => "timeout",
+    };
+    shard.metrics.tls_handshake(listener, result);
+    match outcome {
         Some(Ok(tls)) => Some(SharedStream::tls(tls)),
         Some(Err(e)) => {
             log::info!("{peer}: TLS handshake failed: {e}; closing");

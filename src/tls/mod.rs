@@ -6,6 +6,7 @@
 
 pub mod client_config;
 pub mod pem;
+pub mod principal;
 pub mod server_config;
 
 pub use client_config::ClientTls;

@@ -1133,3 +1133,15 @@ pub fn external(program: &str) -> std::process::Command {
     c.env_remove("LD_LIBRARY_PATH");
     c
 }
+
+/// A broker's Prometheus text (HTTP/1.0 GET /metrics on its `--metrics-listen` address).
+pub fn scrape_metrics(addr: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).expect("metrics endpoint");
+    s.set_read_timeout(Some(DEADLINE)).expect("read timeout");
+    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n")
+        .expect("request");
+    let mut out = String::new();
+    s.read_to_string(&mut out).expect("response");
+    out
+}

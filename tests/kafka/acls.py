@@ -1,5 +1,7 @@
 """ACLs through confluent-kafka (librdkafka) over SASL_PLAINTEXT with SCRAM-SHA-256.
-Every command takes USER PASSWORD BOOTSTRAP first and prints one JSON line.
+Every command takes USER PASSWORD BOOTSTRAP first and prints one JSON line; USER "ssl" with
+PASSWORD "CA,CERT,KEY" connects with mutual TLS instead (the principal: the certificate's
+subject).
 
   add USER PW BOOT allow|deny PRINCIPAL OPERATION TOPIC|group:GROUP [prefixed]
                                   {"error": null | {"code", "name", "message"}}
@@ -21,6 +23,18 @@ from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation,
 
 
 def conf(user, password, bootstrap):
+    if user == "ssl":
+        # Mutual TLS: PASSWORD is "CA,CERT,KEY" (PEM files); the principal is the
+        # certificate's subject.
+        ca, cert, key = password.split(",")
+        return {
+            "bootstrap.servers": bootstrap,
+            "security.protocol": "SSL",
+            "ssl.ca.location": ca,
+            "ssl.certificate.location": cert,
+            "ssl.key.location": key,
+            "broker.address.family": "v4",
+        }
     return {
         "bootstrap.servers": bootstrap,
         "security.protocol": "SASL_PLAINTEXT",
