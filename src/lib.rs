@@ -24,4 +24,5 @@ pub mod server;
 mod test_shard;
 pub mod tls;
 pub mod topic_config;
+pub mod transactions;
 pub mod tune;

@@ -117,6 +117,13 @@ const RULES: &[Rule] = &[
         forbidden_tokens: SANS_IO,
     },
     Rule {
+        name: "the transaction coordinator is sans-IO: no runtime, no clock, no I/O",
+        dir: "src/transactions",
+        except: &[],
+        forbidden_modules: SANS_IO_ABOVE,
+        forbidden_tokens: SANS_IO,
+    },
+    Rule {
         name: "the replication core is sans-IO: no runtime, no clock, no I/O",
         dir: "src/replication",
         except: &[],

@@ -519,7 +519,7 @@ fn an_idempotent_confluent_kafka_producer_with_lost_responses_stores_each_messag
 }
 
 #[test]
-fn init_producer_id_bumps_epochs_and_refuses_transactions() {
+fn init_producer_id_bumps_epochs_and_serves_transactional_ids() {
     let b = TestBroker::start_kafka(1, &[]);
     let kafka = b.kafka_bootstrap();
     let mut req = InitProducerIdRequest::default();
@@ -540,11 +540,20 @@ fn init_producer_id_bumps_epochs_and_refuses_transactions() {
     req.transactional_id = Some(TransactionalId(StrBytes::from_static_str("txn")));
     req.producer_id = ProducerId(-1);
     req.producer_epoch = -1;
-    let refused: InitProducerIdResponse = call(&kafka, ApiKey::InitProducerId, 5, &req);
-    assert_eq!(
-        refused.error_code, 35,
-        "UNSUPPORTED_VERSION: no transactions yet"
-    );
+    // A transactional id gets its own producer id from its transaction coordinator, once
+    // `__transactions` exists (COORDINATOR_NOT_AVAILABLE / _LOAD_IN_PROGRESS until then).
+    let start = std::time::Instant::now();
+    let txn = loop {
+        let r: InitProducerIdResponse = call(&kafka, ApiKey::InitProducerId, 5, &req);
+        if r.error_code == 0 {
+            break r;
+        }
+        assert!([14, 15].contains(&r.error_code), "{r:?}");
+        assert!(start.elapsed() < DEADLINE);
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert_eq!(txn.producer_epoch, 0);
+    assert!(![first.producer_id, second.producer_id].contains(&txn.producer_id));
 }
 
 /// Kafka's default: a producer's first metadata request for a missing topic creates it

@@ -114,6 +114,21 @@ pub struct BrokerConfig {
     pub offsets_topic_partitions: u32,
     /// Commit records an offsets partition takes between two compactions.
     pub offsets_compact_every: usize,
+    /// Partitions of `__transactions`, which place transaction coordinators
+    /// (`--transaction-state-partitions`, Kafka's `transaction.state.log.num.partitions`).
+    pub transaction_state_partitions: u32,
+    /// The longest `transaction.timeout.ms` a producer may ask for
+    /// (`--transaction-max-timeout-ms`, Kafka's `transaction.max.timeout.ms`).
+    pub transaction_max_timeout_ms: u32,
+    /// An idle transactional id is forgotten after this long
+    /// (`--transactional-id-expiration-ms`, Kafka's `transactional.id.expiration.ms`).
+    pub transactional_id_expiration_ms: u64,
+    /// Transactional ids one `__transactions` partition's coordinator keeps at most
+    /// (`--max-transactional-ids-per-partition`).
+    pub max_transactional_ids_per_partition: usize,
+    /// Records a `__transactions` partition takes between two compactions
+    /// (`--transaction-state-compact-every`).
+    pub transaction_state_compact_every: usize,
     /// Members one group may have (`--group-max-size`, Kafka's `group.max.size`).
     pub group_max_size: usize,
     /// An empty group's first generation waits this long for more members after each join
@@ -198,6 +213,11 @@ impl BrokerConfig {
             default_replication_factor: 1,
             offsets_topic_partitions: 8,
             offsets_compact_every: 10_000,
+            transaction_state_partitions: 8,
+            transaction_max_timeout_ms: 900_000,
+            transactional_id_expiration_ms: 7 * 24 * 3600 * 1000,
+            max_transactional_ids_per_partition: 100_000,
+            transaction_state_compact_every: 10_000,
             group_max_size: 1_000,
             group_initial_rebalance_delay: Duration::from_secs(3),
             max_groups_per_shard: 10_000,

@@ -36,11 +36,19 @@ pub struct CoordinatorPlace {
 
 /// The coordinator of `group`, from the metadata (`None`: no offsets topic yet).
 pub fn coordinator_of(md: &ClusterMetadata, group: &str) -> Option<CoordinatorPlace> {
-    let t = md.topic(OFFSETS_TOPIC)?;
+    place_in(md, OFFSETS_TOPIC, |n| offsets_partition(group, n))
+}
+
+/// The leader of the partition of internal `topic` that `pick` chooses from its partition
+/// count (`None`: no such topic yet).
+pub fn place_in(
+    md: &ClusterMetadata,
+    topic: &str,
+    pick: impl FnOnce(u32) -> u32,
+) -> Option<CoordinatorPlace> {
+    let t = md.topic(topic)?;
     let partitions = t.partitions.len() as u32;
-    let p = t
-        .partitions
-        .get(offsets_partition(group, partitions) as usize)?;
+    let p = t.partitions.get(pick(partitions) as usize)?;
     Some(CoordinatorPlace {
         broker: p.leader,
         shard: p.shard,
@@ -115,7 +123,15 @@ pub struct GroupHost {
     groups: RefCell<HashMap<String, Group>>,
     waiters: RefCell<HashMap<Token, Waiter>>,
     next_token: Cell<Token>,
+    /// Per offsets partition and producer id: offsets a transaction committed
+    /// (TxnOffsetCommit), durable in the log but the group's only once the transaction's
+    /// commit marker lands on that partition (dropped on its abort marker).
+    txn_offsets: RefCell<HashMap<u32, HashMap<i64, TxnOffsets>>>,
 }
+
+/// One producer's pending transactional offsets on one offsets partition: group -> offsets,
+/// the latest per topic partition.
+type TxnOffsets = HashMap<String, Vec<PartitionOffset>>;
 
 /// A value that differs between runs of the broker (and between its shards): the wall clock
 /// hashed with std's randomly keyed hasher.
@@ -147,6 +163,7 @@ impl GroupHost {
             groups: RefCell::new(HashMap::new()),
             waiters: RefCell::new(HashMap::new()),
             next_token: Cell::new(1),
+            txn_offsets: RefCell::new(HashMap::new()),
         }
     }
 
@@ -371,6 +388,60 @@ impl GroupHost {
 
     /// Stores a checked commit once it is durable (or one replayed from the log at start,
     /// `member_id` empty): the coordinator's [`Group::store_commit`].
+    /// A transaction's offsets (TxnOffsetCommit of `producer_id`) are durable in offsets
+    /// partition `k`: pending until the transaction ends there. A later commit of the same
+    /// partition in the same transaction replaces the earlier one.
+    pub fn add_txn_offsets(
+        &self,
+        k: u32,
+        producer_id: i64,
+        group: &str,
+        offsets: Vec<PartitionOffset>,
+    ) {
+        let mut all = self.txn_offsets.borrow_mut();
+        let pending = all
+            .entry(k)
+            .or_default()
+            .entry(producer_id)
+            .or_default()
+            .entry(group.to_string())
+            .or_default();
+        for o in offsets {
+            pending.retain(|p| (p.topic.as_str(), p.partition) != (o.topic.as_str(), o.partition));
+            pending.push(o);
+        }
+    }
+
+    /// A transaction marker of `producer_id` landed on offsets partition `k`: its pending
+    /// offsets become the groups' committed offsets (commit) or are dropped (abort).
+    pub fn end_txn_offsets(&self, k: u32, producer_id: i64, commit: bool, now_ms: u64) {
+        let pending = self
+            .txn_offsets
+            .borrow_mut()
+            .get_mut(&k)
+            .and_then(|m| m.remove(&producer_id));
+        if let (true, Some(groups)) = (commit, pending) {
+            for (group, offsets) in groups {
+                self.store_commit(&group, now_ms, "", offsets);
+            }
+        }
+    }
+
+    /// Whether a transaction holds an uncommitted offset of `group` for `topic`-`partition`
+    /// (Kafka's UNSTABLE_OFFSET_COMMIT for an OffsetFetch that requires stable offsets).
+    pub fn has_pending_txn_offset(&self, group: &str, topic: &str, partition: u32) -> bool {
+        self.txn_offsets
+            .borrow()
+            .values()
+            .flat_map(|m| m.values())
+            .any(|g| {
+                g.get(group).is_some_and(|os| {
+                    os.iter()
+                        .any(|o| o.topic == topic && o.partition == partition)
+                })
+            })
+    }
+
     pub fn store_commit(
         &self,
         group: &str,
@@ -494,7 +565,14 @@ impl GroupHost {
         every: usize,
     ) -> Option<Vec<CommitRecord>> {
         let due = self.since_compaction.borrow().get(&p).copied().unwrap_or(0) >= every;
-        if !due || !self.compacting.borrow_mut().insert(p) {
+        // The snapshot holds committed offsets only: while a transaction's offsets are
+        // pending here, the log below them must stay for a reload to find them.
+        let pending_txn = self
+            .txn_offsets
+            .borrow()
+            .get(&p)
+            .is_some_and(|m| !m.is_empty());
+        if !due || pending_txn || !self.compacting.borrow_mut().insert(p) {
             return None;
         }
         self.since_compaction.borrow_mut().insert(p, 0);
@@ -581,6 +659,7 @@ impl GroupHost {
     /// joins and syncs get NOT_COORDINATOR, and its compaction bookkeeping is reset.
     pub fn unload(&self, p: u32, partitions: u32) {
         self.coordination.borrow_mut().remove(&p);
+        self.txn_offsets.borrow_mut().remove(&p);
         let of_p = |g: &str| offsets_partition(g, partitions) == p;
         self.groups.borrow_mut().retain(|id, _| !of_p(id));
         let gone: Vec<Waiter> = {
@@ -626,6 +705,31 @@ mod tests {
             protocol_type: "consumer".into(),
             protocols: vec![("range".into(), Vec::new())],
         }
+    }
+
+    #[test]
+    fn transactional_offsets_count_only_once_their_commit_marker_lands() {
+        let host = GroupHost::new(no_delay(), 10);
+        let at = |o: u64| vec![PartitionOffset::new("t", 0, o)];
+        host.add_txn_offsets(3, 100, "g", at(5));
+        host.add_txn_offsets(3, 100, "g", at(7)); // the same transaction, later
+        host.add_txn_offsets(3, 200, "g", at(9));
+        assert_eq!(host.committed("g", "t", 0), None);
+        assert!(host.has_pending_txn_offset("g", "t", 0));
+        // Producer 200 aborts: its offsets are gone; 100 commits: its latest counts.
+        host.end_txn_offsets(3, 200, false, 1);
+        host.end_txn_offsets(3, 100, true, 2);
+        assert_eq!(host.committed("g", "t", 0).map(|p| p.offset), Some(7));
+        assert!(!host.has_pending_txn_offset("g", "t", 0));
+        // A marker with nothing pending, or on another partition, changes nothing.
+        host.end_txn_offsets(3, 100, true, 3);
+        host.add_txn_offsets(4, 300, "g", at(11));
+        host.end_txn_offsets(3, 300, true, 4);
+        assert_eq!(host.committed("g", "t", 0).map(|p| p.offset), Some(7));
+        // Unloading the partition drops what is pending there.
+        host.unload(4, 8);
+        host.end_txn_offsets(4, 300, true, 5);
+        assert!(!host.has_pending_txn_offset("g", "t", 0));
     }
 
     #[test]

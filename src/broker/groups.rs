@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use super::group_host::{coordinator_of, Coordination, GroupSummary};
-use super::offsets_topic;
+use super::internal_topics::{self, InternalTopic};
 use super::{recv_until, OpError, Shard};
 use crate::clock::now_ms;
 use crate::controller::metadata::BrokerInfo;
@@ -29,7 +29,7 @@ pub fn coordinated_here(shard: &Shard, group: &str) -> Result<(), OpError> {
     }
     let place = coordinator_of(&shard.metadata.borrow(), group);
     let Some(place) = place else {
-        offsets_topic::ensure_created(shard);
+        internal_topics::ensure_created(shard, InternalTopic::Offsets);
         return Err(not_ready());
     };
     if place.broker == 0 {
@@ -77,7 +77,7 @@ pub fn coordinator(shard: &Shard, group: &str) -> Result<(BrokerInfo, u32), OpEr
     }
     let md = shard.metadata.borrow().clone();
     let Some(place) = coordinator_of(&md, group) else {
-        offsets_topic::ensure_created(shard);
+        internal_topics::ensure_created(shard, InternalTopic::Offsets);
         return Err(not_ready());
     };
     let info = md.brokers.get(&place.broker).ok_or_else(|| {

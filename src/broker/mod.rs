@@ -12,7 +12,10 @@
 //! - [`groups`], [`offsets`]: group membership and committed offsets, over [`group_host`]
 //!   (the shell around the sans-IO coordinator) and [`offsets_log`] (`__consumer_offsets`);
 //!   [`coordination`]: which groups a shard coordinates follows the leadership of their
-//!   offsets partitions; [`offsets_topic`]: creating `__consumer_offsets`.
+//!   offsets partitions; [`internal_topics`]: creating `__consumer_offsets` and
+//!   `__transactions`.
+//! - [`transactions`]: the transaction APIs, over [`txn_host`] (the shell around the sans-IO
+//!   transaction coordinators; its markers go out through `native::marker_sender`).
 
 pub mod acls;
 pub mod config;
@@ -21,13 +24,13 @@ pub mod fetch;
 pub mod filtered_read;
 pub mod group_host;
 pub mod groups;
+pub mod internal_topics;
 pub mod leader_epochs;
 pub mod list_offsets;
 pub mod log_admin;
 pub mod metrics;
 pub mod offsets;
 pub mod offsets_log;
-pub mod offsets_topic;
 pub mod produce;
 pub mod producer_ids;
 pub mod quotas;
@@ -35,6 +38,8 @@ pub mod reassignments;
 pub mod replica_fetch;
 pub mod shard;
 pub mod topics;
+pub mod transactions;
+pub mod txn_host;
 pub mod txn_markers;
 pub mod users;
 

@@ -69,7 +69,7 @@ pub async fn commit(
             })
         })
         .collect();
-    let appended = offsets_log::append(shard, &p, &records, now)
+    let appended = offsets_log::append(shard, &p, &records, now, None)
         .map_err(|e| as_coordinator_error(e.into(), "commit"))?;
     let Some((base, next)) = appended else {
         return Ok(());
@@ -106,6 +106,108 @@ pub async fn commit(
         shard.groups.end_compaction(p.index);
     }
     Ok(())
+}
+
+/// TxnOffsetCommit: a transaction's offset commits, appended to the group's offsets
+/// partition as the producer's transactional batch and pending there until the
+/// transaction's marker lands on that partition (its commit makes them the group's committed
+/// offsets, its abort drops them). A producer whose epoch the partition knows to be older
+/// than its current one is fenced (PRODUCER_FENCED). The group's generation and member are
+/// checked when given (KIP-447), as OffsetCommit checks them.
+#[allow(clippy::too_many_arguments)]
+pub async fn txn_commit(
+    shard: &Rc<Shard>,
+    group: &str,
+    producer_id: i64,
+    producer_epoch: i16,
+    member_id: &str,
+    instance: Option<&str>,
+    generation: i32,
+    offsets: Vec<PartitionOffset>,
+) -> Result<(), OpError> {
+    coordinated_here(shard, group)?;
+    if group.contains('\0') {
+        return Err(OpError::new(
+            ErrorCode::InvalidGroupId,
+            "a group id cannot contain NUL",
+        ));
+    }
+    if producer_id < 0 || producer_epoch < 0 {
+        return Err(OpError::new(
+            ErrorCode::InvalidProducerIdMapping,
+            "a transactional offset commit needs a producer id and epoch",
+        ));
+    }
+    if generation >= 0 {
+        shard
+            .groups
+            .check_commit(group, member_id, instance, generation, &offsets)?;
+    } else {
+        shard.groups.check_commit(group, "", None, -1, &offsets)?;
+    }
+    if offsets.is_empty() {
+        return Ok(());
+    }
+    let (p, _) = offsets_partition_of(shard, group)?;
+    p.admit_all()
+        .map_err(|e| as_coordinator_error(e.into(), "commit"))?;
+    check_producer_epoch(&p, producer_id, producer_epoch)?;
+    let led_at = shard.groups.coordination(p.index);
+    let records: Vec<OffsetsRecord> = offsets
+        .iter()
+        .map(|o| {
+            OffsetsRecord::Commit(CommitRecord {
+                group: group.to_string(),
+                committed: o.clone(),
+            })
+        })
+        .collect();
+    let producer = Some((producer_id, producer_epoch));
+    let appended = offsets_log::append(shard, &p, &records, now_ms(), producer)
+        .map_err(|e| as_coordinator_error(e.into(), "commit"))?;
+    let Some((base, next)) = appended else {
+        return Ok(());
+    };
+    // Pending from the append on (as Kafka's), so a marker following it in the log always
+    // finds it; the marker comes only after the transaction ends.
+    shard
+        .groups
+        .add_txn_offsets(p.index, producer_id, group, offsets);
+    shard.group_commit.mark_dirty(&p);
+    let stored = Appended {
+        partition: p.clone(),
+        base_offset: base,
+        next_offset: next,
+        acks: crate::broker::produce::Acks::All,
+    }
+    .durable(shard)
+    .await;
+    stored.map_err(|e| as_coordinator_error(e, "commit"))?;
+    if shard.groups.coordination(p.index) != led_at {
+        return Err(OpError::new(
+            ErrorCode::NotCoordinator,
+            "the group's coordinator moved while the commit was stored: find it again",
+        ));
+    }
+    Ok(())
+}
+
+/// A transactional offset commit of an epoch older than the one the offsets partition knows
+/// for its producer is a zombie's (Kafka's coordinator-origin epoch check).
+fn check_producer_epoch(
+    p: &Partition,
+    producer_id: i64,
+    producer_epoch: i16,
+) -> Result<(), OpError> {
+    match p.producer_epoch(producer_id) {
+        Some(current) if producer_epoch < current => Err(OpError::new(
+            ErrorCode::ProducerFenced,
+            format!(
+                "producer {producer_id} epoch {producer_epoch} is fenced (epoch {current} here)"
+            ),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// DeleteGroups: a group without members loses its committed offsets and is gone; answered
@@ -172,7 +274,7 @@ async fn remove(
             partition,
         })
         .collect();
-    let appended = offsets_log::append(shard, &p, &records, now_ms())
+    let appended = offsets_log::append(shard, &p, &records, now_ms(), None)
         .map_err(|e| as_coordinator_error(e.into(), "deletion"))?;
     let Some((base, next)) = appended else {
         return Ok(());
@@ -193,7 +295,7 @@ async fn remove(
 /// replication errors a Java consumer does not retry on a commit become the coordinator
 /// errors it does (Kafka's `GroupMetadataManager`): too few replicas in sync or a timeout
 /// -> COORDINATOR_NOT_AVAILABLE, no longer the leader or a failed disk -> NOT_COORDINATOR.
-fn as_coordinator_error(e: OpError, what: &str) -> OpError {
+pub(crate) fn as_coordinator_error(e: OpError, what: &str) -> OpError {
     let code = match e.code {
         ErrorCode::NotEnoughReplicas
         | ErrorCode::NotEnoughReplicasAfterAppend

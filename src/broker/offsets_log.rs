@@ -6,7 +6,9 @@ use std::rc::Rc;
 
 use super::group_host::OFFSETS_TOPIC;
 use super::shard::Shard;
-use crate::batch::{BatchBuilder, BatchIter, BatchView};
+use crate::batch::control::{ControlKind, ControlRecord};
+use crate::batch::{BatchBuilder, BatchHeader, BatchIter, BatchView, RecordView};
+use crate::batch::{FLAG_CONTROL, FLAG_TRANSACTIONAL};
 use crate::clock::now_ms;
 use crate::group::offsets_log::{CommitRecord, OffsetsRecord};
 use crate::log::{FileReads, LogError};
@@ -18,22 +20,32 @@ const RECORDS_PER_BATCH: usize = 1024;
 
 /// Appends records (commits, tombstones) to an offsets partition, in batches of at most
 /// [`RECORDS_PER_BATCH`]: (base offset of the first, next offset after the last). Not durable
-/// yet: the caller marks the partition dirty and waits for the ack.
+/// yet: the caller marks the partition dirty and waits for the ack. With `producer` (id,
+/// epoch) the batches are that producer's transactional batches (TxnOffsetCommit), which
+/// the transaction's marker commits or aborts.
 pub fn append(
     shard: &Shard,
     p: &Partition,
     records: &[OffsetsRecord],
     now: i64,
+    producer: Option<(i64, i16)>,
 ) -> Result<Option<(u64, u64)>, (ErrorCode, String)> {
     let mut range: Option<(u64, u64)> = None;
     for chunk in records.chunks(RECORDS_PER_BATCH) {
         let mut builder = BatchBuilder::new();
+        if let Some((id, epoch)) = producer {
+            // Kafka's coordinator writes sequence 0: the epoch is what is checked.
+            builder = builder.producer(id, epoch, 0);
+        }
         for r in chunk {
             let (key, value) = r.encode();
             builder.push(now, Some(&key), &value, &[], &[]);
         }
         let internal = |e: &dyn std::fmt::Display| (ErrorCode::UnknownServerError, e.to_string());
-        let bytes = builder.build().map_err(|e| internal(&e))?;
+        let mut bytes = builder.build().map_err(|e| internal(&e))?;
+        if producer.is_some() {
+            crate::batch::add_flags(&mut bytes, FLAG_TRANSACTIONAL);
+        }
         let view = BatchView::validate(&bytes).map_err(|e| internal(&e))?;
         let (base, next) = p
             .append(&[view], now, &shard.cache)
@@ -48,9 +60,66 @@ pub fn append(
 /// every read (each an await): once it says no (the leadership moved meanwhile), the replay
 /// stops, so two loads of one partition never interleave. True when it read to the end.
 pub async fn replay(shard: &Rc<Shard>, p: &Partition, current: impl Fn() -> bool) -> bool {
-    let mut at = p.log_start_offset();
     let end = p.high_watermark();
     let mut loaded = 0usize;
+    let read = read_records(shard, p, current, |h, r| {
+        let time = r.timestamp_ms.max(0) as u64;
+        // A transaction's end: its offsets become the groups' (commit) or are dropped.
+        if h.flags & FLAG_CONTROL != 0 {
+            if let Ok(m) = ControlRecord::parse(r.key(), r.value()) {
+                let commit = m.kind == ControlKind::Commit;
+                shard
+                    .groups
+                    .end_txn_offsets(p.index, h.producer_id, commit, time);
+            }
+            return;
+        }
+        // A tombstone's value is empty (or null, as a Kafka-style one would be).
+        let value = r.value().unwrap_or_default();
+        match OffsetsRecord::decode(r.key().unwrap_or_default(), value) {
+            // TxnOffsetCommit: pending until the transaction's marker.
+            Some(OffsetsRecord::Commit(c)) if h.flags & FLAG_TRANSACTIONAL != 0 => {
+                shard
+                    .groups
+                    .add_txn_offsets(p.index, h.producer_id, &c.group, vec![c.committed]);
+            }
+            Some(OffsetsRecord::Commit(c)) => {
+                shard
+                    .groups
+                    .store_commit(&c.group, time, "", vec![c.committed]);
+                loaded += 1;
+            }
+            Some(OffsetsRecord::Removed {
+                group,
+                topic,
+                partition,
+            }) => shard.groups.remove_offsets(&group, &[(topic, partition)]),
+            None => {}
+        }
+    })
+    .await;
+    if read {
+        log::info!(
+            "shard {}: loaded {loaded} committed offsets from {OFFSETS_TOPIC}-{} (offsets below {end})",
+            shard.id,
+            p.index
+        );
+    }
+    read
+}
+
+/// Reads an internal partition (`__consumer_offsets`, `__transactions`) from its log start
+/// to its high watermark, handing `f` each record (with its batch's header) in order. `current` is asked after every
+/// read (each an await): once it says no, the read stops (false). A hole in the log is
+/// skipped (logged): the records after it are newer than any lost in it.
+pub async fn read_records(
+    shard: &Shard,
+    p: &Partition,
+    current: impl Fn() -> bool,
+    mut f: impl FnMut(&BatchHeader, &RecordView<'_>),
+) -> bool {
+    let mut at = p.log_start_offset();
+    let end = p.high_watermark();
     while at < end {
         let limits = ReadLimits {
             max_bytes: 1 << 20,
@@ -63,18 +132,18 @@ pub async fn replay(shard: &Rc<Shard>, p: &Partition, current: impl Fn() -> bool
         let chunks = match read {
             Ok(c) if !c.is_empty() => c,
             Ok(_) => break,
-            // Commits after a hole are newer than any lost in it: keep them.
             Err(LogError::Missing { from, to, why }) if to > at => {
                 log::error!(
-                    "replaying {OFFSETS_TOPIC}-{}: commits at offsets {from}..{to} are \
-                     lost ({why}); replaying the rest",
+                    "reading {}-{}: records at offsets {from}..{to} are lost ({why}); \
+                     reading the rest",
+                    p.topic,
                     p.index
                 );
                 at = to;
                 continue;
             }
             Err(e) => {
-                log::error!("replaying {OFFSETS_TOPIC}-{}: {e}", p.index);
+                log::error!("reading {}-{}: {e}", p.topic, p.index);
                 break;
             }
         };
@@ -83,28 +152,13 @@ pub async fn replay(shard: &Rc<Shard>, p: &Partition, current: impl Fn() -> bool
             let buf = crate::batch::aligned16(chunk.as_slice().unwrap_or_default());
             for batch in BatchIter::new(&buf).map_while(Result::ok) {
                 let Ok(records) = batch.records() else { break };
+                let h = *batch.header();
                 for r in records {
                     if r.offset < at {
                         continue;
                     }
                     at = r.offset + 1;
-                    // A tombstone's value is empty (or null, as a Kafka-style one would be).
-                    let value = r.value().unwrap_or_default();
-                    match OffsetsRecord::decode(r.key().unwrap_or_default(), value) {
-                        Some(OffsetsRecord::Commit(c)) => {
-                            let time = r.timestamp_ms.max(0) as u64;
-                            shard
-                                .groups
-                                .store_commit(&c.group, time, "", vec![c.committed]);
-                            loaded += 1;
-                        }
-                        Some(OffsetsRecord::Removed {
-                            group,
-                            topic,
-                            partition,
-                        }) => shard.groups.remove_offsets(&group, &[(topic, partition)]),
-                        None => {}
-                    }
+                    f(&h, &r);
                 }
             }
         }
@@ -112,11 +166,6 @@ pub async fn replay(shard: &Rc<Shard>, p: &Partition, current: impl Fn() -> bool
             break; // no progress: never spin
         }
     }
-    log::info!(
-        "shard {}: loaded {loaded} committed offsets from {OFFSETS_TOPIC}-{} (offsets below {end})",
-        shard.id,
-        p.index
-    );
     true
 }
 
@@ -125,7 +174,7 @@ pub async fn replay(shard: &Rc<Shard>, p: &Partition, current: impl Fn() -> bool
 /// snapshot-and-truncate keeps the same latest-per-key content with the log's own tools).
 pub async fn compact(shard: &Rc<Shard>, p: &Rc<Partition>, records: Vec<CommitRecord>) {
     let records: Vec<OffsetsRecord> = records.into_iter().map(OffsetsRecord::Commit).collect();
-    let (base, next) = match append(shard, p, &records, now_ms()) {
+    let (base, next) = match append(shard, p, &records, now_ms(), None) {
         Ok(Some(range)) => range,
         // No commit recorded at all: the whole history is obsolete.
         Ok(None) => (p.log_end_offset(), p.log_end_offset()),

@@ -1,7 +1,7 @@
 //! InitProducerId for both listeners: a fresh producer id from this shard's block (blocks
 //! are reserved from the controller, [`Command::AllocateProducerIds`], so ids are unique
-//! across brokers and restarts), or a KIP-360 epoch bump that keeps the id. Transactional
-//! ids are refused for now (UNSUPPORTED_VERSION, as Kafka answers for a feature that is off).
+//! across brokers and restarts), or a KIP-360 epoch bump that keeps the id. With a
+//! transactional id the transaction coordinator answers ([`super::transactions`]).
 
 use std::cell::Cell;
 use std::rc::Rc;
@@ -14,8 +14,7 @@ use crate::protocol::ErrorCode;
 /// Producer ids a shard reserves at a time (Kafka's block is 1000 too).
 pub const PRODUCER_ID_BLOCK: u32 = 1000;
 
-/// Kafka bumps an epoch up to `i16::MAX - 1`, then hands out a new producer id.
-pub const MAX_EPOCH: i16 = i16::MAX - 1;
+pub use crate::transactions::state::MAX_EPOCH;
 
 /// A shard's reserved producer ids not handed out yet: `next..end`.
 #[derive(Default)]
@@ -47,7 +46,13 @@ pub struct InitProducer {
     pub transactional_id: Option<String>,
     pub producer_id: i64,
     pub epoch: i16,
+    /// The producer's `transaction.timeout.ms` (with a transactional id).
+    pub transaction_timeout_ms: i32,
 }
+
+/// A transactional producer's timeout when its request names none (the native
+/// InitProducerId; Kafka's client default `transaction.timeout.ms`).
+pub const DEFAULT_TRANSACTION_TIMEOUT_MS: i32 = 60_000;
 
 /// Answers InitProducerId: (producer id, epoch).
 pub async fn init_producer_id(
@@ -55,15 +60,15 @@ pub async fn init_producer_id(
     req: &InitProducer,
     deadline: Instant,
 ) -> Result<(i64, i16), OpError> {
-    if req
-        .transactional_id
-        .as_deref()
-        .is_some_and(|t| !t.is_empty())
-    {
-        return Err(OpError::new(
-            ErrorCode::UnsupportedVersion,
-            "transactions are not supported yet (transactional.id)",
-        ));
+    if let Some(id) = req.transactional_id.as_deref().filter(|t| !t.is_empty()) {
+        return super::transactions::init_producer_id(
+            shard,
+            id,
+            req.transaction_timeout_ms,
+            req.producer_id,
+            req.epoch,
+        )
+        .await;
     }
     match bumped(req.producer_id, req.epoch) {
         Some(kept) => Ok(kept),

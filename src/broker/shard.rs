@@ -107,11 +107,13 @@ pub struct Shard {
     pub metrics: crate::metrics::RequestMetrics,
     /// Fired when a partition's replication role changes (the replica fetcher looks again).
     pub replication_changed: event_listener::Event,
-    /// When this shard last proposed creating `__consumer_offsets` (a cluster creates it
-    /// lazily).
-    pub offsets_topic_create: super::offsets_topic::CreateThrottle,
+    /// When this shard last proposed creating `__consumer_offsets` or `__transactions` (a
+    /// cluster creates them lazily).
+    pub internal_topic_create: super::internal_topics::CreateThrottle,
     /// Producer ids this shard reserved from the controller and has not handed out.
     pub producer_ids: super::producer_ids::ProducerIdBlock,
+    /// The transaction coordinators of the `__transactions` partitions this shard leads.
+    pub txns: super::txn_host::TxnHost,
     /// Clients' use measured against their quotas on this shard (`super::quotas`).
     pub quota_windows: super::quotas::QuotaWindows,
 }
@@ -159,6 +161,13 @@ impl Shard {
             },
             cfg.max_groups_per_shard,
         );
+        let txns =
+            super::txn_host::TxnHost::new(crate::transactions::coordinator::CoordinatorConfig {
+                max_timeout_ms: cfg.transaction_max_timeout_ms,
+                id_expiration_ms: cfg.transactional_id_expiration_ms,
+                max_transactional_ids: cfg.max_transactional_ids_per_partition,
+                ..Default::default()
+            });
         Rc::new(Shard {
             id,
             count,
@@ -183,8 +192,9 @@ impl Shard {
             delays: Default::default(),
             metrics: Default::default(),
             replication_changed: event_listener::Event::new(),
-            offsets_topic_create: Default::default(),
+            internal_topic_create: Default::default(),
             producer_ids: Default::default(),
+            txns,
             quota_windows: Default::default(),
         })
     }

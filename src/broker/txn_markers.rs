@@ -10,6 +10,7 @@
 use std::rc::Rc;
 use std::time::Instant;
 
+use super::group_host::OFFSETS_TOPIC;
 use super::produce::{await_acks, Acks, Produce};
 use super::{OpError, Shard};
 use crate::batch::control::{ControlKind, ControlRecord};
@@ -59,6 +60,21 @@ pub async fn write_txn_markers(
     for (slot, e) in await_acks(shard, waits, deadline).await {
         let (m, p) = slots[slot];
         results[m][p] = Err(e);
+    }
+    // A marker committed on an offsets partition ends the producer's transactional offsets
+    // there: its commit makes them the groups' (Kafka's `handleTxnCompletion`, after the
+    // marker is replicated); a reload replays the same from the log.
+    for &(m, p) in &slots {
+        let marker = &markers[m];
+        let (topic, partition) = &marker.partitions[p];
+        if results[m][p].is_ok() && topic == OFFSETS_TOPIC {
+            shard.groups.end_txn_offsets(
+                *partition,
+                marker.producer_id,
+                marker.kind == ControlKind::Commit,
+                u64::try_from(now_ms).unwrap_or(0),
+            );
+        }
     }
     results
 }

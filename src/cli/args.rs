@@ -482,6 +482,43 @@ pub struct BrokerArgs {
     /// snapshot of the latest commits, then the older history is truncated).
     #[arg(long, env = "RILL_OFFSETS_COMPACT_EVERY", default_value_t = 10_000)]
     pub offsets_compact_every: usize,
+    /// Partitions of the internal `__transactions` topic, whose leaders are the transaction
+    /// coordinators (Kafka's transaction.state.log.num.partitions; set when it is first
+    /// created).
+    #[arg(long, env = "RILL_TRANSACTION_STATE_PARTITIONS", default_value_t = 8)]
+    pub transaction_state_partitions: u32,
+    /// The longest transaction.timeout.ms a transactional producer may ask for (Kafka's
+    /// transaction.max.timeout.ms); longer gets INVALID_TRANSACTION_TIMEOUT.
+    #[arg(
+        long,
+        env = "RILL_TRANSACTION_MAX_TIMEOUT_MS",
+        default_value_t = 900_000
+    )]
+    pub transaction_max_timeout_ms: u32,
+    /// A transactional id without a transaction for this long is forgotten (Kafka's
+    /// transactional.id.expiration.ms, 7 days).
+    #[arg(
+        long,
+        env = "RILL_TRANSACTIONAL_ID_EXPIRATION_MS",
+        default_value_t = 604_800_000
+    )]
+    pub transactional_id_expiration_ms: u64,
+    /// Transactional ids a transaction coordinator (one `__transactions` partition) keeps at
+    /// most; InitProducerId for a new one past it gets POLICY_VIOLATION until ids expire.
+    #[arg(
+        long,
+        env = "RILL_MAX_TRANSACTIONAL_IDS_PER_PARTITION",
+        default_value_t = 100_000
+    )]
+    pub max_transactional_ids_per_partition: usize,
+    /// Records a `__transactions` partition takes before it is compacted (a snapshot of
+    /// every transactional id's state, then the older history is truncated).
+    #[arg(
+        long,
+        env = "RILL_TRANSACTION_STATE_COMPACT_EVERY",
+        default_value_t = 10_000
+    )]
+    pub transaction_state_compact_every: usize,
     /// Members one consumer group may have (Kafka's group.max.size); a join past it gets
     /// GROUP_MAX_SIZE_REACHED.
     #[arg(long, env = "RILL_GROUP_MAX_SIZE", default_value_t = 1_000)]

@@ -217,6 +217,21 @@ pub fn config_from_args(a: &BrokerArgs) -> Result<BrokerConfig, String> {
     }
     c.offsets_topic_partitions = a.offsets_topic_partitions;
     c.offsets_compact_every = a.offsets_compact_every.max(1);
+    if a.transaction_state_partitions == 0
+        || a.transaction_max_timeout_ms == 0
+        || a.max_transactional_ids_per_partition == 0
+    {
+        return Err(
+            "--transaction-state-partitions, --transaction-max-timeout-ms and \
+                    --max-transactional-ids-per-partition must be at least 1"
+                .into(),
+        );
+    }
+    c.transaction_state_partitions = a.transaction_state_partitions;
+    c.transaction_max_timeout_ms = a.transaction_max_timeout_ms;
+    c.transactional_id_expiration_ms = a.transactional_id_expiration_ms;
+    c.max_transactional_ids_per_partition = a.max_transactional_ids_per_partition;
+    c.transaction_state_compact_every = a.transaction_state_compact_every.max(1);
     if a.group_max_size == 0 || a.max_groups_per_shard == 0 || a.max_offsets_per_group == 0 {
         return Err(
             "--group-max-size, --max-groups-per-shard and --max-offsets-per-group \

@@ -43,6 +43,7 @@ use kafka_protocol::messages::produce_response::{PartitionProduceResponse, Topic
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 
+use super::transactions::OPERATION_NOT_ATTEMPTED;
 use crate::auth::acl::{Operation, ResourceType};
 use crate::broker::acls::{self, Caller};
 use crate::broker::Shard;
@@ -816,6 +817,118 @@ pub fn check(shard: &Shard, caller: &Caller, version: i16, request: RequestKind)
             out.producer_epoch = -1;
             answer(ResponseKind::InitProducerId(out))
         }
+        // Transactions (Kafka's rules): WRITE on the transactional id, and WRITE on each topic
+        // added, READ on the group whose offsets are sent (and on their topics).
+        RequestKind::AddPartitionsToTxn(r) => {
+            let id_ok = may(
+                shard,
+                c,
+                Operation::Write,
+                ResourceType::TransactionalId,
+                &r.v3_and_below_transactional_id,
+            );
+            let refused: Vec<&TopicName> = r
+                .v3_and_below_topics
+                .iter()
+                .filter(|t| !topic_ok(shard, c, Operation::Write, &t.name))
+                .map(|t| &t.name)
+                .collect();
+            if id_ok && refused.is_empty() {
+                return handle(RequestKind::AddPartitionsToTxn(r), Refused::default());
+            }
+            let mut out = AddPartitionsToTxnResponse::default();
+            for t in &r.v3_and_below_topics {
+                let code = if !id_ok {
+                    ErrorCode::TransactionalIdAuthorizationFailed.code()
+                } else if refused.contains(&&t.name) {
+                    TOPIC.code()
+                } else {
+                    OPERATION_NOT_ATTEMPTED
+                };
+                let mut tr =
+                    add_partitions_to_txn_response::AddPartitionsToTxnTopicResult::default();
+                tr.name = t.name.clone();
+                for &p in &t.partitions {
+                    let mut pr =
+                        add_partitions_to_txn_response::AddPartitionsToTxnPartitionResult::default(
+                        );
+                    pr.partition_index = p;
+                    pr.partition_error_code = code;
+                    tr.results_by_partition.push(pr);
+                }
+                out.results_by_topic_v3_and_below.push(tr);
+            }
+            answer(ResponseKind::AddPartitionsToTxn(out))
+        }
+        RequestKind::AddOffsetsToTxn(r) => {
+            let code = if !may(
+                shard,
+                c,
+                Operation::Write,
+                ResourceType::TransactionalId,
+                &r.transactional_id,
+            ) {
+                ErrorCode::TransactionalIdAuthorizationFailed
+            } else if !group_ok(shard, c, Operation::Read, &r.group_id) {
+                GROUP
+            } else {
+                return handle(RequestKind::AddOffsetsToTxn(r), Refused::default());
+            };
+            let mut out = AddOffsetsToTxnResponse::default();
+            out.error_code = code.code();
+            answer(ResponseKind::AddOffsetsToTxn(out))
+        }
+        RequestKind::EndTxn(r) => {
+            if may(
+                shard,
+                c,
+                Operation::Write,
+                ResourceType::TransactionalId,
+                &r.transactional_id,
+            ) {
+                return handle(RequestKind::EndTxn(r), Refused::default());
+            }
+            let mut out = EndTxnResponse::default();
+            out.error_code = ErrorCode::TransactionalIdAuthorizationFailed.code();
+            out.producer_id = ProducerId(-1);
+            out.producer_epoch = -1;
+            answer(ResponseKind::EndTxn(out))
+        }
+        RequestKind::TxnOffsetCommit(r) => {
+            let code = if !may(
+                shard,
+                c,
+                Operation::Write,
+                ResourceType::TransactionalId,
+                &r.transactional_id,
+            ) {
+                ErrorCode::TransactionalIdAuthorizationFailed
+            } else if !group_ok(shard, c, Operation::Read, &r.group_id) {
+                GROUP
+            } else if r
+                .topics
+                .iter()
+                .any(|t| !topic_ok(shard, c, Operation::Read, &t.name))
+            {
+                TOPIC
+            } else {
+                return handle(RequestKind::TxnOffsetCommit(r), Refused::default());
+            };
+            let mut out = TxnOffsetCommitResponse::default();
+            for t in &r.topics {
+                let mut tr = txn_offset_commit_response::TxnOffsetCommitResponseTopic::default();
+                tr.name = t.name.clone();
+                for p in &t.partitions {
+                    let mut pr =
+                        txn_offset_commit_response::TxnOffsetCommitResponsePartition::default();
+                    pr.partition_index = p.partition_index;
+                    pr.error_code = code.code();
+                    tr.partitions.push(pr);
+                }
+                out.topics.push(tr);
+            }
+            answer(ResponseKind::TxnOffsetCommit(out))
+        }
         // Every API the listener serves is above; one without its rule here is served to
         // those who may do anything on the cluster, and closes the connection of others
         // (there is no answer to build without knowing its shape).
@@ -1216,6 +1329,37 @@ mod tests {
                 let mut r = AlterClientQuotasRequest::default();
                 r.entries = vec![alter_client_quotas_request::EntryData::default()];
                 RequestKind::AlterClientQuotas(r)
+            }
+            ApiKey::AddPartitionsToTxn => {
+                let mut r = AddPartitionsToTxnRequest::default();
+                r.v3_and_below_transactional_id = TransactionalId(StrBytes::from_static_str("x"));
+                let mut tp = add_partitions_to_txn_request::AddPartitionsToTxnTopic::default();
+                tp.name = t();
+                tp.partitions = vec![0];
+                r.v3_and_below_topics = vec![tp];
+                RequestKind::AddPartitionsToTxn(r)
+            }
+            ApiKey::AddOffsetsToTxn => {
+                let mut r = AddOffsetsToTxnRequest::default();
+                r.transactional_id = TransactionalId(StrBytes::from_static_str("x"));
+                r.group_id = g();
+                RequestKind::AddOffsetsToTxn(r)
+            }
+            ApiKey::EndTxn => {
+                let mut r = EndTxnRequest::default();
+                r.transactional_id = TransactionalId(StrBytes::from_static_str("x"));
+                RequestKind::EndTxn(r)
+            }
+            ApiKey::TxnOffsetCommit => {
+                let mut r = TxnOffsetCommitRequest::default();
+                r.transactional_id = TransactionalId(StrBytes::from_static_str("x"));
+                r.group_id = g();
+                let mut tt = txn_offset_commit_request::TxnOffsetCommitRequestTopic::default();
+                tt.name = t();
+                tt.partitions =
+                    vec![txn_offset_commit_request::TxnOffsetCommitRequestPartition::default()];
+                r.topics = vec![tt];
+                RequestKind::TxnOffsetCommit(r)
             }
             _ => return None,
         })

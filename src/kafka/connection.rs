@@ -368,6 +368,18 @@ fn count_errors(shard: &Shard, api: &'static str, response: &ResponseKind) {
         ResponseKind::DescribeConfigs(r) => r.results.iter().for_each(|c| count(c.error_code)),
         ResponseKind::DescribeCluster(r) => count(r.error_code),
         ResponseKind::InitProducerId(r) => count(r.error_code),
+        ResponseKind::AddPartitionsToTxn(r) => r
+            .results_by_topic_v3_and_below
+            .iter()
+            .flat_map(|t| &t.results_by_partition)
+            .for_each(|p| count(p.partition_error_code)),
+        ResponseKind::AddOffsetsToTxn(r) => count(r.error_code),
+        ResponseKind::EndTxn(r) => count(r.error_code),
+        ResponseKind::TxnOffsetCommit(r) => r
+            .topics
+            .iter()
+            .flat_map(|t| &t.partitions)
+            .for_each(|p| count(p.error_code)),
         ResponseKind::AlterPartitionReassignments(r) => {
             count(r.error_code);
             r.responses

@@ -42,9 +42,19 @@ fn text(s: &str) -> StrBytes {
     StrBytes::from_string(s.to_string())
 }
 
-/// Where a group's coordinator is, as Kafka node, host and port.
-fn locate(shard: &Shard, group: &str) -> Result<(i32, String, i32), OpError> {
-    let (info, s) = groups::coordinator(shard, group)?;
+/// Where a group's (key type 0) or transactional id's (key type 1) coordinator is, as Kafka
+/// node, host and port.
+fn locate(shard: &Shard, key_type: i8, key: &str) -> Result<(i32, String, i32), OpError> {
+    let (info, s) = match key_type {
+        0 => groups::coordinator(shard, key)?,
+        1 => crate::broker::transactions::coordinator(shard, key)?,
+        other => {
+            return Err(OpError::new(
+                ErrorCode::InvalidRequest,
+                format!("coordinator key type {other}"),
+            ))
+        }
+    };
     let port = info.kafka_port.ok_or_else(|| {
         OpError::new(
             ErrorCode::CoordinatorNotAvailable,
@@ -64,16 +74,7 @@ pub fn find_coordinator(
     req: FindCoordinatorRequest,
 ) -> FindCoordinatorResponse {
     let mut r = FindCoordinatorResponse::default();
-    // key_type 1 (transactions) comes with the exactly-once work.
-    let answer = |key: &str| {
-        if req.key_type != 0 {
-            return Err(OpError::new(
-                ErrorCode::CoordinatorNotAvailable,
-                "transaction coordinators are not served yet",
-            ));
-        }
-        locate(shard, key)
-    };
+    let answer = |key: &str| locate(shard, req.key_type, key);
     if version >= 4 {
         for key in &req.coordinator_keys {
             let mut c = Coordinator::default();

@@ -134,7 +134,19 @@ pub async fn handle(
             super::admin::alter_user_scram_credentials(shard, r).await,
         ),
         RequestKind::InitProducerId(r) => {
-            ResponseKind::InitProducerId(super::admin::init_producer_id(shard, &r).await)
+            ResponseKind::InitProducerId(super::admin::init_producer_id(shard, version, &r).await)
+        }
+        RequestKind::AddPartitionsToTxn(r) => ResponseKind::AddPartitionsToTxn(
+            super::transactions::add_partitions_to_txn(shard, version, &r).await,
+        ),
+        RequestKind::AddOffsetsToTxn(r) => ResponseKind::AddOffsetsToTxn(
+            super::transactions::add_offsets_to_txn(shard, version, &r).await,
+        ),
+        RequestKind::TxnOffsetCommit(r) => ResponseKind::TxnOffsetCommit(
+            super::transactions::txn_offset_commit(shard, version, &r).await,
+        ),
+        RequestKind::EndTxn(r) => {
+            ResponseKind::EndTxn(super::transactions::end_txn(shard, version, &r).await)
         }
         RequestKind::CreateAcls(r) => {
             ResponseKind::CreateAcls(super::admin::create_acls(shard, r).await)

@@ -18,6 +18,7 @@ mod handlers;
 mod leader_epochs;
 pub mod records;
 pub mod sasl;
+pub(crate) mod transactions;
 pub mod versions;
 
 /// The Kafka node id of a broker's shard: every shard is its own node to Kafka clients.

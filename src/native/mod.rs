@@ -10,6 +10,7 @@ mod groups;
 mod leader_epochs;
 mod list_offsets;
 mod log_admin;
+pub mod marker_sender;
 mod metadata;
 mod offsets;
 mod produce;
@@ -19,6 +20,7 @@ mod reassignments;
 mod replica_fetch;
 pub mod replica_fetcher;
 mod topics;
+mod transactions;
 mod txn_markers;
 mod users;
 
@@ -142,6 +144,11 @@ pub async fn dispatch(shard: &Rc<Shard>, frame: RequestFrame, file_reads: FileRe
         ApiKey::ListUsers => users::list_users(shard),
         ApiKey::InitProducerId => producer_ids::init_producer_id(shard, &frame).await,
         ApiKey::WriteTxnMarkers => txn_markers::write_txn_markers(shard, &frame).await,
+        ApiKey::FindTxnCoordinator => transactions::find_coordinator(shard, &frame),
+        ApiKey::AddPartitionsToTxn => transactions::add_partitions(shard, &frame).await,
+        ApiKey::AddOffsetsToTxn => transactions::add_offsets(shard, &frame).await,
+        ApiKey::EndTxn => transactions::end_txn(shard, &frame).await,
+        ApiKey::TxnOffsetCommit => transactions::txn_offset_commit(shard, &frame).await,
         ApiKey::CreateAcls => acls::create(shard, &frame).await,
         ApiKey::DescribeAcls => acls::describe(shard, &frame),
         ApiKey::DeleteAcls => acls::delete(shard, &frame).await,

@@ -325,7 +325,10 @@ async fn ask_epoch_ends(
 }
 
 /// The native address of the leader's shard: its base port plus the shard index.
-fn leader_addr(shard: &Shard, (leader, lshard): SessionKey) -> Result<SocketAddr, String> {
+pub(crate) fn leader_addr(
+    shard: &Shard,
+    (leader, lshard): SessionKey,
+) -> Result<SocketAddr, String> {
     let md = shard.metadata.borrow();
     let b = md
         .brokers
@@ -341,13 +344,13 @@ fn leader_addr(shard: &Shard, (leader, lshard): SessionKey) -> Result<SocketAddr
 }
 
 /// A client connection from a shard to another broker's shard: one request at a time.
-struct Conn {
+pub(crate) struct Conn {
     stream: TcpStream,
     correlation: u32,
 }
 
 impl Conn {
-    async fn connect(shard: &Shard, addr: SocketAddr) -> Result<Conn, String> {
+    pub(crate) async fn connect(shard: &Shard, addr: SocketAddr) -> Result<Conn, String> {
         let deadline = Instant::now() + CONNECT_TIMEOUT;
         let stream =
             futures_lite::future::or(async { Some(TcpStream::connect(addr).await) }, async {
@@ -366,7 +369,7 @@ impl Conn {
 
     /// Sends one request and reads its answer, within `wait` (the leader's long poll) plus
     /// a margin.
-    async fn call<Req, Resp>(
+    pub(crate) async fn call<Req, Resp>(
         &mut self,
         shard: &Shard,
         api: ApiKey,
@@ -377,9 +380,27 @@ impl Conn {
         Req: EncodeMeta,
         Resp: DecodeMeta,
     {
+        self.call_key(shard, api as u16, api.name(), req, wait)
+            .await
+    }
+
+    /// [`Conn::call`] by the API's wire number (`name` for errors): for an API the peer may
+    /// serve before this build names it.
+    pub(crate) async fn call_key<Req, Resp>(
+        &mut self,
+        shard: &Shard,
+        api_key: u16,
+        api: &str,
+        req: &Req,
+        wait: Duration,
+    ) -> Result<(Resp, ResponseFrame), String>
+    where
+        Req: EncodeMeta,
+        Resp: DecodeMeta,
+    {
         self.correlation = self.correlation.wrapping_add(1);
         let header = RequestHeader {
-            api_key: api as u16,
+            api_key,
             api_version: 0,
             correlation_id: self.correlation,
             client_id: format!("replica-{}", shard.cfg.node_id),
@@ -412,17 +433,17 @@ impl Conn {
             None
         })
         .await
-        .ok_or_else(|| format!("{api:?}: no answer in time"))??;
+        .ok_or_else(|| format!("{api}: no answer in time"))??;
         let frame = ResponseFrame::parse(buf).map_err(|e| e.to_string())?;
         if frame.correlation_id != self.correlation {
-            return Err(format!("{api:?}: answer to another request"));
+            return Err(format!("{api}: answer to another request"));
         }
         if frame.error != ErrorCode::None {
             let why = frame
                 .decode_meta::<crate::protocol::messages::ErrorBody>()
                 .map(|b| b.message)
                 .unwrap_or_default();
-            return Err(format!("{api:?} refused: {:?} {why}", frame.error));
+            return Err(format!("{api} refused: {:?} {why}", frame.error));
         }
         let resp = frame.decode_meta::<Resp>().map_err(|e| e.to_string())?;
         Ok((resp, frame))

@@ -352,6 +352,11 @@ impl Partition {
         self.append_stamped(stamped, cache)
     }
 
+    /// The epoch this partition knows producer `id` at (from its batches or markers).
+    pub fn producer_epoch(&self, id: i64) -> Option<i16> {
+        self.producers.borrow().get(id).map(|e| e.epoch)
+    }
+
     /// The leader epoch as the batch header holds it (i32, as Kafka's).
     pub fn stamp_epoch(&self) -> i32 {
         i32::try_from(self.leader_epoch.get()).unwrap_or(i32::MAX)

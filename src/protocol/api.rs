@@ -50,6 +50,16 @@ pub enum ApiKey {
     /// A transaction coordinator's commit or abort markers, to a partition's leader (Kafka's
     /// WriteTxnMarkers).
     WriteTxnMarkers = 36,
+    /// A transactional id's coordinator (Kafka's FindCoordinator, key type 1).
+    FindTxnCoordinator = 37,
+    /// Kafka's AddPartitionsToTxn.
+    AddPartitionsToTxn = 38,
+    /// Kafka's AddOffsetsToTxn.
+    AddOffsetsToTxn = 39,
+    /// Kafka's EndTxn.
+    EndTxn = 40,
+    /// Kafka's TxnOffsetCommit.
+    TxnOffsetCommit = 41,
     /// Adds ACL bindings (Kafka's CreateAcls; `rill acl add`).
     CreateAcls = 50,
     /// The ACL bindings a filter matches (Kafka's DescribeAcls; `rill acl list`).
@@ -96,6 +106,11 @@ impl ApiKey {
         ApiKey::DelayedProduce,
         ApiKey::InitProducerId,
         ApiKey::WriteTxnMarkers,
+        ApiKey::FindTxnCoordinator,
+        ApiKey::AddPartitionsToTxn,
+        ApiKey::AddOffsetsToTxn,
+        ApiKey::EndTxn,
+        ApiKey::TxnOffsetCommit,
         ApiKey::CreateAcls,
         ApiKey::DescribeAcls,
         ApiKey::DeleteAcls,
@@ -138,6 +153,11 @@ impl ApiKey {
             ApiKey::DelayedProduce => "DelayedProduce",
             ApiKey::InitProducerId => "InitProducerId",
             ApiKey::WriteTxnMarkers => "WriteTxnMarkers",
+            ApiKey::FindTxnCoordinator => "FindTxnCoordinator",
+            ApiKey::AddPartitionsToTxn => "AddPartitionsToTxn",
+            ApiKey::AddOffsetsToTxn => "AddOffsetsToTxn",
+            ApiKey::EndTxn => "EndTxn",
+            ApiKey::TxnOffsetCommit => "TxnOffsetCommit",
             ApiKey::CreateAcls => "CreateAcls",
             ApiKey::DescribeAcls => "DescribeAcls",
             ApiKey::DeleteAcls => "DeleteAcls",

@@ -776,6 +776,59 @@ pub struct TxnMarkerPartitionResult {
     pub message: String,
 }
 
+/// Native key 37: where a transactional id's coordinator is (Kafka's FindCoordinator with key
+/// type 1); answered as FindCoordinator is.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct FindTxnCoordinatorRequest {
+    pub transactional_id: String,
+}
+
+/// Native key 38 (Kafka's AddPartitionsToTxn): the partitions join the producer's
+/// transaction. Answered with a [`GroupStatusResponse`] (one status for all).
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct AddPartitionsToTxnRequest {
+    pub transactional_id: String,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub partitions: Vec<TxnMarkerPartition>,
+}
+
+/// Native key 39 (Kafka's AddOffsetsToTxn): the group's offsets partition joins the
+/// transaction. Answered with a [`GroupStatusResponse`].
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct AddOffsetsToTxnRequest {
+    pub transactional_id: String,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub group: String,
+}
+
+/// Native key 40 (Kafka's EndTxn): commits or aborts. Answered with a
+/// [`GroupStatusResponse`].
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct EndTxnRequest {
+    pub transactional_id: String,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub commit: bool,
+}
+
+/// Native key 41 (Kafka's TxnOffsetCommit), to the group's coordinator: offsets committed
+/// by the transaction. Answered with a [`GroupStatusResponse`].
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct TxnOffsetCommitRequest {
+    pub transactional_id: String,
+    pub group: String,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    /// Empty with generation -1: not checked against the group's members.
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+    pub generation: i32,
+    /// (topic, partition, next offset to read, metadata)
+    pub offsets: Vec<(String, u32, u64, String)>,
+}
+
 /// One ACL binding on the native protocol (`rill acl`), its enum fields by name as Kafka
 /// writes them: resource type `topic|group|cluster|transactional-id`, pattern
 /// `literal|prefixed`, operation `READ`.., permission `ALLOW|DENY`.

@@ -11,7 +11,7 @@ use rill_shards::{start_shards, ShardConfig, ShardContext};
 
 use super::stray;
 use crate::broker::group_host::OFFSETS_TOPIC;
-use crate::broker::offsets_topic;
+use crate::broker::internal_topics::{self, InternalTopic};
 use crate::broker::shard::{AppliedIndexes, Shard};
 use crate::broker::BrokerConfig;
 use crate::controller::broker_session::{self, BrokerSession, SessionConfig};
@@ -236,7 +236,11 @@ pub fn run_broker(cfg: BrokerConfig) -> Result<(), BrokerError> {
     // now, with its one replica; a cluster creates it at the first coordinator request, once
     // enough brokers are live (`broker::offsets_topic`).
     if !quorum && handle.metadata().topic(OFFSETS_TOPIC).is_none() {
-        let create = offsets_topic::create_command(cfg.offsets_topic_partitions, 1);
+        let create = internal_topics::create_command(
+            InternalTopic::Offsets,
+            cfg.offsets_topic_partitions,
+            1,
+        );
         propose_at_start(&handle, create, quorum)?;
     }
     let md = handle.metadata();
@@ -615,6 +619,8 @@ async fn run_shard(
     }
     spawn_local(shard.clone().replication_loop()).detach();
     spawn_local(crate::native::replica_fetcher::run(shard.clone())).detach();
+    spawn_local(crate::broker::transactions::run_timers(shard.clone())).detach();
+    spawn_local(crate::native::marker_sender::run(shard.clone())).detach();
     let s = shard.clone();
     spawn_local(async move {
         while let Ok(md) = updates.recv_async().await {

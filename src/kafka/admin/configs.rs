@@ -375,6 +375,27 @@ const BROKER_KEYS: &[BrokerKey] = &[
         always_static: false,
         value: |c, _| c.offsets_topic_partitions.to_string(),
     },
+    BrokerKey {
+        name: "transaction.state.log.num.partitions",
+        config_type: TYPE_INT,
+        doc: "--transaction-state-partitions: partitions of __transactions.",
+        always_static: false,
+        value: |c, _| c.transaction_state_partitions.to_string(),
+    },
+    BrokerKey {
+        name: "transaction.max.timeout.ms",
+        config_type: TYPE_INT,
+        doc: "--transaction-max-timeout-ms: the longest transaction.timeout.ms allowed.",
+        always_static: false,
+        value: |c, _| c.transaction_max_timeout_ms.to_string(),
+    },
+    BrokerKey {
+        name: "transactional.id.expiration.ms",
+        config_type: TYPE_INT,
+        doc: "--transactional-id-expiration-ms: idle transactional ids are forgotten after it.",
+        always_static: false,
+        value: |c, _| c.transactional_id_expiration_ms.to_string(),
+    },
 ];
 
 fn broker_entries(cfg: &BrokerConfig, shard: u32) -> Vec<Entry> {

@@ -16,7 +16,7 @@ mod producer_ids;
 mod quotas;
 mod reassignments;
 #[cfg(test)]
-mod test_support;
+pub(crate) mod test_support;
 mod topics;
 mod users;
 

@@ -1,6 +1,6 @@
 //! InitProducerId over the Kafka protocol: decodes, calls the broker operation
 //! ([`crate::broker::producer_ids`]: ids reserved in blocks from the controller, KIP-360
-//! epoch bumps, transactional ids refused for now), encodes. Sequences are checked at append
+//! epoch bumps, transactional ids given to their transaction coordinator), encodes. Sequences are checked at append
 //! by each partition's producer state (`crate::partition::producer_state`).
 
 use std::rc::Rc;
@@ -13,12 +13,14 @@ use crate::broker::Shard;
 
 pub async fn init_producer_id(
     shard: &Rc<Shard>,
+    version: i16,
     req: &InitProducerIdRequest,
 ) -> InitProducerIdResponse {
     let ask = InitProducer {
         transactional_id: req.transactional_id.as_ref().map(|t| t.0.to_string()),
         producer_id: req.producer_id.0,
         epoch: req.producer_epoch,
+        transaction_timeout_ms: req.transaction_timeout_ms,
     };
     // The request carries no timeout of its own: a produce's bound.
     let deadline = Instant::now() + shard.cfg.max_produce_timeout.min(Duration::from_secs(30));
@@ -29,7 +31,8 @@ pub async fn init_producer_id(
             r.producer_epoch = epoch;
         }
         Err(e) => {
-            r.error_code = e.code.code();
+            // PRODUCER_FENCED is known from v4 on (KIP-588).
+            r.error_code = crate::kafka::transactions::code_for(&e, version, 4);
             r.producer_id = ProducerId(-1);
             r.producer_epoch = -1;
         }
