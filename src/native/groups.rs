@@ -7,6 +7,7 @@ use super::{count_refusal, status, Reply};
 use crate::broker::group_host::GroupSummary;
 use crate::broker::groups::{self, Leaving};
 use crate::broker::{OpError, Shard};
+use crate::controller::metadata::BrokerInfo;
 use crate::group::coordinator::{JoinRequest, SyncRequest};
 use crate::protocol::frame::RequestFrame;
 use crate::protocol::messages::{
@@ -22,7 +23,17 @@ pub fn find_coordinator(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
         Err(e) => return e.into(),
     };
     let found = groups::coordinator(shard, &req.group);
-    let (error_code, message) = status(shard, ApiKey::FindCoordinator, &found);
+    coordinator_reply(shard, ApiKey::FindCoordinator, found)
+}
+
+/// Where a coordinator (of a group or a transactional id) is: its broker and the port of its
+/// shard, or why it cannot be named.
+pub(super) fn coordinator_reply(
+    shard: &Shard,
+    api: ApiKey,
+    found: Result<(BrokerInfo, u32), OpError>,
+) -> Reply {
+    let (error_code, message) = status(shard, api, &found);
     let mut resp = FindCoordinatorResponse {
         error_code,
         message,

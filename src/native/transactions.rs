@@ -10,8 +10,8 @@ use crate::broker::{offsets, transactions, Shard};
 use crate::group::offsets_log::PartitionOffset;
 use crate::protocol::frame::RequestFrame;
 use crate::protocol::messages::{
-    AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, EndTxnRequest, FindCoordinatorResponse,
-    FindTxnCoordinatorRequest, GroupStatusResponse, TxnOffsetCommitRequest,
+    AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, EndTxnRequest, FindTxnCoordinatorRequest,
+    GroupStatusResponse, TxnOffsetCommitRequest,
 };
 use crate::protocol::ApiKey;
 use crate::transactions::TopicPartition;
@@ -30,20 +30,7 @@ pub fn find_coordinator(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
         Err(e) => return e.into(),
     };
     let found = transactions::coordinator(shard, &req.transactional_id);
-    let (error_code, message) = status(shard, ApiKey::FindTxnCoordinator, &found);
-    let mut resp = FindCoordinatorResponse {
-        error_code,
-        message,
-        node_id: 0,
-        host: String::new(),
-        port: 0,
-    };
-    if let Ok((info, s)) = found {
-        resp.node_id = info.node_id;
-        resp.host = info.host;
-        resp.port = (u32::from(info.port) + s).min(u32::from(u16::MAX)) as u16;
-    }
-    Reply::meta(&resp)
+    super::groups::coordinator_reply(shard, ApiKey::FindTxnCoordinator, found)
 }
 
 pub async fn add_partitions(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {

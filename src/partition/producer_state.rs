@@ -1037,16 +1037,7 @@ mod tests {
         }
     }
 
-    /// A tiny deterministic generator (no dependency for one test).
-    struct Rng(u64);
-    impl Rng {
-        fn below(&mut self, n: u64) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0 % n
-        }
-    }
+    use crate::batch::test_support::Rng;
 
     /// Random producers sending, retrying old batches and cut tails, against a model that keeps
     /// every stored batch: a new batch is appended exactly when the model says it is next, a

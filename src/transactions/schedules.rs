@@ -19,19 +19,7 @@ use super::TopicPartition;
 
 const ID: &str = "tx";
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
+use crate::batch::test_support::Rng;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Ask {
