@@ -42,13 +42,7 @@ pub async fn commit(
     generation: i32,
     offsets: Vec<PartitionOffset>,
 ) -> Result<(), OpError> {
-    coordinated_here(shard, group)?;
-    if group.contains('\0') {
-        return Err(OpError::new(
-            ErrorCode::InvalidGroupId,
-            "a group id cannot contain NUL",
-        ));
-    }
+    committable_group(shard, group)?;
     shard
         .groups
         .check_commit(group, member_id, instance, generation, &offsets)?;
@@ -125,13 +119,7 @@ pub async fn txn_commit(
     generation: i32,
     offsets: Vec<PartitionOffset>,
 ) -> Result<(), OpError> {
-    coordinated_here(shard, group)?;
-    if group.contains('\0') {
-        return Err(OpError::new(
-            ErrorCode::InvalidGroupId,
-            "a group id cannot contain NUL",
-        ));
-    }
+    committable_group(shard, group)?;
     if producer_id < 0 || producer_epoch < 0 {
         return Err(OpError::new(
             ErrorCode::InvalidProducerIdMapping,
@@ -356,4 +344,16 @@ pub fn committed(
             })
             .collect(),
     })
+}
+
+/// A group this shard coordinates and whose id a commit record can hold.
+fn committable_group(shard: &Shard, group: &str) -> Result<(), OpError> {
+    coordinated_here(shard, group)?;
+    if group.contains('\0') {
+        return Err(OpError::new(
+            ErrorCode::InvalidGroupId,
+            "a group id cannot contain NUL",
+        ));
+    }
+    Ok(())
 }

@@ -268,24 +268,15 @@ pub async fn commit(shard: &Rc<Shard>, req: OffsetCommitRequest) -> OffsetCommit
     let mut bad = Vec::new();
     for t in &req.topics {
         for p in &t.partitions {
-            match (
-                u32::try_from(p.partition_index),
-                u64::try_from(p.committed_offset),
+            match commit_record(
+                &t.name,
+                p.partition_index,
+                p.committed_offset,
+                p.committed_leader_epoch,
+                p.committed_metadata.as_ref(),
             ) {
-                (Ok(partition), Ok(offset)) => offsets.push(PartitionOffset {
-                    topic: t.name.0.to_string(),
-                    partition,
-                    offset,
-                    // -1: the client did not know the epoch (and v2..v5 do not carry it).
-                    leader_epoch: (p.committed_leader_epoch >= 0)
-                        .then_some(p.committed_leader_epoch),
-                    metadata: p
-                        .committed_metadata
-                        .as_ref()
-                        .map(|m| m.to_string())
-                        .unwrap_or_default(),
-                }),
-                _ => bad.push((t.name.clone(), p.partition_index)),
+                Some(o) => offsets.push(o),
+                None => bad.push((t.name.clone(), p.partition_index)),
             }
         }
     }
@@ -577,4 +568,23 @@ pub async fn offset_delete(shard: &Rc<Shard>, req: &OffsetDeleteRequest) -> Offs
         r.topics.push(tr);
     }
     r
+}
+
+/// One partition's commit as a Kafka client sent it (OffsetCommit, TxnOffsetCommit); `None`
+/// for a negative partition or offset.
+pub(super) fn commit_record(
+    topic: &TopicName,
+    partition: i32,
+    offset: i64,
+    leader_epoch: i32,
+    metadata: Option<&StrBytes>,
+) -> Option<PartitionOffset> {
+    Some(PartitionOffset {
+        topic: topic.0.to_string(),
+        partition: u32::try_from(partition).ok()?,
+        offset: u64::try_from(offset).ok()?,
+        // -1: the client did not know the epoch (and OffsetCommit v2..v5 do not carry it).
+        leader_epoch: (leader_epoch >= 0).then_some(leader_epoch),
+        metadata: metadata.map(|m| m.to_string()).unwrap_or_default(),
+    })
 }

@@ -18,7 +18,6 @@ use kafka_protocol::messages::{
 };
 
 use crate::broker::{offsets, transactions, OpError, Shard};
-use crate::group::offsets_log::PartitionOffset;
 use crate::protocol::ErrorCode;
 use crate::transactions::TopicPartition;
 
@@ -141,23 +140,15 @@ pub async fn txn_offset_commit(
     let mut bad = false;
     for t in &req.topics {
         for p in &t.partitions {
-            match (
-                u32::try_from(p.partition_index),
-                u64::try_from(p.committed_offset),
+            match super::groups::commit_record(
+                &t.name,
+                p.partition_index,
+                p.committed_offset,
+                p.committed_leader_epoch,
+                p.committed_metadata.as_ref(),
             ) {
-                (Ok(partition), Ok(offset)) => asked.push(PartitionOffset {
-                    topic: t.name.0.to_string(),
-                    partition,
-                    offset,
-                    leader_epoch: (p.committed_leader_epoch >= 0)
-                        .then_some(p.committed_leader_epoch),
-                    metadata: p
-                        .committed_metadata
-                        .as_ref()
-                        .map(|m| m.to_string())
-                        .unwrap_or_default(),
-                }),
-                _ => bad = true,
+                Some(o) => asked.push(o),
+                None => bad = true,
             }
         }
     }

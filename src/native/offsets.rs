@@ -16,17 +16,7 @@ pub async fn commit(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
         Ok(r) => r,
         Err(e) => return e.into(),
     };
-    let committed = req
-        .offsets
-        .into_iter()
-        .map(|(topic, partition, offset, metadata)| PartitionOffset {
-            topic,
-            partition,
-            offset,
-            leader_epoch: None,
-            metadata,
-        })
-        .collect();
+    let committed = committed_offsets(req.offsets);
     let outcome = offsets::commit(
         shard,
         &req.group,
@@ -63,4 +53,19 @@ pub fn fetch(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
             })
             .collect(),
     })
+}
+
+/// The native protocol's (topic, partition, next offset, metadata) commits (it carries no
+/// leader epoch).
+pub(super) fn committed_offsets(offsets: Vec<(String, u32, u64, String)>) -> Vec<PartitionOffset> {
+    offsets
+        .into_iter()
+        .map(|(topic, partition, offset, metadata)| PartitionOffset {
+            topic,
+            partition,
+            offset,
+            leader_epoch: None,
+            metadata,
+        })
+        .collect()
 }

@@ -7,7 +7,6 @@ use std::rc::Rc;
 
 use super::{status, Reply};
 use crate::broker::{offsets, transactions, Shard};
-use crate::group::offsets_log::PartitionOffset;
 use crate::protocol::frame::RequestFrame;
 use crate::protocol::messages::{
     AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, EndTxnRequest, FindTxnCoordinatorRequest,
@@ -91,17 +90,7 @@ pub async fn txn_offset_commit(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply
         Ok(r) => r,
         Err(e) => return e.into(),
     };
-    let committed = req
-        .offsets
-        .into_iter()
-        .map(|(topic, partition, offset, metadata)| PartitionOffset {
-            topic,
-            partition,
-            offset,
-            leader_epoch: None,
-            metadata,
-        })
-        .collect();
+    let committed = super::offsets::committed_offsets(req.offsets);
     let r = offsets::txn_commit(
         shard,
         &req.group,
