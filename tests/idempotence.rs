@@ -236,10 +236,33 @@ fn producer_ids_come_from_the_controller_and_stay_unique_across_restarts() {
 /// is stored exactly once, at the offset its delivery report names.
 #[test]
 fn lost_acknowledgements_make_the_producer_retry_and_every_record_is_stored_once() {
+    lossy_producer_run(4, 20_000);
+}
+
+/// One partition, so a connection has more than one request in flight only if the producer
+/// pipelines a partition's requests (with idempotence: up to 5 batches in flight); responses
+/// lost in between make the later requests come back refused out of order, and the producer
+/// resends in order.
+#[test]
+fn a_partition_pipelines_its_requests_and_keeps_order_through_lost_acknowledgements() {
+    let proxy = lossy_producer_run(1, 20_000);
+    let most = proxy
+        .max_outstanding
+        .load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        most >= 2,
+        "at most {most} request(s) of one partition were in flight"
+    );
+}
+
+/// Sends `n` keyed records to a `partitions`-partition topic through a proxy that drops every
+/// third response; checks every record is stored once, at the offset its report named, and
+/// each partition holds its records in send order.
+fn lossy_producer_run(partitions: u32, n: usize) -> ResponseDropper {
     let b = TestBroker::start(2, &["--advertised-host", "127.0.0.2"]);
     let proxy = ResponseDropper::start("127.0.0.2", &[b.port, b.port + 1], 3, FrameLength::Native);
     let mut admin = b.client();
-    admin.create_topic("lossy", 4, 1, vec![]).unwrap();
+    admin.create_topic("lossy", partitions, 1, vec![]).unwrap();
     let producer = Producer::new(
         ClientConfig::new(b.bootstrap()),
         ProducerConfig {
@@ -250,9 +273,8 @@ fn lost_acknowledgements_make_the_producer_retry_and_every_record_is_stored_once
         },
     )
     .unwrap();
-    const N: usize = 20_000;
-    let mut reports = Vec::with_capacity(N);
-    for i in 0..N {
+    let mut reports = Vec::with_capacity(n);
+    for i in 0..n {
         let v = format!("v{i:06}-{}", "x".repeat(100));
         let key = format!("k{}", i % 31);
         let r = producer
@@ -278,18 +300,27 @@ fn lost_acknowledgements_make_the_producer_retry_and_every_record_is_stored_once
     );
     proxy.stop_dropping();
     let mut total = 0;
-    for p in 0..4 {
+    for p in 0..partitions {
         let got = stored(&mut admin, "lossy", p);
         total += got.len();
+        let mut last_sent = None;
         for (o, v) in got {
             assert_eq!(
                 reported.get(&(p, o)),
                 Some(&v),
                 "{p}@{o}: stored, not reported"
             );
+            // `v{index}-...`: a partition's records are stored in the order they were sent.
+            let sent: usize = v[1..7].parse().expect("a send index");
+            assert!(
+                last_sent < Some(sent),
+                "{p}@{o}: record {sent} stored after record {last_sent:?}"
+            );
+            last_sent = Some(sent);
         }
     }
-    assert_eq!(total, N, "every record once, no duplicate");
+    assert_eq!(total, n, "every record once, no duplicate");
+    proxy
 }
 
 /// A batch acknowledged by the leader (acks=all: on every replica) and then retried at the

@@ -3,23 +3,29 @@
 //! with backoff inside a delivery timeout, bounded buffer memory with back-pressure, and a
 //! delivery report per record.
 //!
-//! Ordering: a partition has at most one request in flight, and a batch that fails with a
-//! retriable error goes back to the head of its partition's queue, so per-key order holds
-//! across retries and broker restarts.
+//! Ordering: a batch stays in its partition's queue, in send order, until it is answered; one
+//! that fails with a retriable error is sent again from where it is, so per-key order holds
+//! across retries and broker restarts. Without idempotence a partition has one request in
+//! flight. With it, up to `max_in_flight` requests of together at most 5 batches (what the
+//! broker remembers per producer): the broker refuses a batch whose predecessor is missing
+//! (OUT_OF_ORDER_SEQUENCE_NUMBER), so when an earlier request fails the later ones come back
+//! refused or stored, and nothing goes out again until every request of the partition has
+//! been answered; then the queue is resent from its first unanswered batch, each retry
+//! carrying exactly the batches of one earlier request (a duplicate's offsets and a new
+//! batch's are not contiguous).
 //!
 //! Idempotence (on by default, `idempotence`; with acks 1 or all): the producer gets a
 //! producer id at start, and numbers each partition's batches with sequences when it first
 //! sends them; a retry sends the same bytes, so a batch whose acknowledgement was lost is
 //! answered by the broker with the offsets it got the first time instead of being stored
-//! again. A partition's request then carries at most 5 batches (what the broker remembers per
-//! producer), either all new or all a retry of one earlier request (a duplicate's offsets and
-//! a new batch's are not contiguous). A numbered batch that fails for good (or a broker that lost
-//! the producer's state: OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID,
-//! INVALID_PRODUCER_EPOCH) makes the producer bump its epoch (KIP-360) once nothing is in
-//! flight, and number its batches from 0 again. Several partitions (of one shard) share a request, and
+//! again. A numbered batch that fails for good (or a broker that lost the producer's state:
+//! OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID, INVALID_PRODUCER_EPOCH for the first
+//! unanswered batch of its partition) makes the producer bump its epoch (KIP-360) once nothing
+//! is in flight, and number its batches from 0 again. Several partitions (of one shard) share a request, and
 //! `max_in_flight` requests may be pipelined on a connection.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -343,6 +349,9 @@ impl OpenBatch {
         let records = self.builder.len() as u32;
         match self.builder.build() {
             Ok(encoded) => Ok(SealedBatch {
+                id: NEXT_BATCH_ID.fetch_add(1, Ordering::Relaxed),
+                request: 0,
+                in_flight: false,
                 encoded: Arc::new(encoded),
                 records,
                 slot: self.slot,
@@ -358,7 +367,16 @@ impl OpenBatch {
     }
 }
 
+/// Names sealed batches (unique in the process): a request's answer finds its batches by it.
+static NEXT_BATCH_ID: AtomicU64 = AtomicU64::new(1);
+
 struct SealedBatch {
+    id: u64,
+    /// The request that first carried it under its current numbering: a retry carries
+    /// exactly the batches of one such request.
+    request: u64,
+    /// Sent and not answered yet.
+    in_flight: bool,
     encoded: Arc<rkyv::util::AlignedVec<16>>,
     records: u32,
     slot: Arc<BatchSlot>,
@@ -375,8 +393,32 @@ struct SealedBatch {
 #[derive(Default)]
 struct PartitionQueue {
     open: Option<OpenBatch>,
+    /// Sealed batches in send order, those in flight included (they leave when answered).
     ready: VecDeque<SealedBatch>,
-    in_flight: bool,
+    /// Batches of `ready` in flight, and the requests carrying them.
+    in_flight_batches: usize,
+    in_flight_requests: usize,
+}
+
+impl PartitionQueue {
+    /// Whether another request may go out now: one at a time without idempotence; with it,
+    /// up to `max_requests` carrying fewer than the 5 batches the broker remembers.
+    fn window_open(&self, idempotent: bool, max_requests: usize) -> bool {
+        if idempotent {
+            self.in_flight_batches < MAX_IDEMPOTENT_BATCHES
+                && self.in_flight_requests < max_requests.max(1)
+        } else {
+            self.in_flight_requests == 0
+        }
+    }
+
+    /// Where the next request starts: the first batch not in flight, provided no batch after
+    /// it is in flight (else an earlier request failed while later ones are out: wait for
+    /// their answers, then resend in order).
+    fn next_to_send(&self) -> Option<usize> {
+        let i = self.ready.iter().position(|b| !b.in_flight)?;
+        (!self.ready.iter().skip(i).any(|b| b.in_flight)).then_some(i)
+    }
 }
 
 /// The idempotent producer's identity and whether it must bump its epoch.
@@ -700,11 +742,13 @@ impl Producer {
     }
 }
 
-/// Batches of one partition sent together, oldest first: enough to answer or requeue them.
+/// Batches of one partition sent together, oldest first (they stay in the partition's
+/// queue, marked in flight, until answered).
 struct Sent {
     topic: Arc<str>,
     partition: u32,
-    batches: Vec<SealedBatch>,
+    /// Their ids and encoded bytes.
+    batches: Vec<(u64, Arc<rkyv::util::AlignedVec<16>>)>,
 }
 
 /// Bytes of batches of one partition that may share a request.
@@ -762,7 +806,11 @@ impl Sender {
         let current = {
             let st = self.shared.lock();
             match &st.identity {
-                Some(i) if i.bump_wanted && !st.queues.values().any(|q| q.in_flight) => i.current,
+                Some(i)
+                    if i.bump_wanted && !st.queues.values().any(|q| q.in_flight_batches > 0) =>
+                {
+                    i.current
+                }
                 _ => return,
             }
         };
@@ -819,14 +867,17 @@ impl Sender {
             .as_mut()
             .map(|i| std::mem::take(&mut i.next_seq))
             .unwrap_or_default();
+        let idempotent = identity.is_some();
+        let max_requests = cfg.max_in_flight;
         for ((topic, partition), q) in st.queues.iter_mut() {
+            // A lingered batch is sealed only when it can go out now: while the partition
+            // cannot send (its window is full) it keeps filling (that is where batches grow
+            // when linger is 0).
+            let sendable_now =
+                q.window_open(idempotent, max_requests) && q.ready.iter().all(|b| b.in_flight);
             if let Some(open) = &q.open {
                 let due = open.created + cfg.linger;
                 let full = open.builder.estimated_bytes() >= cfg.batch_bytes;
-                // A lingered batch is sealed only when it can go out now: while the partition
-                // has a request in flight it keeps filling (that is where batches grow when
-                // linger is 0).
-                let sendable_now = !q.in_flight && q.ready.is_empty();
                 if full || ((flush || now >= due) && sendable_now) {
                     match q.open.take().expect("checked").seal(now) {
                         Ok(b) => q.ready.push_back(b),
@@ -841,11 +892,9 @@ impl Sender {
                 }
             }
             // Expire what waited too long (never a batch in flight: its answer decides).
-            while q
-                .ready
-                .front()
-                .is_some_and(|b| now.duration_since(b.created) >= cfg.delivery_timeout)
-            {
+            while q.ready.front().is_some_and(|b| {
+                !b.in_flight && now.duration_since(b.created) >= cfg.delivery_timeout
+            }) {
                 let b = q.ready.pop_front().expect("checked");
                 freed += b.bytes;
                 finished += 1;
@@ -860,49 +909,55 @@ impl Sender {
                 }
                 failed.push((b.slot, why));
             }
-            if q.in_flight || paused {
+            if paused || !q.window_open(idempotent, max_requests) {
                 continue;
             }
-            if let Some(b) = q.ready.front() {
-                if b.not_before <= now {
-                    q.in_flight = true;
-                    let mut batches = Vec::new();
-                    let mut bytes = 0;
-                    while let Some(b) = q.ready.front() {
-                        // With idempotence a request carries at most the batches the broker
-                        // remembers per producer, and either only batches sent before (a
-                        // retry: the same group, whose stored offsets are contiguous) or only
-                        // new ones: a duplicate's offsets and a new batch's are not.
-                        let same_kind = batches.first().is_none_or(|f: &SealedBatch| {
-                            f.sequence.is_some() == b.sequence.is_some()
-                        });
-                        let fits = batches.is_empty()
-                            || (bytes + b.encoded.len() <= MAX_PARTITION_REQUEST_BYTES
-                                && (identity.is_none()
-                                    || (batches.len() < MAX_IDEMPOTENT_BATCHES && same_kind)));
-                        if !fits || b.not_before > now {
-                            break;
-                        }
-                        bytes += b.encoded.len();
-                        let mut b = q.ready.pop_front().expect("checked");
-                        if let Some((Some(producer), _)) = identity {
-                            let next = next_seq.entry((topic.clone(), *partition)).or_insert(0);
-                            number(next, &mut b, producer);
-                        }
-                        batches.push(b);
-                    }
-                    sendable.push(Sent {
-                        topic: topic.clone(),
-                        partition: *partition,
-                        batches,
-                    });
-                } else {
-                    next_wake = Some(next_wake.map_or(b.not_before, |w| w.min(b.not_before)));
-                }
+            let Some(first) = q.next_to_send() else {
+                continue;
+            };
+            let not_before = q.ready[first].not_before;
+            if not_before > now {
+                next_wake = Some(next_wake.map_or(not_before, |w| w.min(not_before)));
+                continue;
             }
+            // With idempotence the batches in flight stay within what the broker remembers
+            // per producer, and a request carries either only batches of one earlier request
+            // (a retry: a group whose stored offsets are contiguous) or only new ones: a
+            // duplicate's offsets and a new batch's are not contiguous.
+            let room = MAX_IDEMPOTENT_BATCHES - q.in_flight_batches.min(MAX_IDEMPOTENT_BATCHES);
+            let request = NEXT_BATCH_ID.fetch_add(1, Ordering::Relaxed);
+            let mut batches = Vec::new();
+            let mut bytes = 0;
+            let mut kind: Option<Option<u64>> = None;
+            for b in q.ready.range_mut(first..) {
+                let this_kind = b.sequence.map(|_| b.request);
+                let fits = batches.is_empty()
+                    || (bytes + b.encoded.len() <= MAX_PARTITION_REQUEST_BYTES
+                        && (!idempotent || (batches.len() < room && kind == Some(this_kind))));
+                if !fits || b.not_before > now {
+                    break;
+                }
+                kind = Some(this_kind);
+                bytes += b.encoded.len();
+                if let Some((Some(producer), _)) = identity {
+                    let next = next_seq.entry((topic.clone(), *partition)).or_insert(0);
+                    if number(next, b, producer) {
+                        b.request = request;
+                    }
+                }
+                b.in_flight = true;
+                batches.push((b.id, b.encoded.clone()));
+            }
+            q.in_flight_batches += batches.len();
+            q.in_flight_requests += 1;
+            sendable.push(Sent {
+                topic: topic.clone(),
+                partition: *partition,
+                batches,
+            });
         }
         st.queues
-            .retain(|_, q| q.open.is_some() || !q.ready.is_empty() || q.in_flight);
+            .retain(|_, q| q.open.is_some() || !q.ready.is_empty());
         if let Some(i) = st.identity.as_mut() {
             i.next_seq = next_seq;
         }
@@ -969,7 +1024,7 @@ impl Sender {
             let mut partitions = Vec::with_capacity(group.len());
             let mut at = 0u32;
             for s in &group {
-                let len = s.batches.iter().map(|b| b.encoded.len()).sum::<usize>() as u32;
+                let len = s.batches.iter().map(|b| b.1.len()).sum::<usize>() as u32;
                 partitions.push(ProducePartition {
                     topic: s.topic.to_string(),
                     partition: s.partition,
@@ -1003,7 +1058,7 @@ impl Sender {
             let payload = || -> Vec<PayloadChunk> {
                 group
                     .iter()
-                    .flat_map(|s| s.batches.iter().map(|b| b.encoded.clone() as PayloadChunk))
+                    .flat_map(|s| s.batches.iter().map(|b| b.1.clone() as PayloadChunk))
                     .collect()
             };
             if acks == Acks::None {
@@ -1109,63 +1164,101 @@ fn finish(
     let now = Instant::now();
     let mut done = Vec::new();
     let mut st = shared.lock();
+    let idempotent = st.identity.is_some();
     for (s, r) in group.into_iter().zip(per_partition) {
-        let oldest = s.batches.first().map_or(now, |b| b.created);
-        let attempts = s.batches.iter().map(|b| b.attempts).max().unwrap_or(0);
+        let State {
+            queues,
+            identity,
+            buffered,
+            outstanding,
+            metadata_wanted,
+            ..
+        } = &mut *st;
+        let Some(q) = queues.get_mut(&(s.topic.clone(), s.partition)) else {
+            debug_assert!(false, "an answered partition has a queue");
+            continue;
+        };
+        // The request's batches, still in the queue in send order (nothing else removes a
+        // batch in flight).
+        let Some(at) = q.ready.iter().position(|b| b.id == s.batches[0].0) else {
+            debug_assert!(false, "an answered batch is in its queue");
+            continue;
+        };
+        let n = s.batches.len();
+        debug_assert!(q
+            .ready
+            .range(at..at + n)
+            .map(|b| b.id)
+            .eq(s.batches.iter().map(|b| b.0)));
+        q.in_flight_batches -= n;
+        q.in_flight_requests -= 1;
+        // An earlier batch of the partition is unanswered or being resent: the broker refused
+        // these only because their predecessor was missing.
+        let behind_a_retry = at > 0;
+        let sent = q.ready.range_mut(at..at + n);
+        let mut oldest = now;
+        let mut attempts = 0;
+        for b in sent {
+            b.in_flight = false;
+            oldest = oldest.min(b.created);
+            attempts = attempts.max(b.attempts);
+        }
+        let out_of_order = matches!(
+            &r,
+            Err((_, DeliveryFailure { code: Some(c), .. }))
+                if matches!(
+                    c,
+                    ErrorCode::OutOfOrderSequenceNumber
+                        | ErrorCode::UnknownProducerId
+                        | ErrorCode::InvalidProducerEpoch
+                )
+        );
         // The broker lost this producer's state or refused its numbering: a new epoch numbers
-        // the batch again (it was not stored), and it is retried.
-        let renumber = st.identity.is_some()
-            && matches!(
-                &r,
-                Err((_, DeliveryFailure { code: Some(c), .. }))
-                    if matches!(
-                        c,
-                        ErrorCode::OutOfOrderSequenceNumber
-                            | ErrorCode::UnknownProducerId
-                            | ErrorCode::InvalidProducerEpoch
-                    )
-            );
+        // the batch again (it was not stored), and it is retried. Behind a retry, the same
+        // refusal only says an earlier batch is missing: resent in order, same numbers.
+        let renumber = idempotent && out_of_order && !behind_a_retry;
         let r = match r {
-            Err((_, f)) if renumber => Err((true, f)),
+            Err((_, f)) if idempotent && out_of_order => Err((true, f)),
             other => other,
         };
         if renumber {
-            if let Some(i) = st.identity.as_mut() {
+            if let Some(i) = identity.as_mut() {
                 i.bump_wanted = true;
             }
         }
-        let q = st.queues.entry((s.topic.clone(), s.partition)).or_default();
-        q.in_flight = false;
         match r {
             Err((true, f))
-                if attempts < cfg.retries && now.duration_since(oldest) < cfg.delivery_timeout =>
+                if (attempts < cfg.retries || behind_a_retry)
+                    && now.duration_since(oldest) < cfg.delivery_timeout =>
             {
                 log::debug!("{}-{}: retrying after: {}", s.topic, s.partition, f.message);
-                // Back to the head of the queue, in their order: per-key order holds.
+                // They stay where they are in the queue: per-key order holds.
                 let last = match f.code {
                     Some(code) => format!("{}: {}", code.name(), f.message),
                     None => f.message.clone(),
                 };
-                for mut batch in s.batches.into_iter().rev() {
+                for batch in q.ready.range_mut(at..at + n) {
                     if renumber {
                         batch.sequence = None;
                     }
-                    batch.attempts += 1;
+                    if !behind_a_retry {
+                        batch.attempts += 1;
+                    }
                     batch.not_before = now + cfg.retry_backoff;
                     batch.last_error = Some(last.clone());
-                    q.ready.push_front(batch);
                 }
-                st.metadata_wanted = true;
+                *metadata_wanted = true;
             }
             Err((_, f)) => {
-                let numbered = s.batches.iter().any(|b| b.sequence.is_some());
-                for b in s.batches {
-                    st.buffered -= b.bytes;
-                    st.outstanding -= 1;
+                let mut numbered = false;
+                for b in q.ready.drain(at..at + n) {
+                    numbered |= b.sequence.is_some();
+                    *buffered -= b.bytes;
+                    *outstanding -= 1;
                     done.push((b.slot, Err(f.clone())));
                 }
                 if numbered {
-                    if let Some(i) = st.identity.as_mut() {
+                    if let Some(i) = identity.as_mut() {
                         i.bump_wanted = true;
                     }
                 }
@@ -1173,9 +1266,9 @@ fn finish(
             Ok(ack) => {
                 // The batches were stored back to back from the first one's base offset.
                 let mut base = ack.base_offset;
-                for b in s.batches {
-                    st.buffered -= b.bytes;
-                    st.outstanding -= 1;
+                for b in q.ready.drain(at..at + n) {
+                    *buffered -= b.bytes;
+                    *outstanding -= 1;
                     let this = BatchAck {
                         base_offset: base,
                         timestamp_ms: ack.timestamp_ms,
@@ -1196,17 +1289,18 @@ fn finish(
 
 /// Numbers a batch about to be sent for the first time in `producer`'s epoch (a retry keeps
 /// its numbers): the partition's next sequence (`next_seq`, moved on), written into the batch
-/// header.
-fn number(next_seq: &mut i32, b: &mut SealedBatch, producer: (i64, i16)) {
+/// header. Whether it numbered it.
+fn number(next_seq: &mut i32, b: &mut SealedBatch, producer: (i64, i16)) -> bool {
     let (id, epoch) = producer;
     if b.sequence.is_some_and(|(e, _)| e == epoch) {
-        return;
+        return false;
     }
     let seq = *next_seq;
     let encoded: &mut rkyv::util::AlignedVec<16> = Arc::make_mut(&mut b.encoded);
     crate::batch::set_producer(encoded.as_mut_slice(), id, epoch, seq);
     *next_seq = crate::batch::sequence::increment_sequence(seq, b.records);
     b.sequence = Some((epoch, seq));
+    true
 }
 
 /// A producer id for a new idempotent producer, retrying retriable failures (no controller

@@ -31,6 +31,9 @@ pub struct ResponseDropper {
     /// Responses passed on and dropped so far.
     pub passed: Arc<AtomicU64>,
     pub dropped: Arc<AtomicU64>,
+    /// The most requests one connection had sent and not had answered (dropped answers
+    /// count as answered): more than 1 shows the client pipelining.
+    pub max_outstanding: Arc<AtomicU64>,
 }
 
 impl ResponseDropper {
@@ -42,6 +45,7 @@ impl ResponseDropper {
         let lossless = Arc::new(AtomicBool::new(false));
         let passed = Arc::new(AtomicU64::new(0));
         let dropped = Arc::new(AtomicU64::new(0));
+        let max_outstanding = Arc::new(AtomicU64::new(0));
         let mut addrs = Vec::new();
         for &port in ports {
             let listener = TcpListener::bind((listen_host, port)).expect("proxy bind");
@@ -52,6 +56,7 @@ impl ResponseDropper {
                 lossless: lossless.clone(),
                 passed: passed.clone(),
                 dropped: dropped.clone(),
+                max_outstanding: max_outstanding.clone(),
             };
             std::thread::spawn(move || {
                 for conn in listener.incoming() {
@@ -72,6 +77,7 @@ impl ResponseDropper {
             addrs,
             passed,
             dropped,
+            max_outstanding,
         }
     }
 
@@ -91,6 +97,7 @@ struct Counters {
     lossless: Arc<AtomicBool>,
     passed: Arc<AtomicU64>,
     dropped: Arc<AtomicU64>,
+    max_outstanding: Arc<AtomicU64>,
 }
 
 impl Drop for ResponseDropper {
@@ -114,22 +121,34 @@ fn proxy_one(
         lossless,
         passed,
         dropped,
+        max_outstanding,
     } = counters;
     let server = TcpStream::connect_timeout(&target, Duration::from_secs(5))?;
     let _ = client.set_nodelay(true);
     let _ = server.set_nodelay(true);
     let (mut c_in, mut s_out) = (client.try_clone()?, server.try_clone()?);
-    // Requests pass as bytes.
+    // Requests on this connection not answered yet.
+    let outstanding = Arc::new(AtomicU64::new(0));
+    let (up_outstanding, up_max) = (outstanding.clone(), max_outstanding.clone());
+    // Requests pass frame by frame (the same length prefix as responses), counted.
     let up = std::thread::spawn(move || {
-        let mut buf = vec![0u8; 64 << 10];
         loop {
-            match c_in.read(&mut buf) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => {
-                    if s_out.write_all(&buf[..n]).is_err() {
-                        break;
-                    }
-                }
+            let mut len = [0u8; 4];
+            if c_in.read_exact(&mut len).is_err() {
+                break;
+            }
+            let n = frame_len(len, framing);
+            if n > 256 << 20 {
+                break;
+            }
+            let mut body = vec![0u8; n];
+            if c_in.read_exact(&mut body).is_err() {
+                break;
+            }
+            let now = up_outstanding.fetch_add(1, Ordering::SeqCst) + 1;
+            up_max.fetch_max(now, Ordering::SeqCst);
+            if s_out.write_all(&len).is_err() || s_out.write_all(&body).is_err() {
+                break;
             }
         }
         let _ = s_out.shutdown(Shutdown::Both);
@@ -145,10 +164,7 @@ fn proxy_one(
         if s_in.read_exact(&mut len).is_err() {
             break;
         }
-        let n = match framing {
-            FrameLength::Native => u32::from_le_bytes(len) as usize,
-            FrameLength::Kafka => u32::from_be_bytes(len) as usize,
-        };
+        let n = frame_len(len, framing);
         if n > 256 << 20 {
             break;
         }
@@ -156,6 +172,10 @@ fn proxy_one(
         if s_in.read_exact(&mut body).is_err() {
             break;
         }
+        // Saturating: an acks=0 request has no answer, so counts can only be upper bounds.
+        let _ = outstanding.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |o| {
+            Some(o.saturating_sub(1))
+        });
         let count = passed.load(Ordering::SeqCst) + dropped.load(Ordering::SeqCst) + 1;
         if count % every == 0 && !lossless.load(Ordering::SeqCst) {
             dropped.fetch_add(1, Ordering::SeqCst);
@@ -170,4 +190,11 @@ fn proxy_one(
     let _ = s_in.shutdown(Shutdown::Both);
     let _ = up.join();
     Ok(())
+}
+
+fn frame_len(len: [u8; 4], framing: FrameLength) -> usize {
+    match framing {
+        FrameLength::Native => u32::from_le_bytes(len) as usize,
+        FrameLength::Kafka => u32::from_be_bytes(len) as usize,
+    }
 }
