@@ -352,6 +352,9 @@ impl OpenBatch {
                 id: NEXT_BATCH_ID.fetch_add(1, Ordering::Relaxed),
                 request: 0,
                 in_flight: false,
+                acked: false,
+                maybe_stored: false,
+                refused: false,
                 encoded: Arc::new(encoded),
                 records,
                 slot: self.slot,
@@ -377,6 +380,15 @@ struct SealedBatch {
     request: u64,
     /// Sent and not answered yet.
     in_flight: bool,
+    /// Answered and reported, kept only while an earlier batch of its partition is not:
+    /// it still counts in what the broker remembers after that one (see `next_to_send`).
+    acked: bool,
+    /// Sent under its current numbering and not refused by the broker's sequence check: the
+    /// broker may hold it, so it is never numbered again (that would store it twice).
+    maybe_stored: bool,
+    /// Refused by the broker's sequence check at its last attempt: not stored, and no batch
+    /// of its partition after it can be.
+    refused: bool,
     encoded: Arc<rkyv::util::AlignedVec<16>>,
     records: u32,
     slot: Arc<BatchSlot>,
@@ -393,7 +405,8 @@ struct SealedBatch {
 #[derive(Default)]
 struct PartitionQueue {
     open: Option<OpenBatch>,
-    /// Sealed batches in send order, those in flight included (they leave when answered).
+    /// Sealed batches in send order, those in flight included (they leave when answered;
+    /// one answered behind an unanswered one stays, `acked`, until that one is).
     ready: VecDeque<SealedBatch>,
     /// Batches of `ready` in flight, and the requests carrying them.
     in_flight_batches: usize,
@@ -401,23 +414,46 @@ struct PartitionQueue {
 }
 
 impl PartitionQueue {
-    /// Whether another request may go out now: one at a time without idempotence; with it,
-    /// up to `max_requests` carrying fewer than the 5 batches the broker remembers.
+    /// Whether another request may go out now: one at a time without idempotence, up to
+    /// `max_requests` with it.
     fn window_open(&self, idempotent: bool, max_requests: usize) -> bool {
         if idempotent {
-            self.in_flight_batches < MAX_IDEMPOTENT_BATCHES
-                && self.in_flight_requests < max_requests.max(1)
+            self.in_flight_requests < max_requests.max(1)
         } else {
             self.in_flight_requests == 0
         }
     }
 
-    /// Where the next request starts: the first batch not in flight, provided no batch after
-    /// it is in flight (else an earlier request failed while later ones are out: wait for
-    /// their answers, then resend in order).
-    fn next_to_send(&self) -> Option<usize> {
-        let i = self.ready.iter().position(|b| !b.in_flight)?;
-        (!self.ready.iter().skip(i).any(|b| b.in_flight)).then_some(i)
+    /// Where the next request starts: the first batch neither in flight nor answered,
+    /// provided no batch after it is in flight (else an earlier request failed while later
+    /// ones are out: wait for their answers, then resend in order).
+    ///
+    /// With idempotence the queue's first batch is the oldest one the broker may hold
+    /// without the producer knowing, and a retry of it is recognised only while it is among
+    /// the last 5 batches the broker stored for the partition: so a batch goes out only at a
+    /// position below 5, whatever was answered behind the first one meanwhile (an answer
+    /// can come back on a new connection while the first one's was lost on the old).
+    fn next_to_send(&self, idempotent: bool) -> Option<usize> {
+        let i = self.ready.iter().position(|b| !b.in_flight && !b.acked)?;
+        let behind_in_flight = self.ready.iter().skip(i).any(|b| b.in_flight);
+        (!behind_in_flight && (!idempotent || i < MAX_IDEMPOTENT_BATCHES)).then_some(i)
+    }
+
+    /// Batches the broker may hold that are not answered yet: an epoch bump waits for them.
+    fn unresolved(&self) -> bool {
+        self.in_flight_batches > 0
+            || self
+                .ready
+                .iter()
+                .take_while(|b| !b.refused)
+                .any(|b| b.maybe_stored)
+    }
+
+    /// Drops the answered batches at the front (reported already).
+    fn drop_answered_front(&mut self) {
+        while self.ready.front().is_some_and(|b| b.acked) {
+            self.ready.pop_front();
+        }
     }
 }
 
@@ -806,9 +842,9 @@ impl Sender {
         let current = {
             let st = self.shared.lock();
             match &st.identity {
-                Some(i)
-                    if i.bump_wanted && !st.queues.values().any(|q| q.in_flight_batches > 0) =>
-                {
+                // Not while the broker may hold a batch numbered in this epoch whose answer
+                // is not known: numbered again in the next one, it would be stored twice.
+                Some(i) if i.bump_wanted && !st.queues.values().any(PartitionQueue::unresolved) => {
                     i.current
                 }
                 _ => return,
@@ -859,7 +895,7 @@ impl Sender {
         let mut freed = 0usize;
         let mut finished = 0usize;
         let identity = st.identity.as_ref().map(|i| (i.current, i.bump_wanted));
-        // While a bump is wanted nothing new goes out (it waits for the requests in flight).
+        // While a bump is wanted nothing new goes out (only what the broker may hold).
         let paused = identity.is_some_and(|(_, bump)| bump);
         let mut expired_numbered = false;
         let mut next_seq = st
@@ -873,8 +909,8 @@ impl Sender {
             // A lingered batch is sealed only when it can go out now: while the partition
             // cannot send (its window is full) it keeps filling (that is where batches grow
             // when linger is 0).
-            let sendable_now =
-                q.window_open(idempotent, max_requests) && q.ready.iter().all(|b| b.in_flight);
+            let sendable_now = q.window_open(idempotent, max_requests)
+                && q.ready.iter().all(|b| b.in_flight || b.acked);
             if let Some(open) = &q.open {
                 let due = open.created + cfg.linger;
                 let full = open.builder.estimated_bytes() >= cfg.batch_bytes;
@@ -896,6 +932,7 @@ impl Sender {
                 !b.in_flight && now.duration_since(b.created) >= cfg.delivery_timeout
             }) {
                 let b = q.ready.pop_front().expect("checked");
+                q.drop_answered_front();
                 freed += b.bytes;
                 finished += 1;
                 // Its sequence may be stored or not: the next ones would leave a gap.
@@ -909,10 +946,10 @@ impl Sender {
                 }
                 failed.push((b.slot, why));
             }
-            if paused || !q.window_open(idempotent, max_requests) {
+            if !q.window_open(idempotent, max_requests) {
                 continue;
             }
-            let Some(first) = q.next_to_send() else {
+            let Some(first) = q.next_to_send(idempotent) else {
                 continue;
             };
             let not_before = q.ready[first].not_before;
@@ -920,11 +957,13 @@ impl Sender {
                 next_wake = Some(next_wake.map_or(not_before, |w| w.min(not_before)));
                 continue;
             }
-            // With idempotence the batches in flight stay within what the broker remembers
-            // per producer, and a request carries either only batches of one earlier request
-            // (a retry: a group whose stored offsets are contiguous) or only new ones: a
-            // duplicate's offsets and a new batch's are not contiguous.
-            let room = MAX_IDEMPOTENT_BATCHES - q.in_flight_batches.min(MAX_IDEMPOTENT_BATCHES);
+            // With idempotence the batches sent stay within what the broker remembers per
+            // producer (`next_to_send`), and a request carries either only batches of one
+            // earlier request (a retry: a group whose stored offsets are contiguous) or only
+            // new ones: a duplicate's offsets and a new batch's are not contiguous. While a
+            // bump is wanted only batches the broker may hold go out (with their numbers):
+            // their answers settle them before the new epoch numbers anything.
+            let room = MAX_IDEMPOTENT_BATCHES.saturating_sub(first);
             let request = NEXT_BATCH_ID.fetch_add(1, Ordering::Relaxed);
             let mut batches = Vec::new();
             let mut bytes = 0;
@@ -934,7 +973,7 @@ impl Sender {
                 let fits = batches.is_empty()
                     || (bytes + b.encoded.len() <= MAX_PARTITION_REQUEST_BYTES
                         && (!idempotent || (batches.len() < room && kind == Some(this_kind))));
-                if !fits || b.not_before > now {
+                if !fits || b.not_before > now || b.acked || (paused && !b.maybe_stored) {
                     break;
                 }
                 kind = Some(this_kind);
@@ -946,7 +985,12 @@ impl Sender {
                     }
                 }
                 b.in_flight = true;
+                b.maybe_stored = idempotent;
+                b.refused = false;
                 batches.push((b.id, b.encoded.clone()));
+            }
+            if batches.is_empty() {
+                continue;
             }
             q.in_flight_batches += batches.len();
             q.in_flight_requests += 1;
@@ -1241,6 +1285,10 @@ fn finish(
                     if renumber {
                         batch.sequence = None;
                     }
+                    if out_of_order {
+                        batch.maybe_stored = false;
+                        batch.refused = true;
+                    }
                     if !behind_a_retry {
                         batch.attempts += 1;
                     }
@@ -1266,7 +1314,7 @@ fn finish(
             Ok(ack) => {
                 // The batches were stored back to back from the first one's base offset.
                 let mut base = ack.base_offset;
-                for b in q.ready.drain(at..at + n) {
+                for b in q.ready.range_mut(at..at + n) {
                     *buffered -= b.bytes;
                     *outstanding -= 1;
                     let this = BatchAck {
@@ -1274,10 +1322,13 @@ fn finish(
                         timestamp_ms: ack.timestamp_ms,
                     };
                     base = base.map(|o| o + u64::from(b.records));
-                    done.push((b.slot, Ok(this)));
+                    done.push((b.slot.clone(), Ok(this)));
+                    b.acked = true;
+                    b.maybe_stored = false;
                 }
             }
         }
+        q.drop_answered_front();
     }
     drop(st);
     for (slot, r) in done {
@@ -1318,5 +1369,77 @@ fn init_producer_id(client: &mut Client, cfg: &ProducerConfig) -> Result<(i64, i
             }
             Err(e) => return Err(e),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch(state: &str) -> SealedBatch {
+        let now = Instant::now();
+        SealedBatch {
+            id: NEXT_BATCH_ID.fetch_add(1, Ordering::Relaxed),
+            request: 0,
+            in_flight: state == "in flight",
+            acked: state == "acked",
+            maybe_stored: matches!(state, "in flight" | "lost answer"),
+            refused: state == "refused",
+            encoded: Arc::new(rkyv::util::AlignedVec::new()),
+            records: 1,
+            slot: BatchSlot::new(),
+            created: now,
+            bytes: 0,
+            attempts: 0,
+            not_before: now,
+            last_error: None,
+            sequence: None,
+        }
+    }
+
+    fn queue(states: &[&str]) -> PartitionQueue {
+        let ready: VecDeque<_> = states.iter().map(|s| batch(s)).collect();
+        let in_flight_batches = ready.iter().filter(|b| b.in_flight).count();
+        PartitionQueue {
+            open: None,
+            ready,
+            in_flight_batches,
+            in_flight_requests: in_flight_batches,
+        }
+    }
+
+    /// The defect a lossy CI run once showed: the first batch's answer lost on one connection
+    /// while the next ones were answered on another; new batches kept going while fewer
+    /// than 5 were in flight, the broker forgot the first one, and its retry was refused and
+    /// numbered again: stored twice. Nothing goes out at position 5 or later.
+    #[test]
+    fn no_batch_goes_out_past_what_the_broker_remembers_behind_an_unanswered_one() {
+        let q = queue(&["in flight", "acked", "acked", "acked", "acked", "new"]);
+        assert_eq!(q.next_to_send(true), None);
+        let q = queue(&["in flight", "acked", "acked", "acked", "new"]);
+        assert_eq!(q.next_to_send(true), Some(4));
+        // The first one's retry goes out where it is; a batch behind an unanswered one waits.
+        let q = queue(&["lost answer", "acked", "acked", "acked", "acked", "new"]);
+        assert_eq!(q.next_to_send(true), Some(0));
+        let q = queue(&["lost answer", "in flight", "new"]);
+        assert_eq!(q.next_to_send(true), None);
+        // Without idempotence nothing is remembered: one request at a time, from the front.
+        let q = queue(&["new", "new"]);
+        assert_eq!(q.next_to_send(false), Some(0));
+    }
+
+    /// An epoch bump numbers batches again: it must wait while the broker may hold one whose
+    /// answer is unknown, but not for batches behind a refused one (they cannot be stored).
+    #[test]
+    fn an_epoch_bump_waits_for_every_batch_the_broker_may_hold() {
+        assert!(queue(&["in flight"]).unresolved());
+        assert!(queue(&["lost answer", "new"]).unresolved());
+        assert!(queue(&["new", "lost answer"]).unresolved());
+        assert!(!queue(&["refused", "lost answer", "new"]).unresolved());
+        assert!(!queue(&["new", "new"]).unresolved());
+        let mut q = queue(&["acked", "acked", "lost answer", "acked"]);
+        q.drop_answered_front();
+        assert_eq!(q.ready.len(), 2);
+        assert!(q.ready[0].maybe_stored && q.ready[1].acked);
     }
 }
