@@ -144,6 +144,70 @@ fn duplicates_are_answered_with_their_first_offsets_and_bad_sequences_are_refuse
     assert_eq!(got.into_values().collect::<Vec<_>>(), want);
 }
 
+/// A segment roll saves the producer state, written as the snapshot once the log is durable
+/// past it: after a SIGKILL (no clean stop) the restart replays only the log after the last
+/// roll's snapshot, and dedupe still holds for batches on both sides of it.
+#[test]
+fn a_roll_snapshot_shortens_the_replay_after_a_sigkill() {
+    let mut b = TestBroker::start_with_env(
+        1,
+        &[
+            "--segment-bytes",
+            "65536",
+            "--replica-high-watermark-checkpoint-interval-ms",
+            "100",
+        ],
+        &[("RUST_LOG", "info,rill::partition::idempotence=debug")],
+    );
+    let mut c = b.client();
+    c.create_topic("rolls", 1, 1, vec![]).unwrap();
+    let (id, _) = c.init_producer_id(None).unwrap();
+    let mut batches = Vec::new();
+    for i in 0..60 {
+        let bt = batch(id, 0, i * 50, 50, &format!("r{i}"));
+        assert_eq!(send(&mut c, "rolls", 0, &bt), Ok(i as u64 * 50));
+        batches.push(bt);
+    }
+    let dir = partition_dir(&b.data_dir(), "rolls", 0);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !dir.join("producer-state").exists() {
+        assert!(
+            Instant::now() < deadline,
+            "no producer-state snapshot after the rolls of 60 batches"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    b.kill();
+    b.start_again();
+    let mut c = b.client();
+    for (i, bt) in batches.iter().enumerate().skip(55) {
+        assert_eq!(
+            send(&mut c, "rolls", 0, bt),
+            Ok(i as u64 * 50),
+            "retry of batch {i}"
+        );
+    }
+    let next = batch(id, 0, 60 * 50, 50, "new");
+    assert_eq!(send(&mut c, "rolls", 0, &next), Ok(3000));
+    let log = b.log_text();
+    let replayed = log
+        .lines()
+        .rev()
+        .find_map(|l| {
+            l.contains("rolls-0: producer state")
+                .then(|| l.rsplit("replayed offsets ").next())
+                .flatten()
+        })
+        .expect("the open logs its replay");
+    let (from, end) = replayed.split_once("..").expect("FROM..END");
+    let (from, end): (u64, u64) = (from.trim().parse().unwrap(), end.trim().parse().unwrap());
+    assert!(end >= 3000, "{replayed}");
+    assert!(
+        from > 0,
+        "the restart replayed the whole log ({replayed}): no roll snapshot was used"
+    );
+}
+
 #[test]
 fn producer_state_survives_a_sigkill_a_clean_restart_and_a_damaged_snapshot() {
     // Small segments: the state must come from several of them (and their snapshot).

@@ -167,6 +167,7 @@ impl Partition {
         // empty partition writes none.
         self.snapshot_segments
             .set(self.log.borrow().segment_count());
+        self.flushed_segments.set(self.log.borrow().segment_count());
         self.forget_producers_before(start);
         log::debug!(
             "{}-{}: producer state: {} producers, replayed offsets {from}..{end}",
@@ -262,6 +263,7 @@ impl Partition {
         let end = self.log_end_offset();
         let complete = self.producers.borrow_mut().truncate_to(end) && !rebuild;
         self.snapshot_end.set(None);
+        *self.roll_snapshot.borrow_mut() = None;
         remove_snapshot(&self.dir()).await;
         if complete {
             return Ok(());
@@ -297,29 +299,59 @@ impl Partition {
     /// The log starts over empty: so does the producer state.
     pub(super) async fn clear_producer_state(&self) {
         self.snapshot_end.set(None);
+        *self.roll_snapshot.borrow_mut() = None;
         remove_snapshot(&self.dir()).await;
         *self.producers.borrow_mut() = ProducerStates::new();
     }
 
-    /// Writes the producer-state snapshot at a clean stop (`force`; the periodic call does
-    /// nothing): for a partition with producers, or whose log rolled since open, only while
-    /// the log is durable to its end and not failed, so the snapshot names no batch a crash
-    /// could take back. Not at every roll: on a nearly full disk those files took the blocks a
-    /// restart needs (see ARCHITECTURE.md, "Idempotent producer").
+    /// A flush rolled a segment and the log now ends at `end`: the state as it is now is the
+    /// next snapshot, written once the log is durable to `end` (Kafka snapshots at every roll,
+    /// so a restart after a crash replays at most about a segment). Not while the state is
+    /// being rebuilt (it is not whole), nor for a partition without producers.
+    pub(super) fn producer_state_rolled(&self, end: u64) {
+        let states = self.producers.borrow();
+        if states.is_empty() || self.replay_journal.borrow().0 > 0 {
+            return;
+        }
+        *self.roll_snapshot.borrow_mut() = Some((states.clone(), end));
+    }
+
+    /// Writes the producer-state snapshot: at a clean stop (`force`) the state at the log
+    /// end, for a partition with producers or whose log rolled since open; periodically
+    /// (`!force`) the state saved at the last roll, once the log is durable to that roll's
+    /// end. Only from a log that is not failed (a full disk's last blocks are not spent on
+    /// files that only save a rescan), and never naming a batch a crash could take back.
     pub async fn snapshot_producers(&self, force: bool) -> Result<(), LogError> {
-        let segments = self.log.borrow().segment_count();
-        let end = self.log_end_offset();
-        let durable = self.durable_end() == end && !self.log.borrow().has_pending();
-        // A clean stop saves producers; an empty state waits for a roll (a full disk's last
-        // blocks are not spent on files that only save a rescan).
-        let due = force
-            && (!self.producers.borrow().is_empty() || segments != self.snapshot_segments.get());
-        // A failed log (a full disk, say) is not written to: the snapshot waits for the reopen.
         let failed = self.failure().is_some();
-        if !due || !durable || failed || self.is_deleted() || self.snapshot_end.get() == Some(end) {
+        if failed || self.is_deleted() {
             return Ok(());
         }
-        let bytes = producer_snapshot::encode(&self.producers.borrow(), end);
+        let segments = self.log.borrow().segment_count();
+        let (bytes, end) = if force {
+            let end = self.log_end_offset();
+            let durable = self.durable_end() == end && !self.log.borrow().has_pending();
+            let due =
+                !self.producers.borrow().is_empty() || segments != self.snapshot_segments.get();
+            if !due || !durable || self.snapshot_end.get() == Some(end) {
+                return Ok(());
+            }
+            (
+                producer_snapshot::encode(&self.producers.borrow(), end),
+                end,
+            )
+        } else {
+            let durable_end = self.durable_end();
+            let ready =
+                matches!(&*self.roll_snapshot.borrow(), Some((_, end)) if *end <= durable_end);
+            if !ready {
+                return Ok(());
+            }
+            let Some((states, end)) = self.roll_snapshot.borrow_mut().take() else {
+                return Ok(());
+            };
+            (producer_snapshot::encode(&states, end), end)
+        };
+        *self.roll_snapshot.borrow_mut() = None;
         let dir = self.dir();
         rill_shards::rt::spawn_blocking(move || {
             let written = crate::log::partition_log::replace_file(&dir, SNAPSHOT_FILE, &bytes);

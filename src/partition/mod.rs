@@ -77,6 +77,11 @@ pub struct Partition {
     /// after a roll).
     snapshot_segments: Cell<usize>,
     snapshot_end: Cell<Option<u64>>,
+    /// The producer state as it was after the append that rolled a segment, and the log end
+    /// it covers: written as the snapshot once the log is durable to that end.
+    roll_snapshot: RefCell<Option<(producer_state::ProducerStates, u64)>>,
+    /// Segments the log had at the last flush (segments roll when flushed).
+    flushed_segments: Cell<usize>,
     /// While the producer state is rebuilt from the log: how many rebuilds run, and the
     /// producer batches appended meanwhile (each rebuild replays those from its start).
     replay_journal: RefCell<(usize, Vec<(producer_state::ProducerBatch, u64)>)>,
@@ -136,6 +141,8 @@ impl Partition {
             producers: RefCell::new(producer_state::ProducerStates::new()),
             snapshot_segments: Cell::new(0),
             snapshot_end: Cell::new(None),
+            roll_snapshot: RefCell::new(None),
+            flushed_segments: Cell::new(0),
             replay_journal: RefCell::new((0, Vec::new())),
         }
     }
@@ -450,6 +457,13 @@ impl Partition {
             return;
         }
         self.durable.set(to);
+        let (segments, log_end) = {
+            let log = self.log.borrow();
+            (log.segment_count(), log.next_offset())
+        };
+        if segments != self.flushed_segments.replace(segments) {
+            self.producer_state_rolled(log_end);
+        }
         let mut acks = self.acks.borrow_mut();
         while acks.front().is_some_and(|w| w.offset < end) {
             if let Some(w) = acks.pop_front() {

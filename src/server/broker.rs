@@ -669,8 +669,8 @@ async fn checkpoint_high_watermarks(shard: &Shard) {
     }
 }
 
-/// Writes the producer-state snapshot of every partition that needs one (at a clean stop),
-/// so the next start replays little.
+/// Writes the producer-state snapshot of every partition that needs one (at a clean stop:
+/// `force`; else those saved at a roll), so the next start replays little.
 async fn snapshot_producers(shard: &Shard, force: bool) {
     for p in shard.all_partitions() {
         if let Err(e) = p.snapshot_producers(force).await {
@@ -679,11 +679,13 @@ async fn snapshot_producers(shard: &Shard, force: bool) {
     }
 }
 
-/// Every `--replica-high-watermark-checkpoint-interval-ms`, checkpoints high watermarks.
+/// Every `--replica-high-watermark-checkpoint-interval-ms`, checkpoints high watermarks and
+/// writes the producer-state snapshots of segment rolls the log is now durable past.
 async fn checkpoint_loop(shard: Rc<Shard>) {
     loop {
         rill_shards::rt::sleep(shard.cfg.hw_checkpoint_interval).await;
         checkpoint_high_watermarks(&shard).await;
+        snapshot_producers(&shard, false).await;
     }
 }
 
