@@ -190,7 +190,13 @@ pub struct KafkaSink {
     topic: String,
     base: Instant,
     timeout: Duration,
+    /// `--records-per-txn`, and the messages sent in the open transaction.
+    records_per_txn: u64,
+    in_txn: u64,
 }
+
+/// Numbers the transactional producers of one run (each needs its own transactional id).
+static NEXT_TRANSACTIONAL_ID: AtomicU64 = AtomicU64::new(0);
 
 impl KafkaSink {
     pub fn new(a: &LoadArgs, base: Instant, warmup_end: Instant) -> Result<KafkaSink, String> {
@@ -216,6 +222,15 @@ impl KafkaSink {
             .set("queue.buffering.max.kbytes", "65536")
             .set("queue.buffering.max.messages", "2147483647")
             .set("message.timeout.ms", "120000");
+        if a.records_per_txn > 0 {
+            let n = NEXT_TRANSACTIONAL_ID.fetch_add(1, Ordering::Relaxed);
+            c.set(
+                "transactional.id",
+                format!("rill-bench-{}-{n}", std::process::id()),
+            )
+            // librdkafka wants message.timeout.ms (120 s above) <= transaction.timeout.ms.
+            .set("transaction.timeout.ms", "120000");
+        }
         let context = AckContext {
             base,
             warmup_end,
@@ -223,17 +238,37 @@ impl KafkaSink {
             failed: AtomicBool::new(false),
             first_error: Mutex::new(None),
         };
-        let producer = with_overrides(a, c)?
+        let producer: ThreadedProducer<AckContext> = with_overrides(a, c)?
             .create_with_context(context)
             .map_err(|e| format!("librdkafka producer: {e}"))?;
+        if a.records_per_txn > 0 {
+            producer
+                .init_transactions(TXN_TIMEOUT)
+                .map_err(|e| format!("librdkafka init_transactions: {e}"))?;
+        }
         Ok(KafkaSink {
             producer,
             topic: a.topic.clone(),
             base,
             timeout: Duration::from_secs(180),
+            records_per_txn: a.records_per_txn,
+            in_txn: 0,
         })
     }
 }
+
+impl KafkaSink {
+    /// Commits the open transaction (librdkafka flushes its messages first).
+    fn commit(&mut self) -> Result<(), String> {
+        self.in_txn = 0;
+        self.producer
+            .commit_transaction(TXN_TIMEOUT)
+            .map_err(|e| format!("librdkafka commit_transaction: {e}"))
+    }
+}
+
+/// How long librdkafka's transaction calls may take.
+const TXN_TIMEOUT: Duration = Duration::from_secs(60);
 
 impl MessageSink for KafkaSink {
     fn send(
@@ -245,6 +280,11 @@ impl MessageSink for KafkaSink {
         if self.producer.context().failed.load(Ordering::Relaxed) {
             return Ok(false);
         }
+        if self.records_per_txn > 0 && self.in_txn == 0 {
+            self.producer
+                .begin_transaction()
+                .map_err(|e| format!("librdkafka begin_transaction: {e}"))?;
+        }
         let nanos = intended.saturating_duration_since(self.base).as_nanos() as usize;
         let mut rec: BaseRecord<'_, [u8], [u8], usize> =
             BaseRecord::with_opaque_to(&self.topic, nanos).payload(value);
@@ -253,7 +293,15 @@ impl MessageSink for KafkaSink {
         // back-pressure: wait for delivery reports to free room, as rill's `send` blocks.
         loop {
             match self.producer.send(rec) {
-                Ok(()) => return Ok(true),
+                Ok(()) => {
+                    if self.records_per_txn > 0 {
+                        self.in_txn += 1;
+                        if self.in_txn == self.records_per_txn {
+                            self.commit()?;
+                        }
+                    }
+                    return Ok(true);
+                }
                 Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
                     rec = r;
                     self.producer.poll(Duration::from_millis(10));
@@ -267,6 +315,9 @@ impl MessageSink for KafkaSink {
     }
 
     fn finish(&mut self) -> Result<Histogram<u64>, String> {
+        if self.in_txn > 0 {
+            self.commit()?;
+        }
         // In short steps: one long `flush` polls in 100 ms waits that the polling thread can
         // leave idle by taking the last delivery reports first, which would pad the run.
         let deadline = Instant::now() + self.timeout;

@@ -88,6 +88,11 @@ pub struct LoadArgs {
     /// idempotence with other acks).
     #[arg(long, default_value = "on", value_parser = ["on", "off"])]
     pub idempotence: String,
+    /// Kafka driver: produce in transactions of this many messages each (librdkafka's
+    /// transactional producer, one `transactional.id` per producer; the commit waits for
+    /// every message of the transaction); 0 = no transactions.
+    #[arg(long, default_value_t = 0)]
+    pub records_per_txn: u64,
     /// Seconds at the start whose latencies are not recorded.
     #[arg(long, default_value_t = 0.0)]
     pub warmup_secs: f64,
@@ -130,6 +135,13 @@ impl LoadArgs {
     }
 
     pub fn producer_config(&self) -> Result<ProducerConfig, String> {
+        if self.records_per_txn > 0 {
+            return Err(
+                "--records-per-txn needs --driver kafka (librdkafka's transactional \
+                        producer; the native client has none yet)"
+                    .into(),
+            );
+        }
         Ok(ProducerConfig {
             acks: self.acks()?,
             linger: Duration::from_millis(self.linger_ms),
