@@ -530,6 +530,34 @@ fn run_controller_only(
     Ok(())
 }
 
+/// Binds a shard's listener. A port still held by the kernel for a SIGKILLed broker (its
+/// sockets outlive the process for a moment: see `wait_for_free_ports`) can refuse the bind
+/// with EADDRINUSE even after nobody answers there any more, as a CI run showed on a restart:
+/// retried until `--port-release-wait-ms`.
+async fn bind_listener(
+    addr: std::net::SocketAddr,
+    wait: Duration,
+) -> Result<TcpListener, BrokerError> {
+    let deadline = std::time::Instant::now() + wait;
+    loop {
+        match TcpListener::bind(addr) {
+            Ok(l) => return Ok(l),
+            Err(rill_shards::rt::GlommioError::IoError(e))
+                if e.kind() == std::io::ErrorKind::AddrInUse
+                    && std::time::Instant::now() < deadline =>
+            {
+                rill_shards::rt::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => {
+                return Err(BrokerError::Listen {
+                    addr: addr.to_string(),
+                    why: e.to_string(),
+                })
+            }
+        }
+    }
+}
+
 async fn run_shard(
     ctx: ShardContext,
     cfg: Arc<BrokerConfig>,
@@ -540,21 +568,23 @@ async fn run_shard(
     scrapes: Option<flume::Receiver<super::metrics::SnapshotReply>>,
 ) {
     crate::logging::set_shard(ctx.id);
-    let bind = |base: std::net::SocketAddr| {
-        let addr = std::net::SocketAddr::new(base.ip(), base.port() + ctx.id as u16);
-        TcpListener::bind(addr).map_err(|e| BrokerError::Listen {
-            addr: addr.to_string(),
-            why: e.to_string(),
-        })
+    let port = |base: std::net::SocketAddr| {
+        std::net::SocketAddr::new(base.ip(), base.port() + ctx.id as u16)
     };
-    let listener = match bind(cfg.listen) {
+    let listener = match bind_listener(port(cfg.listen), cfg.port_release_wait).await {
         Ok(l) => l,
         Err(e) => {
             let _ = bound.send(Err(e));
             return;
         }
     };
-    let kafka_listener = match cfg.kafka_listen.map(bind).transpose() {
+    let kafka_listener = match cfg.kafka_listen {
+        Some(k) => bind_listener(port(k), cfg.port_release_wait)
+            .await
+            .map(Some),
+        None => Ok(None),
+    };
+    let kafka_listener = match kafka_listener {
         Ok(l) => l,
         Err(e) => {
             let _ = bound.send(Err(e));
