@@ -4,13 +4,23 @@
 # a closed-loop run (as fast as it goes: throughput) and an open-loop run at RATE (latency
 # from the intended send time: p50/p99/p99.9). Compare the two as ratios within one run
 # (medians over ROUNDS), never with figures from another day.
+# With COMPARE=transactions, what transactions cost the same way: librdkafka's idempotent
+# producer (`idem`) vs its transactional one at RECORDS_PER_TXN messages per transaction
+# (`txn`), on rill's Kafka listener (`rill-bench produce --driver kafka --records-per-txn`).
 #
 # Usage: scripts/bench-idempotence.sh
-#   env: ROUNDS (5) MESSAGES per closed-loop run (500000) RATE msg/s (20000) SECS per
+#   env: COMPARE (idempotence | transactions) RECORDS_PER_TXN (100) ROUNDS (5) MESSAGES per closed-loop run (500000) RATE msg/s (20000) SECS per
 #        open-loop run (15) MESSAGE_BYTES (1024) PARTITIONS (4) SHARDS (1) FSYNC (never)
 #        BENCH_DIR (/tmp) RILL_BIN_DIR (else release binaries are built)
 set -euo pipefail
 
+COMPARE=${COMPARE:-idempotence}
+RECORDS_PER_TXN=${RECORDS_PER_TXN:-100}
+case "$COMPARE" in
+  idempotence) modes=(on off) ;;
+  transactions) modes=(txn idem) ;;
+  *) echo "bench-idempotence: COMPARE is idempotence or transactions" >&2; exit 2 ;;
+esac
 ROUNDS=${ROUNDS:-5}
 MESSAGES=${MESSAGES:-500000}
 RATE=${RATE:-20000}
@@ -47,9 +57,11 @@ start_broker() { # TAG
   local base dir=$work/data-$1
   base=$(free_ports "$SHARDS")
   addr=127.0.0.1:$base
+  kaddr=off
+  [ "$COMPARE" = transactions ] && kaddr=127.0.0.1:$(free_ports "$SHARDS")
   mkdir -p "$dir"
   "$RILL" broker --data-dir "$dir" --listen "$addr" --shards "$SHARDS" --fsync "$FSYNC" \
-    --kafka-listen off >"$results/broker-$1.log" 2>&1 </dev/null &
+    --kafka-listen "$kaddr" >"$results/broker-$1.log" 2>&1 </dev/null &
   broker_pid=$!; pids+=($!)
   wait_answers "$addr" 120
   "$RILL" -b "$addr" topic create bench --partitions "$PARTITIONS" >/dev/null
@@ -62,29 +74,39 @@ if command -v fio >/dev/null 2>&1; then
     | awk -F';' '{printf "fio 16 KiB O_DIRECT sequential write: %.0f MB/s", $48 / 1024}' || true)
   rm -f "$work/fio.tmp"
 fi
-echo "== $(date -u +%Y-%m-%dT%H:%MZ) $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); $ROUNDS rounds: $MESSAGES msgs closed loop, ${SECS}s at $RATE msg/s open loop, $MESSAGE_BYTES B, $PARTITIONS partitions, $SHARDS shard(s), --fsync $FSYNC, acks=all; ${fio_line:-fio not installed}" \
+echo "== $(date -u +%Y-%m-%dT%H:%MZ) $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); $ROUNDS rounds: $MESSAGES msgs closed loop, ${SECS}s at $RATE msg/s open loop, $MESSAGE_BYTES B, $PARTITIONS partitions, $SHARDS shard(s), --fsync $FSYNC, acks=all, comparing $COMPARE$([ "$COMPARE" = transactions ] && echo " (librdkafka on the Kafka listener, $RECORDS_PER_TXN messages per transaction)"); ${fio_line:-fio not installed}" \
   | tee "$results/runs.txt"
 
+mode_args() { # MODE: the producer's flags for it
+  case "$1" in
+    on | off) echo "-b $addr --idempotence $1" ;;
+    idem) echo "--driver kafka -b $kaddr" ;;
+    txn) echo "--driver kafka -b $kaddr --records-per-txn $RECORDS_PER_TXN" ;;
+  esac
+}
+
 for r in $(seq 1 "$ROUNDS"); do
-  if [ $((r % 2)) = 1 ]; then order="on off"; else order="off on"; fi
+  if [ $((r % 2)) = 1 ]; then order="${modes[0]} ${modes[1]}"; else order="${modes[1]} ${modes[0]}"; fi
   for idem in $order; do
-    echo "== round $r: idempotence $idem" | tee -a "$results/runs.txt"
+    echo "== round $r: $COMPARE $idem" | tee -a "$results/runs.txt"
     start_broker "$idem-$r"
-    "$BENCH" --json "$results/closed-$idem-$r.json" produce -b "$addr" --topic bench \
+    # shellcheck disable=SC2046 # the mode's flags are words
+    "$BENCH" --json "$results/closed-$idem-$r.json" produce $(mode_args "$idem") --topic bench \
       --partitions "$PARTITIONS" --message-bytes "$MESSAGE_BYTES" --messages "$MESSAGES" \
-      --acks all --idempotence "$idem" | tee -a "$results/runs.txt"
-    "$BENCH" --json "$results/open-$idem-$r.json" produce -b "$addr" --topic bench \
+      --acks all | tee -a "$results/runs.txt"
+    # shellcheck disable=SC2046
+    "$BENCH" --json "$results/open-$idem-$r.json" produce $(mode_args "$idem") --topic bench \
       --partitions "$PARTITIONS" --message-bytes "$MESSAGE_BYTES" --rate "$RATE" \
-      --duration-secs "$SECS" --warmup-secs 2 --acks all --linger-ms 1 --idempotence "$idem" \
+      --duration-secs "$SECS" --warmup-secs 2 --acks all --linger-ms 1 \
       | tee -a "$results/runs.txt"
     stop_pid "$broker_pid"
     rm -rf "$work"/data-*
   done
 done
 
-python3 - "$results" <<'PY'
+python3 - "$results" "${modes[0]}" "${modes[1]}" <<'PY'
 import json, os, statistics, sys
-res = sys.argv[1]
+res, a, b = sys.argv[1:4]
 rows = {}
 for f in sorted(os.listdir(res)):
     if f.endswith(".json"):
@@ -92,7 +114,7 @@ for f in sorted(os.listdir(res)):
         rows.setdefault((kind, idem), []).append(json.load(open(os.path.join(res, f))))
 def med(rs, k):
     return statistics.median(k(r) for r in rs)
-print("| run | idempotence | runs | msg/s (median) | p50 us | p99 us | p99.9 us |")
+print("| run | producer | runs | msg/s (median) | p50 us | p99 us | p99.9 us |")
 print("|---|---|---|---|---|---|---|")
 for (kind, idem), rs in sorted(rows.items()):
     print(f"| {kind} | {idem} | {len(rs)} | {med(rs, lambda r: r['msgs_per_sec']):,.0f} | "
@@ -100,9 +122,9 @@ for (kind, idem), rs in sorted(rows.items()):
           f"{med(rs, lambda r: r['latency_us']['p99']):,.0f} | "
           f"{med(rs, lambda r: r['latency_us']['p999']):,.0f} |")
 for kind in ("closed", "open"):
-    on, off = rows.get((kind, "on")), rows.get((kind, "off"))
+    on, off = rows.get((kind, a)), rows.get((kind, b))
     if on and off:
         t = med(on, lambda r: r["msgs_per_sec"]) / med(off, lambda r: r["msgs_per_sec"])
         p = med(on, lambda r: r["latency_us"]["p99"]) / med(off, lambda r: r["latency_us"]["p99"])
-        print(f"{kind}: on/off throughput {t:.3f}, p99 {p:.2f}")
+        print(f"{kind}: {a}/{b} throughput {t:.3f}, p99 {p:.2f}")
 PY
