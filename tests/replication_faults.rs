@@ -16,7 +16,7 @@ use rill::client::producer::{Acks, Producer, ProducerConfig, ProducerRecord};
 use rill::client::ClientConfig;
 use rill_testkit::{
     assert_replicas_equal, create_topic_rf3, partition_meta, read_partition, wait_partition,
-    NetLab, TestCluster, DEADLINE, FAST_FENCING,
+    NetLab, Rng, TestCluster, DEADLINE, FAST_FENCING,
 };
 
 /// One record whose acknowledgement came back.
@@ -505,18 +505,6 @@ fn a_slow_follower_leaves_the_isr_and_rejoins_once_its_link_is_fast_again() {
     check_acknowledged(&c, "slow", 1, &acked);
 }
 
-/// A xorshift generator: the test's random moments, reproducible from the printed seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self, below: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % below
-    }
-}
-
 /// SIGKILLs broker `victim`, which leads `topic`-`p` as `m` says, and waits until another
 /// broker names a new leader at a newer epoch; returns that broker's id.
 fn kill_leader(
@@ -540,18 +528,7 @@ fn kill_leader(
 
 #[test]
 fn twenty_rounds_of_sigkilling_leaders_lose_no_acknowledged_record_and_keep_key_order() {
-    let seed = std::env::var("RILL_TEST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-                | 1
-        });
-    eprintln!("seed {seed} (RILL_TEST_SEED={seed} repeats this run)");
-    let mut rng = Rng(seed);
+    let mut rng = Rng::seeded();
     let partitions = 4;
     let mut c = TestCluster::start(3, 1, FAST_FENCING);
     c.wait_leader(&[1, 2, 3]);
@@ -563,8 +540,8 @@ fn twenty_rounds_of_sigkilling_leaders_lose_no_acknowledged_record_and_keep_key_
     traffic.wait_more(200, "before the first round");
     for round in 0..20 {
         // Some partition's leader, at a random moment.
-        let p = rng.next(u64::from(partitions)) as u32;
-        std::thread::sleep(Duration::from_millis(rng.next(1500)));
+        let p = rng.below(u64::from(partitions)) as u32;
+        std::thread::sleep(Duration::from_millis(rng.below(1500)));
         let m = partition_meta(&c.nodes[0], "kill", p).expect("metadata");
         let victim = u64::from(m.leader);
         eprintln!(

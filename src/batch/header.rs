@@ -187,8 +187,19 @@ pub fn stamp_leader(batch: &mut [u8], base_offset: u64, append_time_ms: i64, lea
 }
 
 /// Sets the producer id, epoch and base sequence of an encoded batch in place (an idempotent
-/// producer numbers a batch when it first sends it) and the two CRCs that cover them.
-pub fn set_producer(batch: &mut [u8], producer_id: i64, epoch: i16, base_sequence: i32) {
+/// producer numbers a batch when it first sends it), marks it transactional if asked, and
+/// sets the two CRCs that cover them.
+pub fn set_producer(
+    batch: &mut [u8],
+    producer_id: i64,
+    epoch: i16,
+    base_sequence: i32,
+    transactional: bool,
+) {
+    if transactional {
+        let flags = u16_at(batch, 28) | FLAG_TRANSACTIONAL;
+        batch[28..30].copy_from_slice(&flags.to_le_bytes());
+    }
     batch[56..64].copy_from_slice(&producer_id.to_le_bytes());
     batch[64..66].copy_from_slice(&epoch.to_le_bytes());
     batch[68..72].copy_from_slice(&base_sequence.to_le_bytes());

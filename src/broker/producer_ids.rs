@@ -50,10 +50,6 @@ pub struct InitProducer {
     pub transaction_timeout_ms: i32,
 }
 
-/// A transactional producer's timeout when its request names none (the native
-/// InitProducerId; Kafka's client default `transaction.timeout.ms`).
-pub const DEFAULT_TRANSACTION_TIMEOUT_MS: i32 = 60_000;
-
 /// Answers InitProducerId: (producer id, epoch).
 pub async fn init_producer_id(
     shard: &Rc<Shard>,

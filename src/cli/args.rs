@@ -630,6 +630,14 @@ pub struct ProduceArgs {
     pub linger_ms: u64,
     #[arg(long, default_value_t = 256 << 10)]
     pub batch_bytes: usize,
+    /// Send the whole input as one transaction of this transactional id, committed at EOF
+    /// (aborted if anything fails); fences an earlier producer with the same id.
+    #[arg(long)]
+    pub transactional_id: Option<String>,
+    /// With --transactional-id: the coordinator aborts the transaction if it is still open
+    /// this long after it began (Kafka's transaction.timeout.ms).
+    #[arg(long, default_value_t = 60_000)]
+    pub transaction_timeout_ms: u64,
 }
 
 #[derive(Args, Debug)]

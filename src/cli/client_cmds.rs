@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 use super::args::{ClusterCommand, Command, ConsumeArgs, ProduceArgs, TopicCommand};
 use crate::batch::TagFilter;
 use crate::client::{
-    Acks, Client, ClientConfig, Consumer, ConsumerConfig, ConsumerRecord, Delivery, DeliveryFuture,
-    GroupConsumer, GroupConsumerConfig, Isolation, OffsetReset, PendingCommit, Producer,
-    ProducerConfig, ProducerRecord, StartFrom,
+    Acks, Client, ClientConfig, ClientError, Consumer, ConsumerConfig, ConsumerRecord, Delivery,
+    DeliveryFuture, GroupConsumer, GroupConsumerConfig, Isolation, OffsetReset, PendingCommit,
+    Producer, ProducerConfig, ProducerRecord, StartFrom, TransactionConfig, TransactionalProducer,
 };
 
 pub fn run(target: &ClientConfig, cmd: Command) -> Result<(), String> {
@@ -291,7 +291,70 @@ fn produce(target: &ClientConfig, a: ProduceArgs) -> Result<(), String> {
         batch_bytes: a.batch_bytes,
         ..ProducerConfig::default()
     };
-    let producer = Producer::new(target.clone(), cfg).map_err(|e| e.to_string())?;
+    let producer = match &a.transactional_id {
+        Some(id) => {
+            if a.delay_ms.is_some() {
+                return Err("--delay-ms cannot be used with --transactional-id".into());
+            }
+            if acks != Acks::All {
+                return Err("--transactional-id needs --acks all".into());
+            }
+            let txn = TransactionConfig {
+                transactional_id: id.clone(),
+                transaction_timeout: Duration::from_millis(a.transaction_timeout_ms),
+            };
+            let p =
+                TransactionalProducer::init(target.clone(), cfg, txn).map_err(|e| e.to_string())?;
+            p.begin().map_err(|e| e.to_string())?;
+            Sink::Transactional(Box::new(p))
+        }
+        None => Sink::Plain(Producer::new(target.clone(), cfg).map_err(|e| e.to_string())?),
+    };
+    let r = produce_lines(target, &a, &headers, &producer);
+    match (producer, r) {
+        (Sink::Transactional(p), Ok(())) => p.commit().map_err(|e| format!("commit: {e}")),
+        (Sink::Transactional(p), Err(e)) => match p.abort() {
+            Ok(()) => Err(format!("{e} (the transaction was aborted)")),
+            Err(abort) => Err(format!("{e} (and the abort failed: {abort})")),
+        },
+        (Sink::Plain(_), r) => r,
+    }
+}
+
+/// Where `rill produce` sends: a plain producer, or one transaction for the whole input.
+enum Sink {
+    Plain(Producer),
+    Transactional(Box<TransactionalProducer>),
+}
+
+impl Sink {
+    fn partitions_for(&self, topic: &str) -> Result<u32, ClientError> {
+        match self {
+            Sink::Plain(p) => p.partitions_for(topic),
+            Sink::Transactional(p) => p.partitions_for(topic),
+        }
+    }
+    fn send(&self, r: ProducerRecord<'_>) -> Result<DeliveryFuture, ClientError> {
+        match self {
+            Sink::Plain(p) => p.send(r),
+            Sink::Transactional(p) => p.send(r),
+        }
+    }
+    fn flush(&self) -> Result<(), ClientError> {
+        match self {
+            Sink::Plain(p) => p.flush(),
+            Sink::Transactional(p) => p.flush(),
+        }
+    }
+}
+
+/// Sends stdin's lines; every delivery report checked.
+fn produce_lines(
+    target: &ClientConfig,
+    a: &ProduceArgs,
+    headers: &[(String, Option<Vec<u8>>)],
+    producer: &Sink,
+) -> Result<(), String> {
     // Fail before reading stdin if the topic or partition does not exist.
     let n = producer
         .partitions_for(&a.topic)
@@ -324,7 +387,7 @@ fn produce(target: &ClientConfig, a: ProduceArgs) -> Result<(), String> {
             _ => (None, line.as_bytes()),
         };
         let mut record = ProducerRecord::new(&a.topic, value)
-            .headers(&headers)
+            .headers(headers)
             .tags(&a.tags);
         record.key = key;
         record.partition = a.partition;

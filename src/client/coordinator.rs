@@ -8,9 +8,9 @@ use std::time::Duration;
 use super::{Client, ClientError};
 use crate::protocol::messages::{
     DescribeGroupsRequest, DescribeGroupsResponse, FindCoordinatorRequest, FindCoordinatorResponse,
-    GroupStatusResponse, HeartbeatRequest, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest,
-    OffsetCommitRequest, OffsetFetchRequest, OffsetFetchResponse, SyncGroupRequest,
-    SyncGroupResponse,
+    FindTxnCoordinatorRequest, GroupStatusResponse, HeartbeatRequest, JoinGroupRequest,
+    JoinGroupResponse, LeaveGroupRequest, OffsetCommitRequest, OffsetFetchRequest,
+    OffsetFetchResponse, SyncGroupRequest, SyncGroupResponse,
 };
 pub use crate::protocol::messages::{GroupDescription, MemberInfo};
 use crate::protocol::{ApiKey, ErrorCode};
@@ -19,7 +19,7 @@ use crate::protocol::{ApiKey, ErrorCode};
 /// group never committed one, metadata).
 pub type FetchedOffset = (String, u32, Option<u64>, String);
 
-fn check(code: i16, message: &str) -> Result<(), ClientError> {
+pub(super) fn check(code: i16, message: &str) -> Result<(), ClientError> {
     match ErrorCode::from_code(code) {
         ErrorCode::None => Ok(()),
         c => Err(ClientError::broker(c, message)),
@@ -29,12 +29,35 @@ fn check(code: i16, message: &str) -> Result<(), ClientError> {
 impl Client {
     /// The address of the shard coordinating `group`.
     pub fn find_coordinator(&mut self, group: &str) -> Result<SocketAddr, ClientError> {
-        let bootstrap = self.bootstrap_addr()?;
         let req = FindCoordinatorRequest {
             group: group.to_string(),
         };
-        let (r, _): (FindCoordinatorResponse, _) =
-            self.call(bootstrap, ApiKey::FindCoordinator, &req, &[])?;
+        self.coordinator_address(ApiKey::FindCoordinator, &req)
+    }
+
+    /// The address of the shard coordinating `transactional_id`'s transactions.
+    pub fn find_txn_coordinator(
+        &mut self,
+        transactional_id: &str,
+    ) -> Result<SocketAddr, ClientError> {
+        let req = FindTxnCoordinatorRequest {
+            transactional_id: transactional_id.to_string(),
+        };
+        self.coordinator_address(ApiKey::FindTxnCoordinator, &req)
+    }
+
+    /// Asks where a coordinator is (both answers are FindCoordinator's): the bootstrap
+    /// broker, or any other the metadata named when it cannot be reached (a coordinator
+    /// moves precisely when a broker dies).
+    fn coordinator_address<Req>(
+        &mut self,
+        api: ApiKey,
+        req: &Req,
+    ) -> Result<SocketAddr, ClientError>
+    where
+        Req: crate::protocol::frame::EncodeMeta,
+    {
+        let r: FindCoordinatorResponse = self.call_any_broker(api, req)?;
         check(r.error_code, &r.message)?;
         (r.host.as_str(), r.port)
             .to_socket_addrs()

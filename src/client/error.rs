@@ -59,6 +59,17 @@ pub enum ClientError {
     /// A produced record failed without a broker error code (e.g. its delivery timeout expired).
     #[error("delivery failed: {0}")]
     Delivery(String),
+    /// A transactional producer's transaction cannot commit: it must be aborted, or, when
+    /// `fatal` (a newer instance of its transactional id fenced it), the producer is done.
+    #[error("transaction {}: {message}", if *fatal { "failed for good (the producer must be closed)" } else { "must be aborted" })]
+    Transaction {
+        /// The producer cannot go on.
+        fatal: bool,
+        /// The broker's error code behind it, where there is one.
+        code: Option<ErrorCode>,
+        /// What went wrong.
+        message: String,
+    },
 }
 
 impl ClientError {
@@ -72,6 +83,7 @@ impl ClientError {
     pub fn code(&self) -> Option<ErrorCode> {
         match self {
             ClientError::Broker { code, .. } => Some(*code),
+            ClientError::Transaction { code, .. } => *code,
             _ => None,
         }
     }

@@ -329,6 +329,22 @@ impl GroupConsumer {
         lock(&self.shared).generation
     }
 
+    /// The group, member and generation, for offsets a transactional producer commits
+    /// ([`super::TransactionalProducer::send_offsets_to_transaction`]): the coordinator
+    /// refuses them once this member is no longer in that generation.
+    pub fn group_metadata(&self) -> super::GroupMetadata {
+        let m = lock(&self.shared);
+        super::GroupMetadata {
+            group: self.cfg.group.clone(),
+            generation: m
+                .generation
+                .and_then(|g| i32::try_from(g).ok())
+                .unwrap_or(-1),
+            member_id: m.member_id.clone(),
+            group_instance_id: self.cfg.group_instance_id.clone(),
+        }
+    }
+
     /// The partitions assigned to this member now.
     pub fn assignment(&self) -> Vec<TopicPartition> {
         self.owned.iter().cloned().collect()

@@ -14,6 +14,7 @@ pub mod group_consumer;
 pub mod pipeline;
 pub mod producer;
 pub mod socket;
+pub mod transactional;
 mod txn_skip;
 
 use std::collections::HashMap;
@@ -37,6 +38,7 @@ pub use group_consumer::{
 pub use producer::{
     Acks, DeliveryFuture, Producer, ProducerConfig, ProducerRecord, RecordMetadata,
 };
+pub use transactional::{GroupMetadata, TransactionConfig, TransactionalProducer};
 
 use crate::protocol::messages::*;
 use crate::protocol::{ApiKey, ErrorCode, ResponseFrame};
@@ -370,9 +372,42 @@ impl Client {
         &mut self,
         current: Option<(i64, i16)>,
     ) -> Result<(i64, i16), ClientError> {
+        let req = self.init_producer_id_request(None, current);
+        let resp: InitProducerIdResponse = self.call_any_broker(ApiKey::InitProducerId, &req)?;
+        producer_id_answer(resp)
+    }
+
+    /// InitProducerId for a transactional producer, asked of its transaction coordinator
+    /// at `at`: (`transactional_id`, `transaction.timeout.ms`). Fences older epochs and
+    /// aborts their open transaction (answered CONCURRENT_TRANSACTIONS until done).
+    pub fn init_transactional_producer_id(
+        &mut self,
+        at: SocketAddr,
+        transactional_id: &str,
+        transaction_timeout_ms: i32,
+        current: Option<(i64, i16)>,
+    ) -> Result<(i64, i16), ClientError> {
+        let req = self.init_producer_id_request(
+            Some((transactional_id.to_string(), transaction_timeout_ms)),
+            current,
+        );
+        let (resp, _): (InitProducerIdResponse, _) =
+            self.call(at, ApiKey::InitProducerId, &req, &[])?;
+        producer_id_answer(resp)
+    }
+
+    fn init_producer_id_request(
+        &self,
+        transactional: Option<(String, i32)>,
+        current: Option<(i64, i16)>,
+    ) -> InitProducerIdRequest {
         let (producer_id, producer_epoch) = current.unwrap_or((-1, -1));
-        let req = InitProducerIdRequest {
-            transactional_id: None,
+        let (transactional_id, transaction_timeout_ms) = match transactional {
+            Some((id, timeout)) => (Some(id), timeout),
+            None => (None, 0),
+        };
+        InitProducerIdRequest {
+            transactional_id,
             producer_id,
             producer_epoch,
             timeout_ms: self
@@ -380,15 +415,8 @@ impl Client {
                 .request_timeout
                 .as_millis()
                 .min(u128::from(u32::MAX)) as u32,
-        };
-        let resp: InitProducerIdResponse = self.call_any_broker(ApiKey::InitProducerId, &req)?;
-        if resp.error_code != 0 {
-            return Err(ClientError::broker(
-                ErrorCode::from_code(resp.error_code),
-                resp.message,
-            ));
+            transaction_timeout_ms,
         }
-        Ok((resp.producer_id, resp.producer_epoch))
     }
 
     /// Refreshes metadata until `topic` is known, or the deadline passes.
@@ -1046,6 +1074,16 @@ impl Client {
         }
         Ok(u64::try_from(r.offset).ok())
     }
+}
+
+fn producer_id_answer(resp: InitProducerIdResponse) -> Result<(i64, i16), ClientError> {
+    if resp.error_code != 0 {
+        return Err(ClientError::broker(
+            ErrorCode::from_code(resp.error_code),
+            resp.message,
+        ));
+    }
+    Ok((resp.producer_id, resp.producer_epoch))
 }
 
 fn reassignment_results(

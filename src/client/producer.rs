@@ -33,6 +33,7 @@ use std::time::{Duration, Instant};
 use event_listener::{Event, EventListener, Listener};
 
 use super::pipeline::{Completion, PayloadChunk, PipelinedConnection};
+use super::transactional::Txn;
 use super::{Client, ClientConfig, ClientError, MetadataCache};
 use crate::batch::BatchBuilder;
 use crate::partitioner::{keyed_partition, sticky_partition};
@@ -459,19 +460,20 @@ impl PartitionQueue {
 
 /// The idempotent producer's identity and whether it must bump its epoch.
 #[derive(Default)]
-struct Identity {
+pub(super) struct Identity {
     /// (producer id, epoch) from InitProducerId.
-    current: Option<(i64, i16)>,
-    /// A numbered batch failed for good, or the broker lost track: bump before sending more.
-    bump_wanted: bool,
+    pub(super) current: Option<(i64, i16)>,
+    /// A numbered batch failed for good, or the broker lost track: bump before sending more
+    /// (a transactional producer bumps when the transaction is aborted).
+    pub(super) bump_wanted: bool,
     /// Each partition's next base sequence in the current epoch. Kept apart from the
     /// partition queues, which come and go with the traffic: a sequence never starts over
     /// within an epoch.
-    next_seq: HashMap<(Arc<str>, u32), i32>,
+    pub(super) next_seq: HashMap<(Arc<str>, u32), i32>,
 }
 
 #[derive(Default)]
-struct State {
+pub(super) struct State {
     queues: HashMap<(Arc<str>, u32), PartitionQueue>,
     buffered: usize,
     /// Batches sent and not yet answered, plus batches queued.
@@ -489,11 +491,13 @@ struct State {
     flush_wanted: bool,
     closed: bool,
     /// Present with idempotence.
-    identity: Option<Identity>,
+    pub(super) identity: Option<Identity>,
+    /// Present for a transactional producer.
+    pub(super) txn: Option<Txn>,
 }
 
-struct Shared {
-    cfg: ProducerConfig,
+pub(super) struct Shared {
+    pub(super) cfg: ProducerConfig,
     client_cfg: ClientConfig,
     state: Mutex<State>,
     /// Signalled when memory frees, metadata arrives or a batch completes.
@@ -503,17 +507,17 @@ struct Shared {
 }
 
 impl Shared {
-    fn lock(&self) -> MutexGuard<'_, State> {
+    pub(super) fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
-    fn wake(&self) {
+    pub(super) fn wake(&self) {
         let _ = self.wake_tx.try_send(());
     }
 }
 
 /// A thread-safe producer: share it (`Arc`) between threads and tasks.
 pub struct Producer {
-    shared: Arc<Shared>,
+    pub(super) shared: Arc<Shared>,
     sender: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -538,12 +542,24 @@ impl Producer {
         let identity = if cfg.idempotence && cfg.acks != Acks::None {
             Some(Identity {
                 current: Some(init_producer_id(&mut client, &cfg)?),
-                bump_wanted: false,
-                next_seq: HashMap::new(),
+                ..Identity::default()
             })
         } else {
             None
         };
+        Self::start(client, client_cfg, cfg, partitioner, identity, None)
+    }
+
+    /// Starts the sender thread on `client` with the producer's identity (idempotence) and
+    /// transaction (a transactional producer).
+    pub(super) fn start(
+        client: Client,
+        client_cfg: ClientConfig,
+        cfg: ProducerConfig,
+        partitioner: Option<Partitioner>,
+        identity: Option<Identity>,
+        txn: Option<Txn>,
+    ) -> Result<Producer, ClientError> {
         let (wake_tx, wake_rx) = flume::bounded(1);
         let shared = Arc::new(Shared {
             cfg,
@@ -552,6 +568,7 @@ impl Producer {
                 metadata: Arc::new(client.metadata().clone()),
                 sticky_turn: std::process::id(),
                 identity,
+                txn,
                 ..State::default()
             }),
             changed: Condvar::new(),
@@ -758,7 +775,7 @@ impl Drop for Producer {
 
 impl Producer {
     /// Sends everything buffered and waits for the outcomes, until `deadline` if given.
-    fn flush_until(&self, deadline: Option<Instant>) -> Result<(), ClientError> {
+    pub(super) fn flush_until(&self, deadline: Option<Instant>) -> Result<(), ClientError> {
         let mut st = self.shared.lock();
         while st.outstanding > 0 && deadline.is_none_or(|d| Instant::now() < d) {
             if st.closed {
@@ -827,6 +844,9 @@ impl Sender {
             if closed {
                 return;
             }
+            if super::transactional::add_partitions(&self.shared, &mut self.client) {
+                continue; // partitions joined the transaction: their batches may go now
+            }
             let wait = next_wake.map_or(Duration::from_millis(100), |t| {
                 t.saturating_duration_since(Instant::now())
             });
@@ -841,6 +861,9 @@ impl Sender {
     fn bump_epoch_if_wanted(&mut self) {
         let current = {
             let st = self.shared.lock();
+            if st.txn.is_some() {
+                return; // a transactional producer bumps when its transaction is aborted
+            }
             match &st.identity {
                 // Not while the broker may hold a batch numbered in this epoch whose answer
                 // is not known: numbered again in the next one, it would be stored twice.
@@ -905,6 +928,8 @@ impl Sender {
             .unwrap_or_default();
         let idempotent = identity.is_some();
         let max_requests = cfg.max_in_flight;
+        // Taken out for the loop over the queues, put back after it.
+        let mut txn = st.txn.take();
         for ((topic, partition), q) in st.queues.iter_mut() {
             // A lingered batch is sealed only when it can go out now: while the partition
             // cannot send (its window is full) it keeps filling (that is where batches grow
@@ -946,6 +971,41 @@ impl Sender {
                 }
                 failed.push((b.slot, why));
             }
+            if let Some(t) = txn.as_mut() {
+                // A transaction that can only be aborted sends nothing more: what is not in
+                // flight fails (its sequences may leave a gap: the abort bumps the epoch).
+                if let Some(e) = &t.error {
+                    let why = format!("the transaction cannot commit: {}", e.message);
+                    if let Some(o) = q.open.take() {
+                        freed += o.bytes;
+                        finished += 1;
+                        failed.push((o.slot, why.clone()));
+                    }
+                    let mut kept = VecDeque::with_capacity(q.ready.len());
+                    for b in q.ready.drain(..) {
+                        if b.in_flight || b.acked {
+                            kept.push_back(b);
+                            continue;
+                        }
+                        freed += b.bytes;
+                        finished += 1;
+                        expired_numbered |= b.sequence.is_some();
+                        failed.push((b.slot, why.clone()));
+                    }
+                    q.ready = kept;
+                    q.drop_answered_front();
+                    continue;
+                }
+                // A partition's records go out once the coordinator has it in the
+                // transaction (AddPartitionsToTxn, sent by `run`).
+                let key = (topic.clone(), *partition);
+                if !t.added.contains(&key) {
+                    if !q.ready.is_empty() {
+                        t.to_add.insert(key);
+                    }
+                    continue;
+                }
+            }
             if !q.window_open(idempotent, max_requests) {
                 continue;
             }
@@ -980,7 +1040,7 @@ impl Sender {
                 bytes += b.encoded.len();
                 if let Some((Some(producer), _)) = identity {
                     let next = next_seq.entry((topic.clone(), *partition)).or_insert(0);
-                    if number(next, b, producer) {
+                    if number(next, b, producer, txn.is_some()) {
                         b.request = request;
                     }
                 }
@@ -1002,6 +1062,13 @@ impl Sender {
         }
         st.queues
             .retain(|_, q| q.open.is_some() || !q.ready.is_empty());
+        if let (Some(t), Some((_, why))) = (txn.as_mut(), failed.first()) {
+            t.fail(None, why, false);
+        }
+        if let Some(due) = txn.as_ref().and_then(super::transactional::add_due) {
+            next_wake = Some(next_wake.map_or(due, |w| w.min(due)));
+        }
+        st.txn = txn;
         if let Some(i) = st.identity.as_mut() {
             i.next_seq = next_seq;
         }
@@ -1216,6 +1283,7 @@ fn finish(
             buffered,
             outstanding,
             metadata_wanted,
+            txn,
             ..
         } = &mut *st;
         let Some(q) = queues.get_mut(&(s.topic.clone(), s.partition)) else {
@@ -1261,7 +1329,17 @@ fn finish(
         // the batch again (it was not stored), and it is retried. Behind a retry, the same
         // refusal only says an earlier batch is missing: resent in order, same numbers.
         let renumber = idempotent && out_of_order && !behind_a_retry;
+        // A transactional producer never renumbers within its transaction: the batch fails,
+        // the transaction can only be aborted, and the abort bumps the epoch. A newer epoch
+        // of its transactional id fenced it: nothing it sends will be taken again.
+        let fenced = txn.is_some()
+            && matches!(
+                &r,
+                Err((_, DeliveryFailure { code: Some(c), .. }))
+                    if super::transactional::is_fenced(*c)
+            );
         let r = match r {
+            Err((_, f)) if fenced || (txn.is_some() && renumber) => Err((false, f)),
             Err((_, f)) if idempotent && out_of_order => Err((true, f)),
             other => other,
         };
@@ -1305,6 +1383,9 @@ fn finish(
                     *outstanding -= 1;
                     done.push((b.slot, Err(f.clone())));
                 }
+                if let Some(t) = txn.as_mut() {
+                    t.fail(f.code, &f.message, fenced);
+                }
                 if numbered {
                     if let Some(i) = identity.as_mut() {
                         i.bump_wanted = true;
@@ -1340,15 +1421,20 @@ fn finish(
 
 /// Numbers a batch about to be sent for the first time in `producer`'s epoch (a retry keeps
 /// its numbers): the partition's next sequence (`next_seq`, moved on), written into the batch
-/// header. Whether it numbered it.
-fn number(next_seq: &mut i32, b: &mut SealedBatch, producer: (i64, i16)) -> bool {
+/// header (marked transactional for a transactional producer). Whether it numbered it.
+fn number(
+    next_seq: &mut i32,
+    b: &mut SealedBatch,
+    producer: (i64, i16),
+    transactional: bool,
+) -> bool {
     let (id, epoch) = producer;
     if b.sequence.is_some_and(|(e, _)| e == epoch) {
         return false;
     }
     let seq = *next_seq;
     let encoded: &mut rkyv::util::AlignedVec<16> = Arc::make_mut(&mut b.encoded);
-    crate::batch::set_producer(encoded.as_mut_slice(), id, epoch, seq);
+    crate::batch::set_producer(encoded.as_mut_slice(), id, epoch, seq, transactional);
     *next_seq = crate::batch::sequence::increment_sequence(seq, b.records);
     b.sequence = Some((epoch, seq));
     true

@@ -20,9 +20,7 @@ pub async fn init_producer_id(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply 
         transactional_id: req.transactional_id,
         producer_id: req.producer_id,
         epoch: req.producer_epoch,
-        // The native request carries no transaction timeout (its `timeout_ms` bounds the
-        // request): Kafka's client default.
-        transaction_timeout_ms: producer_ids::DEFAULT_TRANSACTION_TIMEOUT_MS,
+        transaction_timeout_ms: req.transaction_timeout_ms,
     };
     let r = producer_ids::init_producer_id(shard, &ask, deadline).await;
     let (error_code, message) = status(shard, ApiKey::InitProducerId, &r);

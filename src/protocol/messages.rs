@@ -693,6 +693,8 @@ pub struct InitProducerIdRequest {
     pub producer_id: i64,
     pub producer_epoch: i16,
     pub timeout_ms: u32,
+    /// The transactional producer's `transaction.timeout.ms` (ignored without an id).
+    pub transaction_timeout_ms: i32,
 }
 
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]

@@ -28,6 +28,36 @@ use rill::client::{
 /// Generous: CI is a loaded 2-core machine.
 pub const DEADLINE: Duration = Duration::from_secs(120);
 
+/// A xorshift generator for a test's random moments and choices, reproducible from its seed.
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// From `RILL_TEST_SEED` if set, else from the clock; the seed is printed, so a failing
+    /// run can be repeated.
+    pub fn seeded() -> Rng {
+        let seed = std::env::var("RILL_TEST_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .expect("clock after 1970")
+                    .as_nanos() as u64
+                    | 1
+            });
+        eprintln!("seed {seed} (RILL_TEST_SEED={seed} repeats this run)");
+        Rng(seed)
+    }
+
+    /// A number below `n` (at least 1).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n.max(1)
+    }
+}
+
 /// The `rill` binary that cargo built for the running integration test. `env!` cannot name it
 /// here (cargo sets `CARGO_BIN_EXE_rill` only when compiling the `rill` package's own tests),
 /// so it is found at run time: `cargo test` (1.94 and later) puts its path in the test
