@@ -4,18 +4,20 @@
 # a closed-loop run (as fast as it goes: throughput) and an open-loop run at RATE (latency
 # from the intended send time: p50/p99/p99.9). Compare the two as ratios within one run
 # (medians over ROUNDS), never with figures from another day.
-# With COMPARE=transactions, what transactions cost the same way: librdkafka's idempotent
-# producer (`idem`) vs its transactional one at RECORDS_PER_TXN messages per transaction
-# (`txn`), on rill's Kafka listener (`rill-bench produce --driver kafka --records-per-txn`).
+# With COMPARE=transactions, what transactions cost the same way: the idempotent producer
+# (`idem`) vs the transactional one at RECORDS_PER_TXN messages per transaction (`txn`,
+# `rill-bench produce --records-per-txn`): rill's client, or librdkafka on rill's Kafka
+# listener with TXN_DRIVER=kafka.
 #
 # Usage: scripts/bench-idempotence.sh
-#   env: COMPARE (idempotence | transactions) RECORDS_PER_TXN (100) ROUNDS (5) MESSAGES per closed-loop run (500000) RATE msg/s (20000) SECS per
+#   env: COMPARE (idempotence | transactions) RECORDS_PER_TXN (100) TXN_DRIVER (native | kafka) ROUNDS (5) MESSAGES per closed-loop run (500000) RATE msg/s (20000) SECS per
 #        open-loop run (15) MESSAGE_BYTES (1024) PARTITIONS (4) SHARDS (1) FSYNC (never)
 #        BENCH_DIR (/tmp) RILL_BIN_DIR (else release binaries are built)
 set -euo pipefail
 
 COMPARE=${COMPARE:-idempotence}
 RECORDS_PER_TXN=${RECORDS_PER_TXN:-100}
+TXN_DRIVER=${TXN_DRIVER:-native}
 case "$COMPARE" in
   idempotence) modes=(on off) ;;
   transactions) modes=(txn idem) ;;
@@ -58,7 +60,7 @@ start_broker() { # TAG
   base=$(free_ports "$SHARDS")
   addr=127.0.0.1:$base
   kaddr=off
-  [ "$COMPARE" = transactions ] && kaddr=127.0.0.1:$(free_ports "$SHARDS")
+  [ "$TXN_DRIVER" = kafka ] && kaddr=127.0.0.1:$(free_ports "$SHARDS")
   mkdir -p "$dir"
   "$RILL" broker --data-dir "$dir" --listen "$addr" --shards "$SHARDS" --fsync "$FSYNC" \
     --kafka-listen "$kaddr" >"$results/broker-$1.log" 2>&1 </dev/null &
@@ -74,14 +76,17 @@ if command -v fio >/dev/null 2>&1; then
     | awk -F';' '{printf "fio 16 KiB O_DIRECT sequential write: %.0f MB/s", $48 / 1024}' || true)
   rm -f "$work/fio.tmp"
 fi
-echo "== $(date -u +%Y-%m-%dT%H:%MZ) $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); $ROUNDS rounds: $MESSAGES msgs closed loop, ${SECS}s at $RATE msg/s open loop, $MESSAGE_BYTES B, $PARTITIONS partitions, $SHARDS shard(s), --fsync $FSYNC, acks=all, comparing $COMPARE$([ "$COMPARE" = transactions ] && echo " (librdkafka on the Kafka listener, $RECORDS_PER_TXN messages per transaction)"); ${fio_line:-fio not installed}" \
+echo "== $(date -u +%Y-%m-%dT%H:%MZ) $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); $ROUNDS rounds: $MESSAGES msgs closed loop, ${SECS}s at $RATE msg/s open loop, $MESSAGE_BYTES B, $PARTITIONS partitions, $SHARDS shard(s), --fsync $FSYNC, acks=all, comparing $COMPARE$([ "$COMPARE" = transactions ] && echo " ($TXN_DRIVER client, $RECORDS_PER_TXN messages per transaction)"); ${fio_line:-fio not installed}" \
   | tee "$results/runs.txt"
 
 mode_args() { # MODE: the producer's flags for it
   case "$1" in
     on | off) echo "-b $addr --idempotence $1" ;;
-    idem) echo "--driver kafka -b $kaddr" ;;
-    txn) echo "--driver kafka -b $kaddr --records-per-txn $RECORDS_PER_TXN" ;;
+    idem | txn)
+      local flags="-b $addr --idempotence on"
+      [ "$TXN_DRIVER" = kafka ] && flags="--driver kafka -b $kaddr"
+      [ "$1" = txn ] && flags="$flags --records-per-txn $RECORDS_PER_TXN"
+      echo "$flags" ;;
   esac
 }
 

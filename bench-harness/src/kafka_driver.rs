@@ -195,9 +195,6 @@ pub struct KafkaSink {
     in_txn: u64,
 }
 
-/// Numbers the transactional producers of one run (each needs its own transactional id).
-static NEXT_TRANSACTIONAL_ID: AtomicU64 = AtomicU64::new(0);
-
 impl KafkaSink {
     pub fn new(a: &LoadArgs, base: Instant, warmup_end: Instant) -> Result<KafkaSink, String> {
         let acks = a.acks()?.wire().to_string();
@@ -223,13 +220,9 @@ impl KafkaSink {
             .set("queue.buffering.max.messages", "2147483647")
             .set("message.timeout.ms", "120000");
         if a.records_per_txn > 0 {
-            let n = NEXT_TRANSACTIONAL_ID.fetch_add(1, Ordering::Relaxed);
-            c.set(
-                "transactional.id",
-                format!("rill-bench-{}-{n}", std::process::id()),
-            )
-            // librdkafka wants message.timeout.ms (120 s above) <= transaction.timeout.ms.
-            .set("transaction.timeout.ms", "120000");
+            c.set("transactional.id", crate::load::transactional_id())
+                // librdkafka wants message.timeout.ms (120 s above) <= transaction.timeout.ms.
+                .set("transaction.timeout.ms", "120000");
         }
         let context = AckContext {
             base,

@@ -10,7 +10,7 @@ use clap::{Args, ValueEnum};
 use hdrhistogram::Histogram;
 use rill::client::{
     Acks, Client, ClientConfig, Consumer, ConsumerConfig, DeliveryFuture, Producer, ProducerConfig,
-    ProducerRecord, StartFrom,
+    ProducerRecord, StartFrom, TransactionConfig, TransactionalProducer,
 };
 
 use crate::kafka_driver;
@@ -88,9 +88,9 @@ pub struct LoadArgs {
     /// idempotence with other acks).
     #[arg(long, default_value = "on", value_parser = ["on", "off"])]
     pub idempotence: String,
-    /// Kafka driver: produce in transactions of this many messages each (librdkafka's
-    /// transactional producer, one `transactional.id` per producer; the commit waits for
-    /// every message of the transaction); 0 = no transactions.
+    /// Produce in transactions of this many messages each (rill's `TransactionalProducer`,
+    /// or librdkafka's with --driver kafka; one transactional id per producer thread; the
+    /// commit waits for every message of the transaction); 0 = no transactions.
     #[arg(long, default_value_t = 0)]
     pub records_per_txn: u64,
     /// Seconds at the start whose latencies are not recorded.
@@ -135,13 +135,6 @@ impl LoadArgs {
     }
 
     pub fn producer_config(&self) -> Result<ProducerConfig, String> {
-        if self.records_per_txn > 0 {
-            return Err(
-                "--records-per-txn needs --driver kafka (librdkafka's transactional \
-                        producer; the native client has none yet)"
-                    .into(),
-            );
-        }
         Ok(ProducerConfig {
             acks: self.acks()?,
             linger: Duration::from_millis(self.linger_ms),
@@ -224,9 +217,89 @@ pub trait MessageSink {
     fn finish(&mut self) -> Result<Histogram<u64>, String>;
 }
 
+/// rill's producer, plain or in transactions of `per_txn` messages.
+enum NativeProducer {
+    Plain(Producer),
+    Transactional {
+        producer: Box<TransactionalProducer>,
+        per_txn: u64,
+        /// Messages sent in the open transaction.
+        in_txn: u64,
+    },
+}
+
+/// Numbers the transactional producers of one run (each needs its own transactional id).
+static NEXT_TRANSACTIONAL_ID: AtomicU64 = AtomicU64::new(0);
+
+/// A transactional id for a new producer thread of this run (either driver).
+pub fn transactional_id() -> String {
+    let n = NEXT_TRANSACTIONAL_ID.fetch_add(1, Ordering::Relaxed);
+    format!("rill-bench-{}-{n}", std::process::id())
+}
+
+impl NativeProducer {
+    fn new(a: &LoadArgs) -> Result<NativeProducer, String> {
+        let cfg = a.producer_config()?;
+        if a.records_per_txn == 0 {
+            return Producer::new(a.client_config()?, cfg)
+                .map(NativeProducer::Plain)
+                .map_err(|e| e.to_string());
+        }
+        let txn = TransactionConfig {
+            transactional_id: transactional_id(),
+            transaction_timeout: Duration::from_secs(120),
+        };
+        let producer = TransactionalProducer::init(a.client_config()?, cfg, txn)
+            .map_err(|e| format!("transactional producer: {e}"))?;
+        Ok(NativeProducer::Transactional {
+            producer: Box::new(producer),
+            per_txn: a.records_per_txn,
+            in_txn: 0,
+        })
+    }
+
+    fn send(&mut self, rec: ProducerRecord<'_>) -> Result<DeliveryFuture, String> {
+        match self {
+            NativeProducer::Plain(p) => p.send(rec).map_err(|e| e.to_string()),
+            NativeProducer::Transactional {
+                producer,
+                per_txn,
+                in_txn,
+            } => {
+                if *in_txn == 0 {
+                    producer.begin().map_err(|e| format!("begin: {e}"))?;
+                }
+                let report = producer.send(rec).map_err(|e| e.to_string())?;
+                *in_txn += 1;
+                if *in_txn == *per_txn {
+                    *in_txn = 0;
+                    producer.commit().map_err(|e| format!("commit: {e}"))?;
+                }
+                Ok(report)
+            }
+        }
+    }
+
+    /// Sends what is buffered (committing an open transaction) and waits for it.
+    fn flush(&mut self) -> Result<(), String> {
+        match self {
+            NativeProducer::Plain(p) => p.flush().map_err(|e| e.to_string()),
+            NativeProducer::Transactional {
+                producer, in_txn, ..
+            } => {
+                if *in_txn > 0 {
+                    *in_txn = 0;
+                    producer.commit().map_err(|e| format!("commit: {e}"))?;
+                }
+                producer.flush().map_err(|e| e.to_string())
+            }
+        }
+    }
+}
+
 /// rill's producer; a waiter thread takes the delivery futures in send order.
 struct NativeSink {
-    producer: Producer,
+    producer: NativeProducer,
     topic: String,
     tx: Option<flume::Sender<(Instant, DeliveryFuture)>>,
     waiter: Option<std::thread::JoinHandle<Result<Histogram<u64>, String>>>,
@@ -234,8 +307,7 @@ struct NativeSink {
 
 impl NativeSink {
     fn new(a: &LoadArgs, warmup_end: Instant) -> Result<NativeSink, String> {
-        let producer =
-            Producer::new(a.client_config()?, a.producer_config()?).map_err(|e| e.to_string())?;
+        let producer = NativeProducer::new(a)?;
         let (tx, rx) = flume::bounded::<(Instant, DeliveryFuture)>(1 << 16);
         let waiter = std::thread::spawn(move || -> Result<Histogram<u64>, String> {
             let mut h = new_histogram();
@@ -265,14 +337,14 @@ impl MessageSink for NativeSink {
     ) -> Result<bool, String> {
         let mut rec = ProducerRecord::new(&self.topic, value);
         rec.key = key;
-        let report = self.producer.send(rec).map_err(|e| e.to_string())?;
+        let report = self.producer.send(rec)?;
         let tx = self.tx.as_ref().ok_or("send after finish")?;
         Ok(tx.send((intended, report)).is_ok())
     }
 
     fn finish(&mut self) -> Result<Histogram<u64>, String> {
         drop(self.tx.take());
-        self.producer.flush().map_err(|e| e.to_string())?;
+        self.producer.flush()?;
         self.waiter
             .take()
             .ok_or("finished twice")?
