@@ -182,6 +182,66 @@ fn commits_are_seen_by_read_committed_and_aborts_only_by_read_uncommitted() {
 }
 
 #[test]
+fn the_next_transaction_starts_while_the_last_ones_markers_are_written_without_a_retry() {
+    use rill::protocol::messages::{
+        AddPartitionsToTxnRequest, EndTxnRequest, GroupStatusResponse, TxnMarkerPartition,
+    };
+    use rill::protocol::ApiKey;
+    let b = TestBroker::start(1, &[]);
+    let mut c = b.client();
+    c.create_topic("held", 2, 1, vec![]).expect("create");
+    // The transaction state topic is created on first use.
+    let start = Instant::now();
+    let (at, (pid, epoch)) = loop {
+        let r = c.find_txn_coordinator("tx-held").and_then(|at| {
+            let id = c.init_transactional_producer_id(at, "tx-held", 60_000, None)?;
+            Ok((at, id))
+        });
+        match r {
+            Ok(v) => break v,
+            Err(e) if e.is_retriable() && start.elapsed() < DEADLINE => {
+                std::thread::sleep(Duration::from_millis(50))
+            }
+            Err(e) => panic!("init: {e}"),
+        }
+    };
+    let add = AddPartitionsToTxnRequest {
+        transactional_id: "tx-held".into(),
+        producer_id: pid,
+        producer_epoch: epoch,
+        partitions: (0..2)
+            .map(|p| TxnMarkerPartition {
+                topic: "held".into(),
+                partition: p,
+            })
+            .collect(),
+    };
+    let end = EndTxnRequest {
+        transactional_id: "tx-held".into(),
+        producer_id: pid,
+        producer_epoch: epoch,
+        commit: true,
+    };
+    // Each AddPartitionsToTxn right after an EndTxn finds the last transaction writing its
+    // markers: the coordinator holds it until they are written instead of answering
+    // CONCURRENT_TRANSACTIONS (--transaction-concurrent-wait-ms).
+    for round in 0..20 {
+        let (r, _): (GroupStatusResponse, _) = c
+            .call(at, ApiKey::AddPartitionsToTxn, &add, &[])
+            .expect("AddPartitionsToTxn");
+        assert_eq!(
+            ErrorCode::from_code(r.error_code),
+            ErrorCode::None,
+            "round {round}: {}",
+            r.message
+        );
+        let (r, _): (GroupStatusResponse, _) =
+            c.call(at, ApiKey::EndTxn, &end, &[]).expect("EndTxn");
+        assert_eq!(r.error_code, 0, "round {round}: {}", r.message);
+    }
+}
+
+#[test]
 fn a_new_instance_fences_the_old_one_and_aborts_its_transaction() {
     let b = TestBroker::start(1, &[]);
     b.client().create_topic("tf", 2, 1, vec![]).expect("create");

@@ -120,6 +120,9 @@ pub struct BrokerConfig {
     /// The longest `transaction.timeout.ms` a producer may ask for
     /// (`--transaction-max-timeout-ms`, Kafka's `transaction.max.timeout.ms`).
     pub transaction_max_timeout_ms: u32,
+    /// How long a transaction request that would be answered CONCURRENT_TRANSACTIONS is held
+    /// for the id's last transaction to complete (`--transaction-concurrent-wait-ms`).
+    pub transaction_concurrent_wait: Duration,
     /// An idle transactional id is forgotten after this long
     /// (`--transactional-id-expiration-ms`, Kafka's `transactional.id.expiration.ms`).
     pub transactional_id_expiration_ms: u64,
@@ -215,6 +218,7 @@ impl BrokerConfig {
             offsets_compact_every: 10_000,
             transaction_state_partitions: 8,
             transaction_max_timeout_ms: 900_000,
+            transaction_concurrent_wait: Duration::from_secs(1),
             transactional_id_expiration_ms: 7 * 24 * 3600 * 1000,
             max_transactional_ids_per_partition: 100_000,
             transaction_state_compact_every: 10_000,

@@ -115,11 +115,46 @@ fn coordinated_here(shard: &Shard, transactional_id: &str) -> Result<u32, OpErro
 /// Delivers a request's event to its coordinator and waits for the answer, until
 /// `deadline`. `make` builds the event from the request's handle and, when the coordinator
 /// asked for one, a fresh producer id.
+///
+/// An answer of CONCURRENT_TRANSACTIONS (the id's last transaction still completing: its
+/// markers being written, a matter of milliseconds) is not passed on at once: the request is
+/// asked again each time a coordinator acts, within `--transaction-concurrent-wait-ms`. A
+/// client polling for it instead waits a backoff each time: a read-process-write loop spent
+/// most of each transaction so.
 async fn request(
     shard: &Rc<Shard>,
     transactional_id: &str,
     deadline: Instant,
     make: impl Fn(RequestId, Option<i64>, u64) -> Event,
+) -> Result<Response, OpError> {
+    let patience = deadline.min(Instant::now() + shard.cfg.transaction_concurrent_wait);
+    loop {
+        let r = request_once(shard, transactional_id, deadline, &make).await?;
+        let concurrent = matches!(
+            r,
+            Response::Done(Err(ErrorCode::ConcurrentTransactions))
+                | Response::ProducerId(Err(ErrorCode::ConcurrentTransactions))
+        );
+        if !concurrent || Instant::now() >= patience {
+            return Ok(r);
+        }
+        // A coordinator acting may complete it; the short sleep covers an action that came
+        // between the answer and this wait.
+        let acted = shard.txns.wake.listen();
+        let next = patience.min(Instant::now() + CONCURRENT_RECHECK);
+        futures_lite::future::or(acted, shard.deadlines.sleep_until(next)).await;
+    }
+}
+
+/// How often a held CONCURRENT_TRANSACTIONS request is asked again at most without a
+/// coordinator acting.
+const CONCURRENT_RECHECK: Duration = Duration::from_millis(10);
+
+async fn request_once(
+    shard: &Rc<Shard>,
+    transactional_id: &str,
+    deadline: Instant,
+    make: &impl Fn(RequestId, Option<i64>, u64) -> Event,
 ) -> Result<Response, OpError> {
     let mut k = coordinated_here(shard, transactional_id)?;
     let (req, rx) = shard.txns.register();

@@ -38,7 +38,8 @@ pub struct TxnHost {
     coordinators: RefCell<HashMap<u32, TxnCoordinator>>,
     waiters: RefCell<HashMap<RequestId, flume::Sender<Response>>>,
     next_req: Cell<RequestId>,
-    /// Fired when a coordinator may have an earlier timer than the ticker sleeps for.
+    /// Fired after a coordinator acted (its timers may be earlier than the ticker sleeps
+    /// for, a held CONCURRENT_TRANSACTIONS request may now go through).
     pub wake: event_listener::Event,
     /// Markers to send (at most one entry per prepared transaction: the coordinator sends a
     /// transaction's markers again only once it heard how the last send went).

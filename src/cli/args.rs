@@ -495,6 +495,15 @@ pub struct BrokerArgs {
         default_value_t = 900_000
     )]
     pub transaction_max_timeout_ms: u32,
+    /// A transaction request the coordinator would answer CONCURRENT_TRANSACTIONS (the id's
+    /// last transaction still writing its markers) is held up to this long and answered once
+    /// that transaction completes, so clients do not poll for it; 0 answers at once (Kafka).
+    #[arg(
+        long,
+        env = "RILL_TRANSACTION_CONCURRENT_WAIT_MS",
+        default_value_t = 1_000
+    )]
+    pub transaction_concurrent_wait_ms: u64,
     /// A transactional id without a transaction for this long is forgotten (Kafka's
     /// transactional.id.expiration.ms, 7 days).
     #[arg(

@@ -229,6 +229,7 @@ pub fn config_from_args(a: &BrokerArgs) -> Result<BrokerConfig, String> {
     }
     c.transaction_state_partitions = a.transaction_state_partitions;
     c.transaction_max_timeout_ms = a.transaction_max_timeout_ms;
+    c.transaction_concurrent_wait = Duration::from_millis(a.transaction_concurrent_wait_ms);
     c.transactional_id_expiration_ms = a.transactional_id_expiration_ms;
     c.max_transactional_ids_per_partition = a.max_transactional_ids_per_partition;
     c.transaction_state_compact_every = a.transaction_state_compact_every.max(1);
