@@ -118,7 +118,8 @@ fn coordinated_here(shard: &Shard, transactional_id: &str) -> Result<u32, OpErro
 ///
 /// An answer of CONCURRENT_TRANSACTIONS (the id's last transaction still completing: its
 /// markers being written, a matter of milliseconds) is not passed on at once: the request is
-/// asked again each time a coordinator acts, within `--transaction-concurrent-wait-ms`. A
+/// asked again each time a coordinator's append settles (`TxnHost::settled`), within
+/// `--transaction-concurrent-wait-ms`. A
 /// client polling for it instead waits a backoff each time: a read-process-write loop spent
 /// most of each transaction so.
 async fn request(
@@ -138,9 +139,9 @@ async fn request(
         if !concurrent || Instant::now() >= patience {
             return Ok(r);
         }
-        // A coordinator acting may complete it; the short sleep covers an action that came
-        // between the answer and this wait.
-        let acted = shard.txns.wake.listen();
+        // A settled append may complete it; the short sleep covers one that came between
+        // the answer and this wait.
+        let acted = shard.txns.settled.listen();
         let next = patience.min(Instant::now() + CONCURRENT_RECHECK);
         futures_lite::future::or(acted, shard.deadlines.sleep_until(next)).await;
     }
@@ -432,6 +433,7 @@ fn append(shard: &Rc<Shard>, k: u32, seq: u64, record: TxnLogRecord) {
         .durable(&shard)
         .await;
         shard.txns.append_settled(k);
+        shard.txns.settled.notify(usize::MAX);
         match stored {
             Ok(()) => {
                 let out = shard.txns.handle(k, Event::Appended { seq, now_ms: now() });

@@ -38,9 +38,13 @@ pub struct TxnHost {
     coordinators: RefCell<HashMap<u32, TxnCoordinator>>,
     waiters: RefCell<HashMap<RequestId, flume::Sender<Response>>>,
     next_req: Cell<RequestId>,
-    /// Fired after a coordinator acted (its timers may be earlier than the ticker sleeps
-    /// for, a held CONCURRENT_TRANSACTIONS request may now go through).
+    /// Fired after a coordinator acted: its timers may be earlier than the ticker sleeps for.
     pub wake: event_listener::Event,
+    /// Fired when a coordinator's append settled (durable or failed): a transaction moved on,
+    /// so a request held on CONCURRENT_TRANSACTIONS may go through. Not on every action: a
+    /// held request asked again acts itself, and woke the ticker and itself in turn, a loop
+    /// that starved the shard (each transaction took a second in a cluster).
+    pub settled: event_listener::Event,
     /// Markers to send (at most one entry per prepared transaction: the coordinator sends a
     /// transaction's markers again only once it heard how the last send went).
     outbox: RefCell<VecDeque<Markers>>,
@@ -62,6 +66,7 @@ impl TxnHost {
             waiters: RefCell::default(),
             next_req: Cell::new(1),
             wake: event_listener::Event::new(),
+            settled: event_listener::Event::new(),
             outbox: RefCell::default(),
             markers_queued: event_listener::Event::new(),
             since_compaction: RefCell::default(),
