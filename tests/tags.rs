@@ -210,7 +210,7 @@ fn a_filtered_long_poll_answers_for_matching_data_only() {
 
     let addr = b.bootstrap().parse().unwrap();
     let poller = std::thread::spawn(move || {
-        let mut conn = Connection::connect(addr, Duration::from_secs(5), "t", None).unwrap();
+        let mut conn = Connection::connect(addr, Duration::from_secs(5), "t", None, None).unwrap();
         conn.set_read_timeout(Some(DEADLINE));
         let req = FilteredFetchRequest {
             fetch: FetchRequest {

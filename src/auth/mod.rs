@@ -7,6 +7,9 @@
 pub mod acl;
 pub mod plain;
 pub mod scram;
+pub mod session;
+
+use crate::protocol::ErrorCode;
 
 /// Why an authentication failed. Kafka answers every one as SASL_AUTHENTICATION_FAILED and
 /// closes the connection; the message is for the broker's log (a client learns only that it
@@ -24,4 +27,17 @@ pub enum AuthError {
     WrongPassword(String),
     #[error("the exchange is over or out of order")]
     OutOfOrder,
+}
+
+impl AuthError {
+    /// What a client is told (never why: a user's existence stays private).
+    pub const CLIENT_MESSAGE: &'static str = "Authentication failed: invalid credentials";
+
+    /// The error code a failed exchange is answered with, on either listener.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            AuthError::OutOfOrder => ErrorCode::IllegalSaslState,
+            _ => ErrorCode::SaslAuthenticationFailed,
+        }
+    }
 }

@@ -138,6 +138,15 @@ impl Credential {
     }
 }
 
+/// A fresh random salt for a new credential (32 bytes).
+pub fn random_salt() -> Vec<u8> {
+    use ring::rand::SecureRandom;
+    let mut salt = vec![0u8; 32];
+    // The system RNG does not fail on Linux.
+    let _ = ring::rand::SystemRandom::new().fill(&mut salt);
+    salt
+}
+
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
@@ -307,6 +316,102 @@ impl ScramServer {
             format!("v={}", B64.encode(server_signature)).into_bytes(),
             user,
         ))
+    }
+}
+
+/// The client side of one SCRAM exchange (the native client, and a broker reaching another
+/// broker): client-first out, server-first in, client-final out, server-final checked, so
+/// a client also knows it talks to a broker that holds its credential.
+pub struct ScramClient {
+    mechanism: Mechanism,
+    password: Vec<u8>,
+    /// client-first-message-bare.
+    first_bare: String,
+    client_nonce: String,
+    /// The ServerSignature client-final expects in server-final, once computed.
+    expected: Option<Vec<u8>>,
+}
+
+impl ScramClient {
+    /// `client_nonce`: printable ASCII without ',' (the caller makes it random).
+    pub fn new(mechanism: Mechanism, user: &str, password: &[u8], client_nonce: String) -> Self {
+        let escaped = user.replace('=', "=3D").replace(',', "=2C");
+        ScramClient {
+            mechanism,
+            password: password.to_vec(),
+            first_bare: format!("n={escaped},r={client_nonce}"),
+            client_nonce,
+            expected: None,
+        }
+    }
+
+    /// client-first-message (no channel binding, no authorization id).
+    pub fn client_first(&self) -> Vec<u8> {
+        format!("n,,{}", self.first_bare).into_bytes()
+    }
+
+    /// server-first-message in, client-final-message out.
+    pub fn client_final(&mut self, server_first: &[u8]) -> Result<Vec<u8>, AuthError> {
+        if self.expected.is_some() {
+            return Err(AuthError::OutOfOrder);
+        }
+        let text = std::str::from_utf8(server_first).map_err(|_| MALFORMED("not UTF-8"))?;
+        let (mut nonce, mut salt, mut iterations) = (None, None, None);
+        for attr in text.split(',') {
+            match attr.split_once('=') {
+                Some(("r", v)) => nonce = Some(v),
+                Some(("s", v)) => salt = Some(v),
+                Some(("i", v)) => iterations = v.parse::<u32>().ok(),
+                Some(("m", _)) => return Err(MALFORMED("reserved attribute m")),
+                _ => {}
+            }
+        }
+        let nonce = nonce.ok_or(MALFORMED("no nonce"))?;
+        if !nonce.starts_with(&self.client_nonce) || nonce.len() == self.client_nonce.len() {
+            return Err(MALFORMED("the server nonce does not extend the client's"));
+        }
+        let salt = B64
+            .decode(salt.ok_or(MALFORMED("no salt"))?)
+            .map_err(|_| MALFORMED("salt is not base64"))?;
+        // Kafka's bounds: a server asking for more is refused (a PBKDF2 cost it chose).
+        let iterations = iterations
+            .filter(|i| (MIN_ITERATIONS..=MAX_ITERATIONS).contains(i))
+            .ok_or(MALFORMED("bad iteration count"))?;
+        let m = self.mechanism;
+        let salted = m.salted_password(&self.password, &salt, iterations);
+        let client_key = m.mac(&salted, b"Client Key");
+        let stored_key = m.hash(&client_key);
+        let without_proof = format!("c={},r={nonce}", B64.encode(b"n,,"));
+        let auth_message = format!("{},{text},{without_proof}", self.first_bare);
+        let signature = m.mac(&stored_key, auth_message.as_bytes());
+        let proof: Vec<u8> = client_key
+            .iter()
+            .zip(&signature)
+            .map(|(k, s)| k ^ s)
+            .collect();
+        let server_key = m.mac(&salted, b"Server Key");
+        self.expected = Some(m.mac(&server_key, auth_message.as_bytes()));
+        Ok(format!("{without_proof},p={}", B64.encode(proof)).into_bytes())
+    }
+
+    /// Checks server-final-message: the server proved it holds the credential.
+    pub fn verify_server_final(&self, server_final: &[u8]) -> Result<(), AuthError> {
+        let expected = self.expected.as_ref().ok_or(AuthError::OutOfOrder)?;
+        let text = std::str::from_utf8(server_final).map_err(|_| MALFORMED("not UTF-8"))?;
+        if let Some(e) = text.strip_prefix("e=") {
+            log::debug!("SCRAM server error: {e}");
+            return Err(MALFORMED("the server refused the exchange"));
+        }
+        let v = text
+            .strip_prefix("v=")
+            .ok_or(MALFORMED("no server signature"))?;
+        let got = B64
+            .decode(v)
+            .map_err(|_| MALFORMED("server signature is not base64"))?;
+        match constant_time_eq(&got, expected) {
+            true => Ok(()),
+            false => Err(MALFORMED("the server signature does not match")),
+        }
     }
 }
 
@@ -533,5 +638,40 @@ mod tests {
             s.client_final(b"c=biws").unwrap_err(),
             AuthError::OutOfOrder
         );
+    }
+
+    /// The client and the server agree with each other, for both mechanisms, a user name
+    /// that needs escaping included; a wrong password fails on the server, a server without
+    /// the credential fails the client's check.
+    #[test]
+    fn client_and_server_complete_an_exchange() {
+        for m in Mechanism::ALL {
+            let user = "a,b=c";
+            let cred = Credential::from_password(m, b"secret", b"salty".to_vec(), 4096);
+            let mut client = ScramClient::new(m, user, b"secret", "cnonce".into());
+            let mut server = ScramServer::new(m, "snonce".into());
+            let first = server
+                .client_first(&client.client_first(), |u| {
+                    (u == user).then(|| cred.clone())
+                })
+                .unwrap();
+            let last = client.client_final(&first).unwrap();
+            let (server_final, who) = server.client_final(&last).unwrap();
+            assert_eq!(who, user);
+            client.verify_server_final(&server_final).unwrap();
+
+            let mut wrong = ScramClient::new(m, user, b"nope", "cnonce".into());
+            let mut server = ScramServer::new(m, "snonce".into());
+            let first = server
+                .client_first(&wrong.client_first(), |_| Some(cred.clone()))
+                .unwrap();
+            let last = wrong.client_final(&first).unwrap();
+            assert_eq!(
+                server.client_final(&last).unwrap_err(),
+                AuthError::WrongPassword(user.into())
+            );
+            // A forged server final is caught.
+            assert!(client.verify_server_final(b"v=AAAA").is_err());
+        }
     }
 }

@@ -95,6 +95,13 @@ pub struct BrokerConfig {
     /// SASL mechanisms the Kafka listener requires a client to authenticate with
     /// (`--kafka-sasl-mechanisms`; empty: no authentication).
     pub kafka_sasl_mechanisms: Vec<String>,
+    /// SASL mechanisms native clients authenticate with (`--native-sasl-mechanisms`; empty:
+    /// no authentication).
+    pub native_sasl_mechanisms: Vec<String>,
+    /// The user and password this broker authenticates as to other brokers' native
+    /// listeners, created at start if missing (`--inter-broker-sasl-username`,
+    /// `RILL_INTER_BROKER_SASL_PASSWORD`).
+    pub inter_broker_sasl: Option<(String, String)>,
     /// A connection not authenticated within this is closed (`--sasl-authentication-timeout-ms`).
     pub sasl_authentication_timeout: Duration,
     /// Principals (`User:<name>`) every ACL check lets through (`--super-users`).
@@ -207,6 +214,8 @@ impl BrokerConfig {
             kafka_tls: None,
             tls_handshake_timeout: Duration::from_secs(10),
             kafka_sasl_mechanisms: Vec::new(),
+            native_sasl_mechanisms: Vec::new(),
+            inter_broker_sasl: None,
             sasl_authentication_timeout: Duration::from_secs(10),
             super_users: Vec::new(),
             max_partitions_per_topic: 10_000,

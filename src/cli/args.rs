@@ -36,6 +36,28 @@ pub struct Cli {
     /// connected to, which must then be an IP address in the certificate).
     #[arg(long, global = true, env = "RILL_TLS_SERVER_NAME", value_name = "NAME")]
     pub tls_server_name: Option<String>,
+    /// Authenticate with this SASL mechanism (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512) to a
+    /// broker whose native listener requires it (--native-sasl-mechanisms).
+    #[arg(
+        long,
+        global = true,
+        env = "RILL_SASL_MECHANISM",
+        value_name = "MECHANISM"
+    )]
+    pub sasl_mechanism: Option<String>,
+    /// With --sasl-mechanism: the user.
+    #[arg(long, global = true, env = "RILL_SASL_USERNAME", value_name = "USER")]
+    pub sasl_username: Option<String>,
+    /// With --sasl-mechanism: the password (set RILL_SASL_PASSWORD rather than the flag:
+    /// command lines are visible to other users of the host).
+    #[arg(
+        long,
+        global = true,
+        env = "RILL_SASL_PASSWORD",
+        value_name = "PASSWORD",
+        hide_env_values = true
+    )]
+    pub sasl_password: Option<String>,
     /// TOML file with flag values (keys are flag names, e.g. `fsync = "never"`).
     #[arg(long = "config", value_name = "FILE")]
     pub config_file: Option<PathBuf>,
@@ -283,6 +305,30 @@ pub struct BrokerArgs {
         default_value = "none"
     )]
     pub kafka_sasl_mechanisms: String,
+    /// SASL mechanisms native clients (and other brokers) must authenticate with on the
+    /// native listener: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (comma-separated), or `none`
+    /// (the default). Needs --inter-broker-sasl-username, whose user is created at start.
+    #[arg(
+        long,
+        env = "RILL_NATIVE_SASL_MECHANISMS",
+        value_name = "LIST",
+        default_value = "none"
+    )]
+    pub native_sasl_mechanisms: String,
+    /// The user this broker authenticates as to other brokers' native listeners (a super
+    /// user); created at start with --inter-broker-sasl-password if it does not exist, so it
+    /// is also the first user of a new cluster.
+    #[arg(long, env = "RILL_INTER_BROKER_SASL_USERNAME", value_name = "USER")]
+    pub inter_broker_sasl_username: Option<String>,
+    /// The inter-broker user's password (set it in the environment rather than on the
+    /// command line).
+    #[arg(
+        long,
+        env = "RILL_INTER_BROKER_SASL_PASSWORD",
+        value_name = "PASSWORD",
+        hide_env_values = true
+    )]
+    pub inter_broker_sasl_password: Option<String>,
     /// A Kafka connection not authenticated within this many ms is closed.
     #[arg(
         long,

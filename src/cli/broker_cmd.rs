@@ -266,21 +266,26 @@ pub fn config_from_args(a: &BrokerArgs) -> Result<BrokerConfig, String> {
         return Err("--tls-handshake-timeout-ms must be at least 1".into());
     }
     c.tls_handshake_timeout = Duration::from_millis(a.tls_handshake_timeout_ms);
-    for m in a.kafka_sasl_mechanisms.split(',').map(str::trim) {
-        match m {
-            "none" | "" => {}
-            "PLAIN" | "SCRAM-SHA-256" | "SCRAM-SHA-512" => {
-                if !c.kafka_sasl_mechanisms.iter().any(|x| x == m) {
-                    c.kafka_sasl_mechanisms.push(m.to_string());
-                }
-            }
-            other => {
-                return Err(format!(
-                    "--kafka-sasl-mechanisms: unknown mechanism '{other}' (PLAIN, \
-                     SCRAM-SHA-256, SCRAM-SHA-512)"
-                ))
-            }
+    c.kafka_sasl_mechanisms = sasl_mechanisms("--kafka-sasl-mechanisms", &a.kafka_sasl_mechanisms)?;
+    c.native_sasl_mechanisms =
+        sasl_mechanisms("--native-sasl-mechanisms", &a.native_sasl_mechanisms)?;
+    c.inter_broker_sasl = match (&a.inter_broker_sasl_username, &a.inter_broker_sasl_password) {
+        (None, None) => None,
+        (Some(u), Some(p)) if !u.is_empty() && !p.is_empty() => Some((u.clone(), p.clone())),
+        _ => {
+            return Err(
+                "--inter-broker-sasl-username and --inter-broker-sasl-password \
+                        (RILL_INTER_BROKER_SASL_PASSWORD) go together, neither empty"
+                    .into(),
+            )
         }
+    };
+    if !c.native_sasl_mechanisms.is_empty() && c.inter_broker_sasl.is_none() {
+        return Err(
+            "--native-sasl-mechanisms needs --inter-broker-sasl-username and its \
+                    password: the user brokers reach each other as, and the first user"
+                .into(),
+        );
     }
     if !c.kafka_sasl_mechanisms.is_empty() && c.kafka_listen.is_none() {
         return Err("--kafka-sasl-mechanisms needs the Kafka listener (--kafka-listen)".into());
@@ -303,6 +308,10 @@ pub fn config_from_args(a: &BrokerArgs) -> Result<BrokerConfig, String> {
                 ))
             }
         }
+    }
+    // Brokers act for the cluster (markers, replica fetches): their user is a super user.
+    if let Some((user, _)) = &c.inter_broker_sasl {
+        c.super_users.push(format!("User:{user}"));
     }
     if a.broker_heartbeat_interval_ms == 0
         || a.broker_heartbeat_interval_ms >= a.broker_session_timeout_ms
@@ -532,6 +541,27 @@ fn parse_quorum(a: &BrokerArgs) -> Result<Quorum, String> {
 pub fn run(a: BrokerArgs) -> Result<(), String> {
     let cfg = config_from_args(&a)?;
     run_broker(cfg).map_err(|e| e.to_string())
+}
+
+/// A `--*-sasl-mechanisms` list: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, or `none`.
+fn sasl_mechanisms(flag: &str, list: &str) -> Result<Vec<String>, String> {
+    let mut out: Vec<String> = Vec::new();
+    for m in list.split(',').map(str::trim) {
+        match m {
+            "none" | "" => {}
+            "PLAIN" | "SCRAM-SHA-256" | "SCRAM-SHA-512" => {
+                if !out.iter().any(|x| x == m) {
+                    out.push(m.to_string());
+                }
+            }
+            other => {
+                return Err(format!(
+                    "{flag}: unknown mechanism '{other}' (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)"
+                ))
+            }
+        }
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

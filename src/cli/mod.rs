@@ -104,5 +104,25 @@ fn client_config(cli: &args::Cli) -> Result<crate::client::ClientConfig, String>
         }
         None => None,
     };
+    cfg.sasl = match (&cli.sasl_mechanism, &cli.sasl_username, &cli.sasl_password) {
+        (None, None, None) => None,
+        (Some(m), Some(u), Some(p)) => {
+            if crate::auth::session::SaslClient::new(m, u, p).is_none() {
+                return Err(format!(
+                    "--sasl-mechanism '{m}': expected PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"
+                ));
+            }
+            Some(crate::client::SaslCredentials {
+                mechanism: m.clone(),
+                username: u.clone(),
+                password: p.clone(),
+            })
+        }
+        _ => {
+            return Err("--sasl-mechanism, --sasl-username and --sasl-password \
+                        (RILL_SASL_PASSWORD) go together"
+                .into())
+        }
+    };
     Ok(cfg)
 }

@@ -39,6 +39,9 @@ pub fn parse_response(
     Ok(frame)
 }
 
+/// SASL rounds a client follows at most (SCRAM has two).
+const MAX_SASL_ROUNDS: usize = 3;
+
 /// Largest response frame a client accepts.
 pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 256 << 20;
 
@@ -54,24 +57,93 @@ pub struct Connection {
 impl Connection {
     /// Opens a connection to `addr` within `timeout` (TLS with `tls`: the handshake within
     /// it too); requests carry `client_id`.
+    ///
+    /// With `sasl` it authenticates before it is handed out (the broker's native listener
+    /// must enable the mechanism): a wrong password fails here with
+    /// SASL_AUTHENTICATION_FAILED.
     pub fn connect(
         addr: SocketAddr,
         timeout: Duration,
         client_id: &str,
         tls: Option<&crate::tls::ClientTls>,
+        sasl: Option<&super::SaslCredentials>,
     ) -> Result<Connection, ClientError> {
         let stream =
             Socket::connect(addr, timeout, tls).map_err(|source| ClientError::Connect {
                 addr: addr.to_string(),
                 source,
             })?;
-        Ok(Connection {
+        let mut c = Connection {
             addr,
             stream,
             next_correlation: 1,
             client_id: client_id.to_string(),
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
-        })
+        };
+        if let Some(creds) = sasl {
+            c.set_read_timeout(Some(timeout));
+            c.authenticate(creds)?;
+        }
+        Ok(c)
+    }
+
+    /// The SASL exchange: SaslHandshake, then SaslAuthenticate until the mechanism is done
+    /// (SCRAM: two rounds, the broker's signature checked).
+    fn authenticate(&mut self, creds: &super::SaslCredentials) -> Result<(), ClientError> {
+        use crate::auth::session::SaslClient;
+        use crate::protocol::messages::{
+            SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest,
+            SaslHandshakeResponse,
+        };
+        use crate::protocol::ErrorCode;
+        let mut client = SaslClient::new(&creds.mechanism, &creds.username, &creds.password)
+            .ok_or_else(|| {
+                ClientError::Invalid(format!(
+                    "unknown SASL mechanism '{}' (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)",
+                    creds.mechanism
+                ))
+            })?;
+        let req = SaslHandshakeRequest {
+            mechanism: creds.mechanism.clone(),
+        };
+        let (r, _): (SaslHandshakeResponse, _) = self.call(ApiKey::SaslHandshake, &req, &[])?;
+        if r.error_code != 0 {
+            return Err(ClientError::broker(
+                ErrorCode::from_code(r.error_code),
+                format!(
+                    "SASL mechanism {}: the broker offers {:?}",
+                    creds.mechanism, r.mechanisms
+                ),
+            ));
+        }
+        let mut message = client.first();
+        // PLAIN takes one round, SCRAM two: a broker asking for more is not followed.
+        for _ in 0..MAX_SASL_ROUNDS {
+            let req = SaslAuthenticateRequest {
+                auth_bytes: message,
+            };
+            let (r, _): (SaslAuthenticateResponse, _) =
+                self.call(ApiKey::SaslAuthenticate, &req, &[])?;
+            if r.error_code != 0 {
+                return Err(ClientError::broker(
+                    ErrorCode::from_code(r.error_code),
+                    r.message,
+                ));
+            }
+            match client.next(&r.auth_bytes) {
+                Ok(Some(next)) => message = next,
+                Ok(None) => return Ok(()),
+                Err(e) => return Err(ClientError::Invalid(format!("SASL: {e}"))),
+            }
+        }
+        Err(ClientError::Invalid(
+            "SASL: the broker asked for more rounds than the mechanism has".into(),
+        ))
+    }
+
+    /// The socket, for a pipelined connection that takes it over once authenticated.
+    pub(super) fn into_socket(self) -> Socket {
+        self.stream
     }
 
     /// The shard address this connection talks to.

@@ -728,12 +728,10 @@ impl Fetcher {
                 let cfg = self.client.config();
                 let conn = PipelinedConnection::connect(
                     addr,
-                    cfg.connect_timeout,
+                    cfg,
                     cfg.request_timeout + self.cfg.fetch_max_wait,
                     1,
                     super::connection::DEFAULT_MAX_RESPONSE_BYTES,
-                    &cfg.client_id,
-                    cfg.tls.as_ref(),
                 );
                 match conn {
                     Ok(conn) => {

@@ -56,6 +56,31 @@ pub struct ClientConfig {
     pub request_timeout: Duration,
     /// TLS to every shard (`--tls-ca`, client certificate for mutual TLS), or plaintext.
     pub tls: Option<crate::tls::ClientTls>,
+    /// SASL credentials, for a broker whose native listener authenticates
+    /// (`--native-sasl-mechanisms`): every connection authenticates before its first request.
+    pub sasl: Option<SaslCredentials>,
+}
+
+/// A user's SASL credentials and the mechanism to use (`PLAIN`, `SCRAM-SHA-256`,
+/// `SCRAM-SHA-512`).
+#[derive(Clone)]
+pub struct SaslCredentials {
+    /// The mechanism (SCRAM sends no password; PLAIN does, so use it over TLS only).
+    pub mechanism: String,
+    /// The user name.
+    pub username: String,
+    /// The password.
+    pub password: String,
+}
+
+impl std::fmt::Debug for SaslCredentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SaslCredentials")
+            .field("mechanism", &self.mechanism)
+            .field("username", &self.username)
+            .field("password", &"<redacted>")
+            .finish()
+    }
 }
 
 impl ClientConfig {
@@ -67,6 +92,7 @@ impl ClientConfig {
             connect_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(30),
             tls: None,
+            sasl: None,
         }
     }
 }
@@ -273,6 +299,7 @@ impl Client {
                 self.cfg.connect_timeout,
                 &self.cfg.client_id,
                 self.cfg.tls.as_ref(),
+                self.cfg.sasl.as_ref(),
             )?;
             c.set_read_timeout(Some(self.cfg.request_timeout));
             self.connections.insert(addr, c);
@@ -526,11 +553,7 @@ impl Client {
         mechanism: crate::auth::scram::Mechanism,
         iterations: u32,
     ) -> Result<(), ClientError> {
-        use ring::rand::SecureRandom;
-        let mut salt = vec![0u8; 32];
-        ring::rand::SystemRandom::new()
-            .fill(&mut salt)
-            .map_err(|_| ClientError::Invalid("no random salt".into()))?;
+        let salt = crate::auth::scram::random_salt();
         let salted_password = mechanism.salted_password(password.as_bytes(), &salt, iterations);
         self.alter_user(AlterUserRequest {
             user: user.to_string(),

@@ -58,18 +58,20 @@ impl PipelinedConnection {
     /// Connects and starts the I/O threads; requests fail after `request_timeout` without answer.
     pub fn connect(
         addr: SocketAddr,
-        connect_timeout: Duration,
+        cfg: &super::ClientConfig,
         request_timeout: Duration,
         max_in_flight: usize,
         max_response_bytes: usize,
-        client_id: &str,
-        tls: Option<&crate::tls::ClientTls>,
     ) -> Result<PipelinedConnection, ClientError> {
-        let socket =
-            Socket::connect(addr, connect_timeout, tls).map_err(|source| ClientError::Connect {
-                addr: addr.to_string(),
-                source,
-            })?;
+        // Connected (and authenticated) one request at a time, then pipelined.
+        let socket = super::connection::Connection::connect(
+            addr,
+            cfg.connect_timeout,
+            &cfg.client_id,
+            cfg.tls.as_ref(),
+            cfg.sasl.as_ref(),
+        )?
+        .into_socket();
         let io_err = |source| ClientError::Io {
             addr: addr.to_string(),
             source,
@@ -105,7 +107,7 @@ impl PipelinedConnection {
             tx: Some(tx),
             next_correlation: AtomicU32::new(1),
             dead,
-            client_id: client_id.to_string(),
+            client_id: cfg.client_id.clone(),
             socket,
         })
     }

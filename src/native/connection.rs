@@ -9,6 +9,12 @@
 //! reads nothing until it is written, so no operation of ours is on the socket while the
 //! sendfile worker owns it (ARCHITECTURE.md, "Reads").
 //!
+//! On a listener that authenticates (`--native-sasl-mechanisms`) a connection may send only
+//! ApiVersions, SaslHandshake and SaslAuthenticate until its SASL exchange succeeds
+//! (anything else is answered SASL_AUTHENTICATION_FAILED and the connection closed, as is a
+//! failed exchange), within `--sasl-authentication-timeout-ms`; its user is then the
+//! principal its quotas are kept by.
+//!
 //! Two clocks close a connection: `--connection-idle-timeout-ms` while it waits for a request
 //! with nothing in flight (a request being handled, a long-poll fetch or an acknowledgement
 //! wait included, does not count), and `--fetch-send-timeout-ms` while a response drains into
@@ -19,7 +25,8 @@ use std::time::Duration;
 
 use futures_lite::AsyncWriteExt;
 
-use super::{dispatch, Reply};
+use super::{dispatch, sasl, Reply};
+use crate::auth::session::SaslSession;
 use crate::broker::produce::hold_until_acked;
 use crate::broker::quotas::{self, QuotaClient};
 use crate::broker::Shard;
@@ -62,8 +69,11 @@ async fn read_requests(
         true => FileReads::Copy,
         false => shard.cfg.file_reads,
     };
-    // What the last request earned against the client's quotas (by client id: the native
-    // listener does not authenticate): the connection is not read for that long.
+    let mechanisms = &shard.cfg.native_sasl_mechanisms;
+    let mut session = (!mechanisms.is_empty()).then(|| SaslSession::new(mechanisms.clone()));
+    let authenticate_until = after(shard.cfg.sasl_authentication_timeout);
+    // What the last request earned against the client's quotas (by user once authenticated,
+    // and client id): the connection is not read for that long.
     let mut pause = Duration::ZERO;
     loop {
         if !pause.is_zero() {
@@ -79,7 +89,22 @@ async fn read_requests(
             &shard.request_memory,
         );
         let idle = shard.cfg.connection_idle_timeout;
-        let Some(read) = replies.unless_idle(&shard.deadlines, idle, read).await else {
+        let read = replies.unless_idle(&shard.deadlines, idle, read);
+        let read = match session.as_ref().is_some_and(|s| s.user().is_none()) {
+            true => match until(&shard.deadlines, authenticate_until, read).await {
+                Some(r) => r,
+                None => {
+                    log::info!(
+                        "{peer}: not authenticated within {} ms \
+                         (--sasl-authentication-timeout-ms); closing",
+                        shard.cfg.sasl_authentication_timeout.as_millis()
+                    );
+                    return;
+                }
+            },
+            false => read.await,
+        };
+        let Some(read) = read else {
             log::debug!(
                 "{peer}: no request for {} ms (--connection-idle-timeout-ms); closing",
                 shard.cfg.connection_idle_timeout.as_millis()
@@ -113,6 +138,22 @@ async fn read_requests(
         let correlation = frame.header.correlation_id;
         let api = ApiKey::from_u16(frame.header.api_key);
         let api_name = api.map_or(UNKNOWN_API, ApiKey::name);
+        // Before authentication: the exchange, or nothing.
+        if let Some(gate) = sasl::gate(shard, session.as_mut(), api, &frame) {
+            let close = gate.close;
+            if let Reply::Error(code, _) = &gate.reply {
+                count_error(shard, api_name, *code);
+            }
+            drop(grant);
+            replies.push_ready((correlation, gate.reply)).await;
+            if close {
+                log::info!("{peer}: {}; closing", gate.why);
+                replies.drained().await;
+                return;
+            }
+            continue;
+        }
+        let user = session.as_ref().and_then(|s| s.user());
         let timed = match api {
             Some(ApiKey::Produce) => Timed::Produce,
             Some(ApiKey::Fetch | ApiKey::FilteredFetch) => Timed::Fetch,
@@ -122,6 +163,7 @@ async fn read_requests(
         // Quotas cost nothing (no copy of the client id) while none is set.
         let quota_client_id =
             (!shard.metadata.borrow().quotas.is_empty()).then(|| frame.header.client_id.clone());
+        let quota_user = quota_client_id.as_ref().and(user).map(str::to_string);
         let produced = match api {
             Some(ApiKey::Produce | ApiKey::DelayedProduce) => frame.payload().len(),
             _ => 0,
@@ -130,7 +172,7 @@ async fn read_requests(
             None => Duration::ZERO,
             Some(client_id) => {
                 let client = QuotaClient {
-                    user: None,
+                    user: quota_user.as_deref(),
                     client_id,
                 };
                 quotas::record_request(shard, &client, produced, fetched)

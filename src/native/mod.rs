@@ -19,6 +19,7 @@ mod quotas;
 mod reassignments;
 mod replica_fetch;
 pub mod replica_fetcher;
+mod sasl;
 mod topics;
 mod transactions;
 mod txn_markers;
@@ -149,6 +150,11 @@ pub async fn dispatch(shard: &Rc<Shard>, frame: RequestFrame, file_reads: FileRe
         ApiKey::AddOffsetsToTxn => transactions::add_offsets(shard, &frame).await,
         ApiKey::EndTxn => transactions::end_txn(shard, &frame).await,
         ApiKey::TxnOffsetCommit => transactions::txn_offset_commit(shard, &frame).await,
+        // The connection answers these itself (`sasl::gate`).
+        ApiKey::SaslHandshake | ApiKey::SaslAuthenticate => Reply::Error(
+            ErrorCode::IllegalSaslState,
+            "SASL messages are handled by the connection".into(),
+        ),
         ApiKey::CreateAcls => acls::create(shard, &frame).await,
         ApiKey::DescribeAcls => acls::describe(shard, &frame),
         ApiKey::DeleteAcls => acls::delete(shard, &frame).await,

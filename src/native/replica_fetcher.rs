@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use rill_shards::rt::TcpStream;
 
+use crate::auth::session::{inter_broker_mechanism, SaslClient};
 use crate::broker::Shard;
 use crate::partition::replica::FollowerNeed;
 use crate::partition::Partition;
@@ -25,7 +26,8 @@ use crate::protocol::frame::{
 };
 use crate::protocol::messages::{
     OffsetForLeaderEpochPartition, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse,
-    ReplicaFetchPartition, ReplicaFetchRequest, ReplicaFetchResponse, NO_LEADER_EPOCH,
+    ReplicaFetchPartition, ReplicaFetchRequest, ReplicaFetchResponse, SaslAuthenticateRequest,
+    SaslAuthenticateResponse, SaslHandshakeRequest, SaslHandshakeResponse, NO_LEADER_EPOCH,
 };
 use crate::protocol::{ApiKey, ErrorCode};
 use crate::replication::{EpochEnd, NO_EPOCH};
@@ -361,10 +363,67 @@ impl Conn {
             .ok_or_else(|| format!("connecting to {addr}: timed out"))?
             .map_err(|e| format!("connecting to {addr}: {e}"))?;
         let _ = stream.set_nodelay(true);
-        Ok(Conn {
+        let mut conn = Conn {
             stream,
             correlation: 0,
-        })
+        };
+        // The cluster's native listeners authenticate: so does this broker, as the
+        // inter-broker user.
+        if let Some((user, password)) = &shard.cfg.inter_broker_sasl {
+            if let Some(mechanism) = inter_broker_mechanism(&shard.cfg.native_sasl_mechanisms) {
+                conn.authenticate(shard, mechanism, user, password)
+                    .await
+                    .map_err(|e| format!("authenticating to {addr} as {user:?}: {e}"))?;
+            }
+        }
+        Ok(conn)
+    }
+
+    /// The SASL exchange (as the client library's `Connection` runs it).
+    async fn authenticate(
+        &mut self,
+        shard: &Shard,
+        mechanism: &str,
+        user: &str,
+        password: &str,
+    ) -> Result<(), String> {
+        let mut client = SaslClient::new(mechanism, user, password)
+            .ok_or_else(|| format!("unknown SASL mechanism {mechanism}"))?;
+        let req = SaslHandshakeRequest {
+            mechanism: mechanism.to_string(),
+        };
+        let (r, _): (SaslHandshakeResponse, _) = self
+            .call(shard, ApiKey::SaslHandshake, &req, Duration::ZERO)
+            .await?;
+        if r.error_code != 0 {
+            return Err(format!(
+                "SaslHandshake {mechanism}: {} (the broker offers {:?})",
+                ErrorCode::from_code(r.error_code).name(),
+                r.mechanisms
+            ));
+        }
+        let mut message = client.first();
+        // PLAIN takes one round, SCRAM two.
+        for _ in 0..3 {
+            let req = SaslAuthenticateRequest {
+                auth_bytes: message,
+            };
+            let (r, _): (SaslAuthenticateResponse, _) = self
+                .call(shard, ApiKey::SaslAuthenticate, &req, Duration::ZERO)
+                .await?;
+            if r.error_code != 0 {
+                return Err(format!(
+                    "{}: {}",
+                    ErrorCode::from_code(r.error_code).name(),
+                    r.message
+                ));
+            }
+            match client.next(&r.auth_bytes).map_err(|e| e.to_string())? {
+                Some(next) => message = next,
+                None => return Ok(()),
+            }
+        }
+        Err("the broker asked for more SASL rounds than the mechanism has".into())
     }
 
     /// Sends one request and reads its answer, within `wait` (the leader's long poll) plus

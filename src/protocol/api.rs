@@ -60,6 +60,11 @@ pub enum ApiKey {
     EndTxn = 40,
     /// Kafka's TxnOffsetCommit.
     TxnOffsetCommit = 41,
+    /// Picks the SASL mechanism of a connection (Kafka's SaslHandshake), on a listener that
+    /// authenticates (`--native-sasl-mechanisms`).
+    SaslHandshake = 42,
+    /// One SASL message of the exchange (Kafka's SaslAuthenticate).
+    SaslAuthenticate = 43,
     /// Adds ACL bindings (Kafka's CreateAcls; `rill acl add`).
     CreateAcls = 50,
     /// The ACL bindings a filter matches (Kafka's DescribeAcls; `rill acl list`).
@@ -111,6 +116,8 @@ impl ApiKey {
         ApiKey::AddOffsetsToTxn,
         ApiKey::EndTxn,
         ApiKey::TxnOffsetCommit,
+        ApiKey::SaslHandshake,
+        ApiKey::SaslAuthenticate,
         ApiKey::CreateAcls,
         ApiKey::DescribeAcls,
         ApiKey::DeleteAcls,
@@ -158,6 +165,8 @@ impl ApiKey {
             ApiKey::AddOffsetsToTxn => "AddOffsetsToTxn",
             ApiKey::EndTxn => "EndTxn",
             ApiKey::TxnOffsetCommit => "TxnOffsetCommit",
+            ApiKey::SaslHandshake => "SaslHandshake",
+            ApiKey::SaslAuthenticate => "SaslAuthenticate",
             ApiKey::CreateAcls => "CreateAcls",
             ApiKey::DescribeAcls => "DescribeAcls",
             ApiKey::DeleteAcls => "DeleteAcls",

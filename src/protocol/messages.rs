@@ -831,6 +831,35 @@ pub struct TxnOffsetCommitRequest {
     pub offsets: Vec<(String, u32, u64, String)>,
 }
 
+/// Native key 42 (Kafka's SaslHandshake): the mechanism the client authenticates with.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct SaslHandshakeRequest {
+    pub mechanism: String,
+}
+
+/// UNSUPPORTED_SASL_MECHANISM (with the listener's `mechanisms`) or ILLEGAL_SASL_STATE
+/// close the connection.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct SaslHandshakeResponse {
+    pub error_code: i16,
+    pub message: String,
+    pub mechanisms: Vec<String>,
+}
+
+/// Native key 43 (Kafka's SaslAuthenticate): one message of the exchange.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct SaslAuthenticateRequest {
+    pub auth_bytes: Vec<u8>,
+}
+
+/// The server's message; an error (SASL_AUTHENTICATION_FAILED) closes the connection.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct SaslAuthenticateResponse {
+    pub error_code: i16,
+    pub message: String,
+    pub auth_bytes: Vec<u8>,
+}
+
 /// One ACL binding on the native protocol (`rill acl`), its enum fields by name as Kafka
 /// writes them: resource type `topic|group|cluster|transactional-id`, pattern
 /// `literal|prefixed`, operation `READ`.., permission `ALLOW|DENY`.

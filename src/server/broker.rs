@@ -651,6 +651,12 @@ async fn run_shard(
     spawn_local(crate::native::replica_fetcher::run(shard.clone())).detach();
     spawn_local(crate::broker::transactions::run_timers(shard.clone())).detach();
     spawn_local(crate::native::marker_sender::run(shard.clone())).detach();
+    if shard.id == 0 {
+        spawn_local(crate::broker::users::ensure_inter_broker_user(
+            shard.clone(),
+        ))
+        .detach();
+    }
     let s = shard.clone();
     spawn_local(async move {
         while let Ok(md) = updates.recv_async().await {

@@ -110,6 +110,9 @@ pub struct TestBroker {
     data: Option<PathBuf>,
     /// How the harness's own clients connect when the native listener speaks TLS.
     pub client_tls: Option<rill::tls::ClientTls>,
+    /// The credentials the harness's own clients authenticate with when the native
+    /// listener requires SASL.
+    pub client_sasl: Option<rill::client::SaslCredentials>,
 }
 
 /// Test ports come from below the kernel's ephemeral range (32768-60999 here): a port the
@@ -202,6 +205,7 @@ impl TestBroker {
             log,
             data,
             client_tls: None,
+            client_sasl: None,
         };
         b.spawn();
         b
@@ -273,6 +277,7 @@ impl TestBroker {
             log,
             data: None,
             client_tls: None,
+            client_sasl: None,
         }
     }
 
@@ -469,6 +474,7 @@ impl TestBroker {
     pub fn client_config(&self) -> ClientConfig {
         let mut cfg = ClientConfig::new(self.bootstrap());
         cfg.tls = self.client_tls.clone();
+        cfg.sasl = self.client_sasl.clone();
         cfg
     }
 
@@ -772,6 +778,8 @@ struct Placement<'a> {
     kafka: bool,
     /// Each broker in its own namespace of this lab.
     lab: Option<&'a NetLab>,
+    /// The harness's clients authenticate so (the native listeners require SASL).
+    client_sasl: Option<rill::client::SaslCredentials>,
 }
 
 /// N brokers, each a voter of one controller quorum (`--controller-voters`), with their own
@@ -829,6 +837,21 @@ impl TestCluster {
         Self::start_inner(n, shards, extra, how)
     }
 
+    /// As [`start`](Self::start), the harness's clients authenticating with `sasl` (for
+    /// brokers whose `extra` flags make their native listeners require SASL).
+    pub fn start_sasl(
+        n: usize,
+        shards: usize,
+        extra: &[&str],
+        sasl: rill::client::SaslCredentials,
+    ) -> TestCluster {
+        let how = Placement {
+            client_sasl: Some(sasl),
+            ..Placement::default()
+        };
+        Self::start_inner(n, shards, extra, how)
+    }
+
     /// Broker `id`'s Kafka bootstrap address (started with the Kafka listener on).
     pub fn kafka_bootstrap(&self, id: u64) -> String {
         self.nodes[id as usize - 1].kafka_bootstrap()
@@ -879,6 +902,7 @@ impl TestCluster {
                 b.kafka_port = kafka;
                 b.host = hosts[i].clone();
                 b.netns = how.lab.map(|l| l.netns(i as u64 + 1));
+                b.client_sasl = how.client_sasl.clone();
                 b
             })
             .collect();

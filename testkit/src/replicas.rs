@@ -122,7 +122,7 @@ pub const FAST_FENCING: &[&str] = &[
 /// each partition with a leader (CreateTopics answers once the broker asked applied it; the
 /// others follow a moment later).
 pub fn create_topic_rf3(c: &TestCluster, topic: &str, partitions: u32, configs: &[(&str, &str)]) {
-    let mut cfg = ClientConfig::new(c.nodes[0].bootstrap());
+    let mut cfg = c.nodes[0].client_config();
     cfg.request_timeout = Duration::from_secs(60);
     Client::connect(cfg)
         .expect("client")
