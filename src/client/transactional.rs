@@ -389,10 +389,7 @@ impl TransactionalProducer {
     /// Opens a transaction.
     pub fn begin(&self) -> Result<(), ClientError> {
         let mut st = self.producer.shared.lock();
-        let t = st
-            .txn
-            .as_mut()
-            .expect("a transactional producer has a transaction");
+        let t = txn_of(&mut st);
         if let Some(e) = t.error.as_ref().filter(|e| e.fatal) {
             return Err(e.to_client_error());
         }
@@ -438,13 +435,7 @@ impl TransactionalProducer {
             group: group.group.clone(),
         };
         self.txn_call(ApiKey::AddOffsetsToTxn, &add)?;
-        self.producer
-            .shared
-            .lock()
-            .txn
-            .as_mut()
-            .expect("a transactional producer has a transaction")
-            .offsets_added = true;
+        txn_of(&mut self.producer.shared.lock()).offsets_added = true;
         let commit = TxnOffsetCommitRequest {
             transactional_id: id.clone(),
             group: group.group.clone(),
@@ -485,10 +476,7 @@ impl TransactionalProducer {
     pub fn abort(&self) -> Result<(), ClientError> {
         {
             let mut st = self.producer.shared.lock();
-            let t = st
-                .txn
-                .as_mut()
-                .expect("a transactional producer has a transaction");
+            let t = txn_of(&mut st);
             if let Some(e) = t.error.as_ref().filter(|e| e.fatal) {
                 return Err(e.to_client_error());
             }
@@ -509,11 +497,8 @@ impl TransactionalProducer {
     fn end(&self, commit: bool) -> Result<(), ClientError> {
         let (producer_id, producer_epoch) = self.identity();
         let joined = {
-            let st = self.producer.shared.lock();
-            let t = st
-                .txn
-                .as_ref()
-                .expect("a transactional producer has a transaction");
+            let mut st = self.producer.shared.lock();
+            let t = txn_of(&mut st);
             !t.added.is_empty() || t.offsets_added
         };
         if joined {
@@ -525,13 +510,7 @@ impl TransactionalProducer {
             };
             self.txn_call(ApiKey::EndTxn, &req)?;
         }
-        self.producer
-            .shared
-            .lock()
-            .txn
-            .as_mut()
-            .expect("a transactional producer has a transaction")
-            .close();
+        txn_of(&mut self.producer.shared.lock()).close();
         Ok(())
     }
 
@@ -603,21 +582,15 @@ impl TransactionalProducer {
         }
         let fatal = e.code().is_some_and(is_fenced);
         let mut st = self.producer.shared.lock();
-        let t = st
-            .txn
-            .as_mut()
-            .expect("a transactional producer has a transaction");
+        let t = txn_of(&mut st);
         t.fail(e.code(), &format!("{what}: {e}"), fatal);
         Err(t.error.as_ref().expect("just set").to_client_error())
     }
 
     /// An open transaction that can still commit.
     fn usable(&self) -> Result<(), ClientError> {
-        let st = self.producer.shared.lock();
-        let t = st
-            .txn
-            .as_ref()
-            .expect("a transactional producer has a transaction");
+        let mut st = self.producer.shared.lock();
+        let t = txn_of(&mut st);
         if let Some(e) = &t.error {
             return Err(e.to_client_error());
         }
@@ -642,4 +615,11 @@ impl TransactionalProducer {
     fn calls(&self) -> MutexGuard<'_, Calls> {
         self.calls.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+/// A transactional producer's transaction (it always has one).
+fn txn_of(st: &mut super::producer::State) -> &mut Txn {
+    st.txn
+        .as_mut()
+        .expect("a transactional producer has a transaction")
 }
