@@ -1,5 +1,6 @@
-//! SASL on the native listener (issue 18): SCRAM and PLAIN for the client library and the
-//! CLI, the inter-broker user created at start (a new cluster's first user), refusals with
+//! SASL and ACLs on the native listener (issue 18): SCRAM and PLAIN for the client library
+//! and the CLI, ACLs enforced once authenticated (a DENY over an ALLOW), the inter-broker
+//! user created at start (a new cluster's first user, a super user), refusals with
 //! Kafka's codes, a connection that never authenticates closed, malformed SASL bytes
 //! answered without harm, and a cluster whose brokers replicate to each other as the
 //! inter-broker user.
@@ -50,6 +51,19 @@ fn start(extra: &[&str]) -> TestBroker {
     b
 }
 
+/// An ACL binding for alice on topic `t`.
+fn acl(t: &str, operation: &str, permission: &str) -> rill::protocol::messages::AclEntry {
+    rill::protocol::messages::AclEntry {
+        resource_type: "topic".into(),
+        name: t.into(),
+        pattern: "literal".into(),
+        principal: "User:alice".into(),
+        host: "*".into(),
+        operation: operation.into(),
+        permission: permission.into(),
+    }
+}
+
 fn connect_as(b: &TestBroker, sasl: Option<SaslCredentials>) -> Result<Client, ClientError> {
     let mut cfg = ClientConfig::new(b.bootstrap());
     cfg.sasl = sasl;
@@ -72,9 +86,36 @@ fn native_clients_authenticate_with_scram_or_plain_and_others_are_refused() {
         alice.refresh_metadata().expect("metadata as alice");
         assert_eq!(alice.metadata().partitions("t").unwrap(), 2);
     }
-    // Produce and consume through the pipelined connections, authenticated too.
     let mut cfg = ClientConfig::new(b.bootstrap());
     cfg.sasl = Some(creds("SCRAM-SHA-512", "alice", "alice-pw"));
+    // ACLs apply on an authenticating listener: without one alice may not even get a
+    // producer id, nor write, nor delete a topic.
+    let refused = rill::client::Producer::new(cfg.clone(), Default::default()).err();
+    assert_eq!(
+        refused.and_then(|e| e.code()),
+        Some(ErrorCode::ClusterAuthorizationFailed)
+    );
+    let mut alice = connect_as(&b, cfg.sasl.clone()).expect("alice");
+    assert_eq!(
+        alice.delete_topic("t").err().and_then(|e| e.code()),
+        Some(ErrorCode::TopicAuthorizationFailed)
+    );
+    assert_eq!(
+        alice
+            .create_acls(vec![acl("t", "WRITE", "ALLOW")])
+            .err()
+            .and_then(|e| e.code()),
+        Some(ErrorCode::ClusterAuthorizationFailed),
+        "only the cluster's ALTER right grants"
+    );
+    admin
+        .create_acls(
+            ["WRITE", "READ", "DESCRIBE"]
+                .map(|op| acl("t", op, "ALLOW"))
+                .to_vec(),
+        )
+        .expect("grant alice");
+    // Produce and consume through the pipelined connections, authenticated too.
     let producer = rill::client::Producer::new(cfg.clone(), Default::default()).expect("producer");
     let values: Vec<String> = (0..50).map(|i| format!("v{i}")).collect();
     let reports: Vec<_> = values
@@ -106,6 +147,30 @@ fn native_clients_authenticate_with_scram_or_plain_and_others_are_refused() {
         assert!(start.elapsed() < DEADLINE, "consumed {got:?}");
     }
     assert_eq!(got, values);
+    // A DENY overrides the ALLOW.
+    admin
+        .create_acls(vec![acl("t", "READ", "DENY")])
+        .expect("deny alice");
+    let mut denied = rill::client::Consumer::new(
+        ClientConfig {
+            sasl: Some(creds("SCRAM-SHA-512", "alice", "alice-pw")),
+            ..ClientConfig::new(b.bootstrap())
+        },
+        Default::default(),
+    )
+    .expect("consumer");
+    denied
+        .assign("t", Some(vec![0]), rill::client::StartFrom::Beginning)
+        .expect("assign");
+    let start = Instant::now();
+    let e = loop {
+        match denied.poll(Duration::from_millis(200)) {
+            Err(e) => break e,
+            Ok(r) => assert!(r.is_empty(), "read while denied"),
+        }
+        assert!(start.elapsed() < DEADLINE, "never refused");
+    };
+    assert_eq!(e.code(), Some(ErrorCode::TopicAuthorizationFailed), "{e}");
 
     // A wrong password, an unknown user, a mechanism the listener does not enable, and no
     // authentication at all: each refused with Kafka's code.
@@ -136,6 +201,70 @@ fn native_clients_authenticate_with_scram_or_plain_and_others_are_refused() {
         code(connect_as(&b, None)),
         Some(ErrorCode::SaslAuthenticationFailed)
     );
+}
+
+#[test]
+fn rights_on_groups_and_transactional_ids_are_checked_too() {
+    let b = start(&[]);
+    let mut admin = b.client();
+    admin
+        .upsert_user("alice", "alice-pw", Mechanism::ScramSha512, 4096)
+        .expect("create alice");
+    admin.create_topic("g", 1, 1, vec![]).expect("create topic");
+    admin
+        .create_acls(
+            ["WRITE", "READ", "DESCRIBE"]
+                .map(|op| acl("g", op, "ALLOW"))
+                .to_vec(),
+        )
+        .expect("grant alice the topic");
+    let alice = || {
+        let mut cfg = ClientConfig::new(b.bootstrap());
+        cfg.sasl = Some(creds("SCRAM-SHA-512", "alice", "alice-pw"));
+        cfg
+    };
+    // A group alice has no right on.
+    let mut c = Client::connect(alice()).expect("alice");
+    let coordinator = c.find_coordinator("team");
+    assert_eq!(
+        coordinator.err().and_then(|e| e.code()),
+        Some(ErrorCode::GroupAuthorizationFailed)
+    );
+    // Nor a transactional id.
+    let txn = rill::client::TransactionalProducer::init(
+        alice(),
+        Default::default(),
+        rill::client::TransactionConfig::new("alice-txn"),
+    );
+    assert_eq!(
+        txn.err().and_then(|e| e.code()),
+        Some(ErrorCode::TransactionalIdAuthorizationFailed)
+    );
+    // Granted, both work.
+    let grant = |resource_type: &str, name: &str, op: &str| rill::protocol::messages::AclEntry {
+        resource_type: resource_type.into(),
+        name: name.into(),
+        ..acl(name, op, "ALLOW")
+    };
+    admin
+        .create_acls(vec![
+            grant("group", "team", "READ"),
+            grant("group", "team", "DESCRIBE"),
+            grant("transactional-id", "alice-txn", "WRITE"),
+            grant("transactional-id", "alice-txn", "DESCRIBE"),
+        ])
+        .expect("grant");
+    c.find_coordinator("team").expect("the group's coordinator");
+    let p = rill::client::TransactionalProducer::init(
+        alice(),
+        Default::default(),
+        rill::client::TransactionConfig::new("alice-txn"),
+    )
+    .expect("transactional producer");
+    p.begin().expect("begin");
+    p.send(rill::client::ProducerRecord::new("g", b"in a transaction"))
+        .expect("send");
+    p.commit().expect("commit");
 }
 
 /// `rill` with its `--sasl-*` flags, the password in the environment.

@@ -25,8 +25,9 @@ use std::time::Duration;
 
 use futures_lite::AsyncWriteExt;
 
-use super::{dispatch, sasl, Reply};
+use super::{authorization, dispatch, sasl, Reply};
 use crate::auth::session::SaslSession;
+use crate::broker::acls::Caller;
 use crate::broker::produce::hold_until_acked;
 use crate::broker::quotas::{self, QuotaClient};
 use crate::broker::Shard;
@@ -72,6 +73,10 @@ async fn read_requests(
     let mechanisms = &shard.cfg.native_sasl_mechanisms;
     let mut session = (!mechanisms.is_empty()).then(|| SaslSession::new(mechanisms.clone()));
     let authenticate_until = after(shard.cfg.sasl_authentication_timeout);
+    // The address ACLs match hosts against.
+    let host = peer
+        .parse::<std::net::SocketAddr>()
+        .map_or_else(|_| peer.to_string(), |a| a.ip().to_string());
     // What the last request earned against the client's quotas (by user once authenticated,
     // and client id): the connection is not read for that long.
     let mut pause = Duration::ZERO;
@@ -154,6 +159,20 @@ async fn read_requests(
             continue;
         }
         let user = session.as_ref().and_then(|s| s.user());
+        // ACLs, on when the listener authenticates (a connection gets this far only once
+        // authenticated).
+        if let (Some(user), Some(api)) = (user, api) {
+            let caller = Caller::user(user, host.clone());
+            if let Err((code, why)) = authorization::check(shard, &caller, api, &frame) {
+                log::debug!("{peer}: {why}");
+                count_error(shard, api_name, code);
+                drop(grant);
+                replies
+                    .push_ready((correlation, Reply::Error(code, why)))
+                    .await;
+                continue;
+            }
+        }
         let timed = match api {
             Some(ApiKey::Produce) => Timed::Produce,
             Some(ApiKey::Fetch | ApiKey::FilteredFetch) => Timed::Fetch,

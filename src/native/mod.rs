@@ -3,6 +3,7 @@
 //! payload (batches) passes through as the stored bytes, both ways.
 
 mod acls;
+mod authorization;
 pub mod connection;
 mod delayed_produce;
 mod fetch;
