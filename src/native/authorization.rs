@@ -5,8 +5,9 @@
 //! Unlike the Kafka listener, which answers a refused item inside an otherwise handled
 //! request, a native request is refused whole (TOPIC_, GROUP_, CLUSTER_ or
 //! TRANSACTIONAL_ID_AUTHORIZATION_FAILED, naming the resource) when any of its items is:
-//! native clients treat a request as one operation. Metadata of every topic is not filtered
-//! (it lists names the caller may not describe); Metadata naming topics needs DESCRIBE on each.
+//! native clients treat a request as one operation. Metadata of every topic lists only those
+//! the caller may describe (`metadata::metadata`); Metadata naming topics needs DESCRIBE on
+//! each.
 
 use crate::auth::acl::{Operation, ResourceType, CLUSTER_NAME};
 use crate::broker::acls::{self, Caller};

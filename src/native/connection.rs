@@ -161,9 +161,9 @@ async fn read_requests(
         let user = session.as_ref().and_then(|s| s.user());
         // ACLs, on when the listener authenticates (a connection gets this far only once
         // authenticated).
-        if let (Some(user), Some(api)) = (user, api) {
-            let caller = Caller::user(user, host.clone());
-            if let Err((code, why)) = authorization::check(shard, &caller, api, &frame) {
+        let caller = user.map(|u| Caller::user(u, host.clone()));
+        if let (Some(caller), Some(api)) = (&caller, api) {
+            if let Err((code, why)) = authorization::check(shard, caller, api, &frame) {
                 log::debug!("{peer}: {why}");
                 count_error(shard, api_name, code);
                 drop(grant);
@@ -200,7 +200,7 @@ async fn read_requests(
         // The request is done when its reply is: what a produce keeps of its frame is the
         // tail cache's and the pending writes' (see `request_memory`); unanswered writes
         // keep the grant until durable.
-        match dispatch(shard, frame, file_reads).await {
+        match dispatch(shard, frame, file_reads, caller.as_ref()).await {
             Reply::Unanswered(waits) => {
                 pause = quota(0);
                 shard.metrics.done(timer);

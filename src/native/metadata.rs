@@ -28,7 +28,12 @@ pub fn api_versions() -> Reply {
     })
 }
 
-pub async fn metadata(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
+/// Metadata; of every topic, only those `caller` may describe when ACLs apply (as Kafka).
+pub async fn metadata(
+    shard: &Rc<Shard>,
+    frame: &RequestFrame,
+    caller: Option<&crate::broker::acls::Caller>,
+) -> Reply {
     let req: MetadataRequest = match frame.decode_meta() {
         Ok(r) => r,
         Err(e) => return e.into(),
@@ -78,7 +83,22 @@ pub async fn metadata(shard: &Rc<Shard>, frame: &RequestFrame) -> Reply {
             .collect(),
     };
     let topics = match &req.topics {
-        None => md.topics.values().map(topic_meta).collect(),
+        None => md
+            .topics
+            .values()
+            .filter(|t| {
+                caller.is_none_or(|c| {
+                    crate::broker::acls::authorized(
+                        shard,
+                        c,
+                        crate::auth::acl::Operation::Describe,
+                        crate::auth::acl::ResourceType::Topic,
+                        &t.name,
+                    )
+                })
+            })
+            .map(topic_meta)
+            .collect(),
         Some(names) => names
             .iter()
             .map(|n| match md.topic(n) {

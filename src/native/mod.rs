@@ -95,7 +95,15 @@ impl From<FrameError> for Reply {
 
 /// `file_reads` is how this connection takes file data: the broker's `--file-reads`, or
 /// copies on a TLS connection (sendfile cannot carry sealed bytes).
-pub async fn dispatch(shard: &Rc<Shard>, frame: RequestFrame, file_reads: FileReads) -> Reply {
+///
+/// `caller`: the authenticated principal on a listener that enforces ACLs (Metadata of every
+/// topic lists only those it may describe).
+pub async fn dispatch(
+    shard: &Rc<Shard>,
+    frame: RequestFrame,
+    file_reads: FileReads,
+    caller: Option<&crate::broker::acls::Caller>,
+) -> Reply {
     let h = &frame.header;
     let Some(api) = ApiKey::from_u16(h.api_key) else {
         return Reply::Error(
@@ -115,7 +123,7 @@ pub async fn dispatch(shard: &Rc<Shard>, frame: RequestFrame, file_reads: FileRe
     }
     match api {
         ApiKey::ApiVersions => metadata::api_versions(),
-        ApiKey::Metadata => metadata::metadata(shard, &frame).await,
+        ApiKey::Metadata => metadata::metadata(shard, &frame, caller).await,
         ApiKey::CreateTopics => topics::create(shard, &frame).await,
         ApiKey::DeleteTopics => topics::delete(shard, &frame).await,
         ApiKey::Produce => produce::produce(shard, frame),
