@@ -318,6 +318,22 @@ struct Calls {
     txn_coordinator: Option<SocketAddr>,
 }
 
+impl Calls {
+    /// `f` at `id`'s transaction coordinator (found again when it moved), retried within
+    /// `cfg.max_block`.
+    fn at_coordinator<T>(
+        &mut self,
+        cfg: &ProducerConfig,
+        id: &str,
+        mut f: impl FnMut(&mut Client, SocketAddr) -> Result<T, ClientError>,
+    ) -> Result<T, ClientError> {
+        let deadline = Instant::now() + cfg.max_block;
+        with_retries(deadline, cfg.retry_backoff, || {
+            coordinator_call(&mut self.client, &mut self.txn_coordinator, id, &mut f)
+        })
+    }
+}
+
 /// A transactional producer: `init`, then `begin`, `send`s (and
 /// `send_offsets_to_transaction`), `commit` or `abort`, again and again. Thread-safe like
 /// [`Producer`]; one transaction is open at a time.
@@ -351,15 +367,8 @@ impl TransactionalProducer {
             txn_coordinator: None,
         };
         let id = txn_cfg.transactional_id.clone();
-        let deadline = Instant::now() + cfg.max_block;
-        let Calls {
-            client,
-            txn_coordinator,
-        } = &mut calls;
-        let current = with_retries(deadline, cfg.retry_backoff, || {
-            coordinator_call(client, txn_coordinator, &id, |c, at| {
-                c.init_transactional_producer_id(at, &id, timeout_ms, None)
-            })
+        let current = calls.at_coordinator(&cfg, &id, |c, at| {
+            c.init_transactional_producer_id(at, &id, timeout_ms, None)
         })?;
         log::debug!("transactional producer '{id}': producer id and epoch {current:?}");
         let sender_client = Client::connect(client_cfg.clone())?;
@@ -526,18 +535,11 @@ impl TransactionalProducer {
         };
         let id = &self.txn_cfg.transactional_id;
         let timeout_ms = self.txn_cfg.transaction_timeout.as_millis() as i32;
-        let cfg = &self.producer.shared.cfg;
-        let mut calls = self.calls();
-        let Calls {
-            client,
-            txn_coordinator,
-        } = &mut *calls;
-        let r = with_retries(Instant::now() + cfg.max_block, cfg.retry_backoff, || {
-            coordinator_call(client, txn_coordinator, id, |c, at| {
+        let r = self
+            .calls()
+            .at_coordinator(&self.producer.shared.cfg, id, |c, at| {
                 c.init_transactional_producer_id(at, id, timeout_ms, current)
-            })
-        });
-        drop(calls);
+            });
         let next = self.settle(r, "InitProducerId")?;
         log::info!("transactional producer '{id}': epoch bumped from {current:?} to {next:?}");
         let mut st = self.producer.shared.lock();
@@ -554,19 +556,12 @@ impl TransactionalProducer {
     where
         Req: crate::protocol::frame::EncodeMeta,
     {
-        let cfg = &self.producer.shared.cfg;
         let id = &self.txn_cfg.transactional_id;
-        let mut calls = self.calls();
-        let Calls {
-            client,
-            txn_coordinator,
-        } = &mut *calls;
-        let r = with_retries(Instant::now() + cfg.max_block, cfg.retry_backoff, || {
-            coordinator_call(client, txn_coordinator, id, |c, at| {
+        let r = self
+            .calls()
+            .at_coordinator(&self.producer.shared.cfg, id, |c, at| {
                 c.status_call(at, api, req)
-            })
-        });
-        drop(calls);
+            });
         self.settle(r, api.name())
     }
 

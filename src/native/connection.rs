@@ -77,6 +77,7 @@ async fn read_requests(
     let host = peer
         .parse::<std::net::SocketAddr>()
         .map_or_else(|_| peer.to_string(), |a| a.ip().to_string());
+    let mut caller: Option<Caller> = None;
     // What the last request earned against the client's quotas (by user once authenticated,
     // and client id): the connection is not read for that long.
     let mut pause = Duration::ZERO;
@@ -160,8 +161,10 @@ async fn read_requests(
         }
         let user = session.as_ref().and_then(|s| s.user());
         // ACLs, on when the listener authenticates (a connection gets this far only once
-        // authenticated).
-        let caller = user.map(|u| Caller::user(u, host.clone()));
+        // authenticated); the principal is made once per connection, not per request.
+        if caller.is_none() {
+            caller = user.map(|u| Caller::user(u, host.clone()));
+        }
         if let (Some(caller), Some(api)) = (&caller, api) {
             if let Err((code, why)) = authorization::check(shard, caller, api, &frame) {
                 log::debug!("{peer}: {why}");
