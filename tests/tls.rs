@@ -9,9 +9,16 @@ use std::net::TcpStream;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use rill::client::{Client, StartFrom};
+use rill::client::{
+    Client, ClientConfig, Consumer, ConsumerConfig, Isolation, Producer, ProducerConfig,
+    ProducerRecord, StartFrom, TransactionConfig, TransactionalProducer,
+};
+use rill::protocol::ErrorCode;
 use rill_testkit::tls::TestCerts;
-use rill_testkit::{consume_exactly, produce_values, rill_bin, values, TestBroker, DEADLINE};
+use rill_testkit::{
+    assert_replicas_equal, consume_exactly, create_topic_rf3, produce_values, rill_bin, values,
+    wait_partition, TestBroker, TestCluster, DEADLINE, FAST_FENCING,
+};
 
 /// Values of many sizes, up to 200 KiB, so responses span many TLS records and partial
 /// socket writes.
@@ -119,7 +126,9 @@ fn untrusted_and_expired_broker_certificates_are_refused() {
 #[test]
 fn mutual_tls_refuses_clients_without_a_trusted_certificate() {
     let certs = TestCerts::new();
-    let flags = certs.broker_flags("native", &certs.server, true);
+    let mut flags = certs.broker_flags("native", &certs.server, true);
+    // The certificate names the principal, and ACLs apply: this one may do anything.
+    flags.extend(["--super-users".into(), "User:CN=client".into()]);
     let b = TestBroker::start_tls(1, false, &flags, Some(certs.client_tls(true)));
     let mut with_cert = b.client();
     with_cert.create_topic("mutual", 1, 1, vec![]).unwrap();
@@ -352,6 +361,40 @@ fn bad_tls_flags_are_refused_with_one_line() {
             ],
             "--tls-handshake-timeout-ms",
         ),
+        // A cluster's brokers fetch from each other's TLS native listeners: they must know
+        // whom to trust.
+        (
+            vec![
+                "--tls-cert",
+                certs.server.cert_str(),
+                "--tls-key",
+                certs.server.key_str(),
+                "--node-id",
+                "1",
+                "--controller-voters",
+                "1@127.0.0.1:1,2@127.0.0.1:2,3@127.0.0.1:3",
+            ],
+            "needs --inter-broker-tls-ca",
+        ),
+        (
+            vec!["--inter-broker-tls-ca", certs.ca_str()],
+            "--inter-broker-tls-ca needs TLS on the native listener",
+        ),
+        (
+            vec![
+                "--tls-cert",
+                certs.server.cert_str(),
+                "--tls-key",
+                certs.server.key_str(),
+                "--inter-broker-tls-ca",
+                missing.to_str().unwrap(),
+            ],
+            "missing.pem",
+        ),
+        (
+            vec!["--inter-broker-tls-server-name", "broker1"],
+            "needs --inter-broker-tls-ca",
+        ),
     ];
     for (flags, why) in cases {
         let out = Command::new(rill_bin())
@@ -378,6 +421,216 @@ fn bad_tls_flags_are_refused_with_one_line() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--tls-client-key"));
+}
+
+/// A native client with a certificate (mutual TLS, no SASL) is the principal its subject
+/// names, as on the Kafka listener: refused without an ACL, served with one.
+#[test]
+fn a_native_mutual_tls_client_is_the_principal_its_certificate_names() {
+    let certs = TestCerts::new();
+    let mut flags = certs.broker_flags("native", &certs.server, true);
+    flags.extend(["--super-users".into(), "User:CN=client".into()]);
+    let b = TestBroker::start_tls(1, false, &flags, Some(certs.client_tls(true)));
+    b.client().create_topic("certified", 1, 1, vec![]).unwrap();
+    let sent = values_of(&["c1", "c2"]);
+    produce_values(&b, "certified", 0, sent.clone());
+    // Another certificate of the trusted CA: CN=server.
+    let mut other = b.client_config();
+    other.tls = Some(
+        rill::tls::ClientTls::load(
+            &certs.ca,
+            Some((&certs.server.cert, &certs.server.key)),
+            None,
+        )
+        .unwrap(),
+    );
+    let read = |cfg: ClientConfig| -> Result<Vec<String>, rill::client::ClientError> {
+        let mut c = Consumer::new(cfg, Default::default())?;
+        c.assign("certified", Some(vec![0]), StartFrom::Beginning)?;
+        let mut got = Vec::new();
+        let start = Instant::now();
+        while got.len() < 2 {
+            let records = c.poll(Duration::from_millis(200))?;
+            got.extend(
+                records
+                    .iter()
+                    .map(|r| String::from_utf8(r.value().unwrap().to_vec()).unwrap()),
+            );
+            assert!(start.elapsed() < DEADLINE, "read {got:?}");
+        }
+        Ok(got)
+    };
+    // The CLI as the super user (CN=client) grants CN=server `operation` on the topic.
+    let allow = |operation: &str| {
+        let out = cli(
+            &b,
+            &[
+                "--tls-ca",
+                certs.ca_str(),
+                "--tls-client-cert",
+                certs.client.cert_str(),
+                "--tls-client-key",
+                certs.client.key_str(),
+                "acl",
+                "add",
+                "--allow-principal",
+                "User:CN=server",
+                "--operation",
+                operation,
+                "--topic",
+                "certified",
+            ],
+            None,
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    // Without DESCRIBE the topic is hidden from CN=server; with it, the fetch is refused.
+    let e = read(other.clone()).expect_err("read without an ACL");
+    assert!(e.to_string().contains("unknown topic"), "{e}");
+    allow("describe");
+    let e = read(other.clone()).expect_err("read without a READ ACL");
+    assert_eq!(e.code(), Some(ErrorCode::TopicAuthorizationFailed), "{e}");
+    allow("read");
+    assert_eq!(read(other).expect("read with an ACL"), sent);
+}
+
+fn values_of(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
+
+/// A cluster whose native listeners speak mutual TLS: followers fetch from leaders, a
+/// restarted broker catches up and the transaction coordinator writes markers to other
+/// brokers' leaders, all over TLS (`--inter-broker-tls-ca`), each broker presenting its
+/// certificate (whose principal is a super user).
+#[test]
+fn brokers_replicate_fail_over_and_write_markers_to_each_other_over_mutual_tls() {
+    let certs = TestCerts::new();
+    let mut flags = certs.broker_flags("native", &certs.server, true);
+    flags.extend(
+        [
+            "--inter-broker-tls-ca",
+            certs.ca_str(),
+            "--super-users",
+            "User:CN=server;User:CN=client",
+        ]
+        .map(String::from),
+    );
+    flags.extend(FAST_FENCING.iter().map(|s| s.to_string()));
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let mut c = TestCluster::start_tls(3, 1, &flags, certs.client_tls(true));
+    c.wait_leader(&[1, 2, 3]);
+    create_topic_rf3(&c, "sealed", 3, &[("min.insync.replicas", "3")]);
+    let cfg = c.nodes[0].client_config();
+    // acks=all with min.insync.replicas 3: acknowledged once both followers fetched it.
+    let send = |values: &[String]| {
+        let p = Producer::new(cfg.clone(), ProducerConfig::default()).expect("producer");
+        let reports: Vec<_> = values
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                p.send(ProducerRecord::new("sealed", v.as_bytes()).partition(i as u32 % 3))
+                    .expect("send")
+            })
+            .collect();
+        p.flush().expect("flush");
+        for r in reports {
+            r.wait().expect("acknowledged by all three replicas");
+        }
+    };
+    let mut sent = sized_values(150);
+    send(&sent);
+
+    // The leader of partition 0 dies: another takes over; back, it catches up over TLS and
+    // rejoins the ISR (min.insync.replicas 3 needs it for the next acknowledgements).
+    let old =
+        u64::from(wait_partition(&c.nodes[0], "sealed", 0, "a leader", |m| m.leader != 0).leader);
+    c.node(old).kill();
+    let alive: Vec<usize> = (0..3).filter(|i| *i as u64 + 1 != old).collect();
+    wait_partition(&c.nodes[alive[0]], "sealed", 0, "a new leader", |m| {
+        m.leader != 0 && u64::from(m.leader) != old
+    });
+    c.node(old).restart();
+    for p in 0..3 {
+        wait_partition(&c.nodes[alive[0]], "sealed", p, "a full ISR", |m| {
+            m.isr.len() == 3
+        });
+    }
+    let more: Vec<String> = (0..60).map(|i| format!("after-{i}")).collect();
+    send(&more);
+    sent.extend(more);
+
+    // A transaction over the three partitions, led by different brokers: its coordinator
+    // writes the commit markers to the other brokers over TLS.
+    let txn = TransactionConfig {
+        transactional_id: "sealed-txn".into(),
+        transaction_timeout: Duration::from_secs(60),
+    };
+    let tp =
+        TransactionalProducer::init(cfg.clone(), ProducerConfig::default(), txn).expect("init");
+    tp.begin().expect("begin");
+    let committed: Vec<String> = (0..3).map(|i| format!("txn-{i}")).collect();
+    for (i, v) in committed.iter().enumerate() {
+        tp.send(ProducerRecord::new("sealed", v.as_bytes()).partition(i as u32))
+            .expect("send");
+    }
+    tp.commit().expect("commit");
+    sent.extend(committed);
+
+    // read_committed reaches past the markers on every partition: all of it, each
+    // partition in order.
+    let consumer_cfg = ConsumerConfig {
+        isolation: Isolation::ReadCommitted,
+        ..ConsumerConfig::default()
+    };
+    let mut consumer = Consumer::new(cfg.clone(), consumer_cfg).expect("consumer");
+    consumer
+        .assign("sealed", None, StartFrom::Beginning)
+        .expect("assign");
+    let mut got: Vec<Vec<String>> = vec![Vec::new(); 3];
+    let start = Instant::now();
+    while got.iter().map(Vec::len).sum::<usize>() < sent.len() {
+        for r in consumer
+            .poll(Duration::from_millis(200))
+            .expect("poll")
+            .iter()
+        {
+            let v = String::from_utf8(r.value().unwrap().to_vec()).unwrap();
+            got[r.partition as usize].push(v);
+        }
+        assert!(start.elapsed() < DEADLINE, "read {got:?}");
+    }
+    for (p, got) in got.iter().enumerate() {
+        let want: Vec<String> = sent
+            .iter()
+            .filter(|v| partition_of(&sent, v) == p)
+            .cloned()
+            .collect();
+        assert_eq!(got, &want, "partition {p}");
+    }
+    // Every replica holds the same batches.
+    let mut client = Client::connect(cfg).expect("client");
+    for p in 0..3 {
+        let hw = client
+            .list_offset("sealed", p, rill::protocol::messages::LATEST_TIMESTAMP)
+            .expect("list offsets")
+            .expect("an end");
+        assert_replicas_equal(&c, "sealed", p, hw);
+    }
+}
+
+/// The partition the test sent `v` to: the values were sent round robin, each phase from
+/// partition 0.
+fn partition_of(sent: &[String], v: &str) -> usize {
+    let i = sent.iter().position(|s| s == v).unwrap();
+    match v {
+        _ if v.starts_with("txn-") => v[4..].parse().unwrap(),
+        _ if v.starts_with("after-") => v[6..].parse::<usize>().unwrap() % 3,
+        _ => i % 3,
+    }
 }
 
 /// The first flight of a real TLS client (rustls), to cut.

@@ -92,6 +92,9 @@ pub struct BrokerConfig {
     /// A TLS handshake not done within this is abandoned and the connection closed
     /// (`--tls-handshake-timeout-ms`).
     pub tls_handshake_timeout: Duration,
+    /// How this broker dials other brokers' native listeners when they speak TLS
+    /// (`--inter-broker-tls-ca`, `--inter-broker-tls-server-name`).
+    pub inter_broker_tls: Option<crate::tls::ClientTls>,
     /// SASL mechanisms the Kafka listener requires a client to authenticate with
     /// (`--kafka-sasl-mechanisms`; empty: no authentication).
     pub kafka_sasl_mechanisms: Vec<String>,
@@ -213,6 +216,7 @@ impl BrokerConfig {
             native_tls: None,
             kafka_tls: None,
             tls_handshake_timeout: Duration::from_secs(10),
+            inter_broker_tls: None,
             kafka_sasl_mechanisms: Vec::new(),
             native_sasl_mechanisms: Vec::new(),
             inter_broker_sasl: None,

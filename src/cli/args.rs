@@ -295,6 +295,16 @@ pub struct BrokerArgs {
     /// closed.
     #[arg(long, env = "RILL_TLS_HANDSHAKE_TIMEOUT_MS", default_value_t = 10_000)]
     pub tls_handshake_timeout_ms: u64,
+    /// CAs (PEM) other brokers' certificates must chain to: this broker fetches from
+    /// leaders and sends transaction markers over TLS, presenting --tls-cert when a native
+    /// listener asks for a client certificate (--tls-client-ca). Needed by a cluster whose
+    /// native listeners speak TLS.
+    #[arg(long, env = "RILL_INTER_BROKER_TLS_CA", value_name = "FILE")]
+    pub inter_broker_tls_ca: Option<PathBuf>,
+    /// The name other brokers' certificates must carry (default: the host each registered,
+    /// which must then be an IP address in its certificate).
+    #[arg(long, env = "RILL_INTER_BROKER_TLS_SERVER_NAME", value_name = "NAME")]
+    pub inter_broker_tls_server_name: Option<String>,
     /// SASL mechanisms Kafka clients must authenticate with on the Kafka listener:
     /// PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (comma-separated), or `none` (the default).
     /// Users are made with `rill user create` (over the native listener).

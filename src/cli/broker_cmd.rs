@@ -253,12 +253,12 @@ pub fn config_from_args(a: &BrokerArgs) -> Result<BrokerConfig, String> {
     c.broker_role = quorum.broker;
     c.controller_role = quorum.controller;
     (c.native_tls, c.kafka_tls) = parse_tls(a)?;
-    if c.native_tls.is_some() && !c.controller_voters.is_empty() {
-        // Followers fetch from leaders over the native listener with a plain connection.
+    c.inter_broker_tls = inter_broker_tls(a, c.native_tls.is_some())?;
+    if c.native_tls.is_some() && !c.controller_voters.is_empty() && c.inter_broker_tls.is_none() {
+        // Followers fetch from leaders over the native listener.
         return Err(
-            "--tls-listeners native: replicas fetch over the native listener without \
-                    TLS, so a cluster (--controller-voters) can have TLS on its kafka listener \
-                    only for now"
+            "--tls-listeners native in a cluster (--controller-voters) needs \
+                    --inter-broker-tls-ca FILE: the CAs other brokers' certificates chain to"
                 .into(),
         );
     }
@@ -441,6 +441,31 @@ fn parse_tls(a: &BrokerArgs) -> Result<(ListenerTls, ListenerTls), String> {
     let config = crate::tls::server_config(cert, key, a.tls_client_ca.as_deref())
         .map_err(|e| format!("TLS: {e}"))?;
     Ok((native.then(|| config.clone()), kafka.then_some(config)))
+}
+
+/// How this broker reaches other brokers' TLS native listeners: trusting
+/// `--inter-broker-tls-ca`, presenting its own certificate for mutual TLS.
+fn inter_broker_tls(
+    a: &BrokerArgs,
+    native_tls: bool,
+) -> Result<Option<crate::tls::ClientTls>, String> {
+    let Some(ca) = &a.inter_broker_tls_ca else {
+        if a.inter_broker_tls_server_name.is_some() {
+            return Err("--inter-broker-tls-server-name needs --inter-broker-tls-ca FILE".into());
+        }
+        return Ok(None);
+    };
+    // Brokers' native listeners are alike: one that is plaintext here is plaintext there.
+    if !native_tls {
+        return Err(
+            "--inter-broker-tls-ca needs TLS on the native listener (--tls-listeners native)"
+                .into(),
+        );
+    }
+    let own = a.tls_cert.as_deref().zip(a.tls_key.as_deref());
+    crate::tls::ClientTls::load(ca, own, a.inter_broker_tls_server_name.as_deref())
+        .map(Some)
+        .map_err(|e| format!("--inter-broker-tls-ca: {e}"))
 }
 
 fn parse_quorum(a: &BrokerArgs) -> Result<Quorum, String> {

@@ -77,6 +77,9 @@ async fn read_requests(
     let host = peer
         .parse::<std::net::SocketAddr>()
         .map_or_else(|_| peer.to_string(), |a| a.ip().to_string());
+    // A mutual-TLS client's identity (its certificate's subject): the principal when the
+    // listener does not also require SASL (as on the Kafka listener).
+    let tls_dn = stream.tls_client_dn();
     let mut caller: Option<Caller> = None;
     // What the last request earned against the client's quotas (by user once authenticated,
     // and client id): the connection is not read for that long.
@@ -159,7 +162,10 @@ async fn read_requests(
             }
             continue;
         }
-        let user = session.as_ref().and_then(|s| s.user());
+        let user = match session.as_ref() {
+            Some(s) => s.user(),
+            None => tls_dn.as_deref(),
+        };
         // ACLs, on when the listener authenticates (a connection gets this far only once
         // authenticated); the principal is made once per connection, not per request.
         if caller.is_none() {

@@ -18,6 +18,8 @@ use rill_shards::rt::TcpStream;
 
 use crate::auth::session::{inter_broker_mechanism, SaslClient};
 use crate::broker::Shard;
+use crate::net::shared_stream::SharedStream;
+use crate::net::tls_stream;
 use crate::partition::replica::FollowerNeed;
 use crate::partition::Partition;
 use crate::protocol::frame::{
@@ -346,23 +348,35 @@ pub(crate) fn leader_addr(
 }
 
 /// A client connection from a shard to another broker's shard: one request at a time.
+/// Plain, or TLS when the cluster's native listeners speak it (`--inter-broker-tls-ca`).
 pub(crate) struct Conn {
-    stream: TcpStream,
+    stream: SharedStream,
     correlation: u32,
 }
 
 impl Conn {
+    /// Connects, runs the TLS handshake if any and authenticates if the cluster does, all
+    /// within [`CONNECT_TIMEOUT`].
     pub(crate) async fn connect(shard: &Shard, addr: SocketAddr) -> Result<Conn, String> {
         let deadline = Instant::now() + CONNECT_TIMEOUT;
-        let stream =
-            futures_lite::future::or(async { Some(TcpStream::connect(addr).await) }, async {
-                shard.deadlines.sleep_until(deadline).await;
-                None
-            })
-            .await
-            .ok_or_else(|| format!("connecting to {addr}: timed out"))?
-            .map_err(|e| format!("connecting to {addr}: {e}"))?;
-        let _ = stream.set_nodelay(true);
+        let dial = async {
+            let tcp = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
+            let _ = tcp.set_nodelay(true);
+            match &shard.cfg.inter_broker_tls {
+                None => Ok(SharedStream::new(tcp)),
+                Some(tls) => tls_stream::connect(tcp, tls.config.clone(), tls.name_for(addr))
+                    .await
+                    .map(SharedStream::tls)
+                    .map_err(|e| format!("TLS: {e}")),
+            }
+        };
+        let stream = futures_lite::future::or(async { Some(dial.await) }, async {
+            shard.deadlines.sleep_until(deadline).await;
+            None
+        })
+        .await
+        .ok_or_else(|| format!("connecting to {addr}: timed out"))?
+        .map_err(|e| format!("connecting to {addr}: {e}"))?;
         let mut conn = Conn {
             stream,
             correlation: 0,
@@ -470,6 +484,11 @@ impl Conn {
         let io = async {
             self.stream
                 .write_all(&wire)
+                .await
+                .map_err(|e| format!("sending: {e}"))?;
+            // A TLS session may hold sealed bytes until flushed.
+            self.stream
+                .flush()
                 .await
                 .map_err(|e| format!("sending: {e}"))?;
             let mut len = [0u8; 4];

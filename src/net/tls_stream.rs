@@ -14,12 +14,14 @@ use std::task::{Context, Poll};
 
 use futures_lite::{AsyncRead, AsyncWrite};
 use rill_shards::rt::TcpStream;
-use rustls::ServerConnection;
+use rustls::pki_types::ServerName;
+use rustls::{ClientConnection, Connection, ServerConnection};
 
-/// A socket and its TLS session.
+/// A socket and its TLS session: the server's side of a listener's connection, or the
+/// client's side of a connection this broker opened to another ([`connect`]).
 pub struct TlsStream {
     tcp: TcpStream,
-    session: ServerConnection,
+    session: Connection,
 }
 
 /// The socket seen as blocking I/O that answers `WouldBlock` where the poll is pending
@@ -142,6 +144,21 @@ pub async fn handshake(
     config: std::sync::Arc<rustls::ServerConfig>,
 ) -> io::Result<TlsStream> {
     let session = ServerConnection::new(config).map_err(tls_error)?;
+    run_handshake(tcp, session.into()).await
+}
+
+/// Runs the client side of a TLS handshake on `tcp`, checking the server's certificate
+/// against `name`. The caller bounds it in time.
+pub async fn connect(
+    tcp: TcpStream,
+    config: std::sync::Arc<rustls::ClientConfig>,
+    name: ServerName<'static>,
+) -> io::Result<TlsStream> {
+    let session = ClientConnection::new(config, name).map_err(tls_error)?;
+    run_handshake(tcp, session.into()).await
+}
+
+async fn run_handshake(tcp: TcpStream, session: Connection) -> io::Result<TlsStream> {
     let mut stream = TlsStream { tcp, session };
     std::future::poll_fn(|cx| stream.poll_handshake(cx)).await?;
     Ok(stream)
@@ -167,7 +184,7 @@ impl TlsStream {
                 Ok(0) => {
                     return Poll::Ready(Err(io::Error::new(
                         io::ErrorKind::UnexpectedEof,
-                        "the client closed during the TLS handshake",
+                        "the peer closed during the TLS handshake",
                     )))
                 }
                 Ok(_) => {}

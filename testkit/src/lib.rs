@@ -780,6 +780,8 @@ struct Placement<'a> {
     lab: Option<&'a NetLab>,
     /// The harness's clients authenticate so (the native listeners require SASL).
     client_sasl: Option<rill::client::SaslCredentials>,
+    /// The harness's clients connect so (the native listeners speak TLS).
+    client_tls: Option<rill::tls::ClientTls>,
 }
 
 /// N brokers, each a voter of one controller quorum (`--controller-voters`), with their own
@@ -852,6 +854,21 @@ impl TestCluster {
         Self::start_inner(n, shards, extra, how)
     }
 
+    /// As [`start`](Self::start), the harness's clients connecting with `tls` (the flags in
+    /// `extra` put TLS on the native listeners).
+    pub fn start_tls(
+        n: usize,
+        shards: usize,
+        extra: &[&str],
+        tls: rill::tls::ClientTls,
+    ) -> TestCluster {
+        let how = Placement {
+            client_tls: Some(tls),
+            ..Placement::default()
+        };
+        Self::start_inner(n, shards, extra, how)
+    }
+
     /// Broker `id`'s Kafka bootstrap address (started with the Kafka listener on).
     pub fn kafka_bootstrap(&self, id: u64) -> String {
         self.nodes[id as usize - 1].kafka_bootstrap()
@@ -903,6 +920,7 @@ impl TestCluster {
                 b.host = hosts[i].clone();
                 b.netns = how.lab.map(|l| l.netns(i as u64 + 1));
                 b.client_sasl = how.client_sasl.clone();
+                b.client_tls = how.client_tls.clone();
                 b
             })
             .collect();
