@@ -503,8 +503,9 @@ fn values_of(v: &[&str]) -> Vec<String> {
 }
 
 /// A cluster whose native listeners speak mutual TLS: followers fetch from leaders, a
-/// restarted broker catches up and the transaction coordinator writes markers to other
-/// brokers' leaders, all over TLS (`--inter-broker-tls-ca`), each broker presenting its
+/// restarted broker catches up, the transaction coordinator writes markers to other
+/// brokers' leaders and a non-voter follows the quorum's metadata, all over TLS
+/// (`--inter-broker-tls-ca`: the controller quorum's port too), each broker presenting its
 /// certificate (whose principal is a super user).
 #[test]
 fn brokers_replicate_fail_over_and_write_markers_to_each_other_over_mutual_tls() {
@@ -620,6 +621,9 @@ fn brokers_replicate_fail_over_and_write_markers_to_each_other_over_mutual_tls()
             .expect("an end");
         assert_replicas_equal(&c, "sealed", p, hw);
     }
+    // A broker that is not a voter follows the quorum's metadata over TLS too.
+    let id = c.add_broker(1, &flags, false);
+    wait_partition(c.node(id), "sealed", 2, "known", |m| m.leader != 0);
 }
 
 /// The partition the test sent `v` to: the values were sent round robin, each phase from

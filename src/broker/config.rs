@@ -92,9 +92,9 @@ pub struct BrokerConfig {
     /// A TLS handshake not done within this is abandoned and the connection closed
     /// (`--tls-handshake-timeout-ms`).
     pub tls_handshake_timeout: Duration,
-    /// How this broker dials other brokers' native listeners when they speak TLS
-    /// (`--inter-broker-tls-ca`, `--inter-broker-tls-server-name`).
-    pub inter_broker_tls: Option<crate::tls::ClientTls>,
+    /// TLS between brokers (`--inter-broker-tls-ca`, `--inter-broker-tls-server-name`): to
+    /// other brokers' native listeners, and both ways on the controller quorum's port.
+    pub inter_broker_tls: Option<crate::tls::PeerTls>,
     /// SASL mechanisms the Kafka listener requires a client to authenticate with
     /// (`--kafka-sasl-mechanisms`; empty: no authentication).
     pub kafka_sasl_mechanisms: Vec<String>,

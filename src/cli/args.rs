@@ -297,8 +297,9 @@ pub struct BrokerArgs {
     pub tls_handshake_timeout_ms: u64,
     /// CAs (PEM) other brokers' certificates must chain to: this broker fetches from
     /// leaders and sends transaction markers over TLS, presenting --tls-cert when a native
-    /// listener asks for a client certificate (--tls-client-ca). Needed by a cluster whose
-    /// native listeners speak TLS.
+    /// listener asks for a client certificate (--tls-client-ca), and the controller quorum's
+    /// port speaks mutual TLS with these CAs. Needed by a cluster whose native listeners
+    /// speak TLS.
     #[arg(long, env = "RILL_INTER_BROKER_TLS_CA", value_name = "FILE")]
     pub inter_broker_tls_ca: Option<PathBuf>,
     /// The name other brokers' certificates must carry (default: the host each registered,

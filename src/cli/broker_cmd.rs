@@ -443,12 +443,12 @@ fn parse_tls(a: &BrokerArgs) -> Result<(ListenerTls, ListenerTls), String> {
     Ok((native.then(|| config.clone()), kafka.then_some(config)))
 }
 
-/// How this broker reaches other brokers' TLS native listeners: trusting
-/// `--inter-broker-tls-ca`, presenting its own certificate for mutual TLS.
+/// TLS between brokers: trusting `--inter-broker-tls-ca`, presenting this broker's own
+/// certificate (to native listeners that ask for one, and always on the controller port).
 fn inter_broker_tls(
     a: &BrokerArgs,
     native_tls: bool,
-) -> Result<Option<crate::tls::ClientTls>, String> {
+) -> Result<Option<crate::tls::PeerTls>, String> {
     let Some(ca) = &a.inter_broker_tls_ca else {
         if a.inter_broker_tls_server_name.is_some() {
             return Err("--inter-broker-tls-server-name needs --inter-broker-tls-ca FILE".into());
@@ -462,8 +462,10 @@ fn inter_broker_tls(
                 .into(),
         );
     }
-    let own = a.tls_cert.as_deref().zip(a.tls_key.as_deref());
-    crate::tls::ClientTls::load(ca, own, a.inter_broker_tls_server_name.as_deref())
+    let (Some(cert), Some(key)) = (&a.tls_cert, &a.tls_key) else {
+        return Err("--inter-broker-tls-ca needs --tls-cert and --tls-key".into());
+    };
+    crate::tls::PeerTls::load(cert, key, ca, a.inter_broker_tls_server_name.as_deref())
         .map(Some)
         .map_err(|e| format!("--inter-broker-tls-ca: {e}"))
 }

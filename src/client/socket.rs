@@ -1,5 +1,6 @@
-//! A client's socket to one shard, plain or TLS, shared by a pipelined connection's writer
-//! and reader threads (each holds a clone).
+//! A blocking socket, plain or TLS, shared by a writer thread and a reader thread (each
+//! holds a clone): a client's connection to one shard, and the controller quorum's
+//! connections between brokers (`controller::transport`, which also accepts with it).
 //!
 //! rustls is sans-IO: the reader reads ciphertext from the socket without holding the
 //! session, then opens it under the session's lock; the writer seals under the lock and
@@ -14,7 +15,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use rustls::ClientConnection;
+use rustls::{ClientConnection, Connection, ServerConnection};
 
 use crate::tls::ClientTls;
 
@@ -22,7 +23,7 @@ use crate::tls::ClientTls;
 const INBOX_BYTES: usize = 18 * 1024;
 
 struct Session {
-    session: Mutex<ClientConnection>,
+    session: Mutex<Connection>,
     /// Held while sealed bytes are written, so records reach the socket in sealing order.
     send: Mutex<()>,
 }
@@ -53,29 +54,67 @@ impl Socket {
         timeout: Duration,
         tls: Option<&ClientTls>,
     ) -> io::Result<Socket> {
-        let mut tcp = TcpStream::connect_timeout(&addr, timeout)?;
+        Self::connect_named(addr, None, timeout, tls)
+    }
+
+    /// [`Socket::connect`] to `addr`, which `host` (a name or an address) resolved to: a
+    /// DNS name is what the certificate must carry (unless `tls` names another).
+    pub fn connect_named(
+        addr: SocketAddr,
+        host: Option<&str>,
+        timeout: Duration,
+        tls: Option<&ClientTls>,
+    ) -> io::Result<Socket> {
+        let tcp = TcpStream::connect_timeout(&addr, timeout)?;
         let _ = tcp.set_nodelay(true);
-        let tls = match tls {
-            None => None,
+        match tls {
+            None => Ok(Socket::plain(tcp)),
             Some(t) => {
-                let mut session =
-                    ClientConnection::new(t.config.clone(), t.name_for(addr)).map_err(tls_error)?;
-                // Requests may be large: the session takes whole writes (no partial ones).
-                session.set_buffer_limit(None);
-                tcp.set_read_timeout(Some(timeout))?;
-                tcp.set_write_timeout(Some(timeout))?;
-                while session.is_handshaking() {
-                    session.complete_io(&mut tcp)?;
-                }
-                tcp.set_read_timeout(None)?;
-                tcp.set_write_timeout(None)?;
-                Some(Arc::new(Session {
-                    session: Mutex::new(session),
-                    send: Mutex::new(()),
-                }))
+                let name = match host {
+                    Some(h) => t.name_for_host(h, addr),
+                    None => t.name_for(addr),
+                };
+                let session = ClientConnection::new(t.config.clone(), name).map_err(tls_error)?;
+                Socket::handshake(tcp, session.into(), timeout)
             }
-        };
-        Ok(Socket::with(tcp, tls))
+        }
+    }
+
+    /// The server side of a TLS handshake on an accepted `tcp`, within `timeout`: a client
+    /// without a certificate the configuration's verifier accepts fails here.
+    pub fn accept(
+        tcp: TcpStream,
+        config: Arc<rustls::ServerConfig>,
+        timeout: Duration,
+    ) -> io::Result<Socket> {
+        let session = ServerConnection::new(config).map_err(tls_error)?;
+        Socket::handshake(tcp, session.into(), timeout)
+    }
+
+    /// A socket without TLS.
+    pub fn plain(tcp: TcpStream) -> Socket {
+        Socket::with(tcp, None)
+    }
+
+    fn handshake(
+        mut tcp: TcpStream,
+        mut session: Connection,
+        timeout: Duration,
+    ) -> io::Result<Socket> {
+        // Writes may be large: the session takes whole writes (no partial ones).
+        session.set_buffer_limit(None);
+        tcp.set_read_timeout(Some(timeout))?;
+        tcp.set_write_timeout(Some(timeout))?;
+        while session.is_handshaking() {
+            session.complete_io(&mut tcp)?;
+        }
+        tcp.set_read_timeout(None)?;
+        tcp.set_write_timeout(None)?;
+        let tls = Arc::new(Session {
+            session: Mutex::new(session),
+            send: Mutex::new(()),
+        });
+        Ok(Socket::with(tcp, Some(tls)))
     }
 
     fn with(tcp: TcpStream, tls: Option<Arc<Session>>) -> Socket {
@@ -101,6 +140,16 @@ impl Socket {
     /// Bounds each blocking read (a timed-out read leaves the session intact).
     pub fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
         self.tcp.set_read_timeout(t)
+    }
+
+    /// Bounds each blocking write.
+    pub fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        self.tcp.set_write_timeout(t)
+    }
+
+    /// The address of the other end.
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        self.tcp.peer_addr()
     }
 
     /// Shuts the socket down (every clone's reads and writes end).
@@ -135,7 +184,7 @@ impl Socket {
     fn send_sealed(
         &mut self,
         tls: &Session,
-        mut session: MutexGuard<'_, ClientConnection>,
+        mut session: MutexGuard<'_, Connection>,
         wait: bool,
     ) -> io::Result<()> {
         if !session.wants_write() {

@@ -104,6 +104,8 @@ pub struct ControllerConfig {
     /// This broker is not a voter (`--process-roles broker`): it follows the metadata of the
     /// quorum in `voters` ([`observer`]) and keeps no controller files.
     pub observer: bool,
+    /// Mutual TLS on the quorum's transport (`--inter-broker-tls-ca`); `None`: plaintext.
+    pub tls: Option<crate::tls::PeerTls>,
 }
 
 impl ControllerConfig {
@@ -126,6 +128,7 @@ impl ControllerConfig {
             storage_retry: Duration::from_secs(5),
             broker_session_timeout: Duration::from_millis(cluster::DEFAULT_SESSION_TIMEOUT_MS),
             observer: false,
+            tls: None,
         }
     }
 
@@ -406,6 +409,7 @@ pub fn start(cfg: ControllerConfig) -> Result<Controller, ControllerError> {
             listen,
             max_message_bytes: cfg.max_message_bytes,
             peer_queue: cfg.peer_queue,
+            tls: cfg.tls.clone(),
         })
         .map_err(|e| ControllerError::Config(e.to_string()))?;
         (Some(t), rx, None)

@@ -36,6 +36,7 @@ pub(super) fn start(cfg: ControllerConfig) -> Result<Controller, ControllerError
         node_id: cfg.node_id,
         voters: cfg.voters.clone(),
         max_message_bytes: cfg.max_message_bytes,
+        tls: cfg.tls.as_ref().map(|t| t.client.clone()),
     };
     let follower = Follower {
         link: link.clone(),
@@ -137,7 +138,12 @@ impl Follower {
 
     /// Follows voter `id` until the connection fails, the stop, or the metadata names another
     /// leader. True when it delivered metadata.
-    fn follow(&self, id: u64, s: &mut std::net::TcpStream, ever_ready: &mut bool) -> bool {
+    fn follow(
+        &self,
+        id: u64,
+        s: &mut crate::client::socket::Socket,
+        ever_ready: &mut bool,
+    ) -> bool {
         if let Err(e) = self.link.subscribe(s) {
             log::debug!("controller: subscribing at voter {id}: {e}");
             return false;
@@ -190,7 +196,7 @@ struct Dispatcher {
 /// (and a reader thread) on the voter.
 #[derive(Default)]
 struct CallPool {
-    idle: std::sync::Mutex<Vec<(u64, std::net::TcpStream, Instant)>>,
+    idle: std::sync::Mutex<Vec<(u64, crate::client::socket::Socket, Instant)>>,
 }
 
 impl CallPool {
@@ -200,14 +206,14 @@ impl CallPool {
     /// for 30 s, and a call written to a closed one would end "outcome unknown".
     const MAX_IDLE_AGE: Duration = Duration::from_secs(10);
 
-    fn take(&self, voter: u64) -> Option<std::net::TcpStream> {
+    fn take(&self, voter: u64) -> Option<crate::client::socket::Socket> {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         idle.retain(|(_, _, since)| since.elapsed() < Self::MAX_IDLE_AGE);
         let at = idle.iter().position(|(v, _, _)| *v == voter)?;
         Some(idle.swap_remove(at).1)
     }
 
-    fn put(&self, voter: u64, s: std::net::TcpStream) {
+    fn put(&self, voter: u64, s: crate::client::socket::Socket) {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         if idle.len() < Self::MAX_IDLE {
             idle.push((voter, s, Instant::now()));

@@ -39,6 +39,7 @@ use serde::{Deserialize, Serialize};
 
 use super::metadata::{Applied, ClusterMetadata, MetadataError};
 use super::{Call, ControllerError};
+use crate::client::socket::Socket;
 use crate::protocol::error_code::ErrorCode;
 
 /// Version of the frames and handshake below; a peer speaking another is refused.
@@ -112,6 +113,8 @@ pub struct TransportConfig {
     pub listen: String,
     pub max_message_bytes: usize,
     pub peer_queue: usize,
+    /// Mutual TLS with every peer, both ways (`--inter-broker-tls-ca`); `None`: plaintext.
+    pub tls: Option<crate::tls::PeerTls>,
 }
 
 /// The handshake, the first frame on a connection.
@@ -293,7 +296,7 @@ struct Inner {
     events: flume::Sender<NetEvent>,
     /// Live inbound connections by peer id, to close an older one when the peer reconnects
     /// and all of them at stop.
-    inbound: Mutex<HashMap<u64, TcpStream>>,
+    inbound: Mutex<HashMap<u64, Socket>>,
     inbound_count: AtomicUsize,
     /// Millisecond stamp of the last logged refusal or bad frame (at most one per second, so
     /// a stranger cannot flood the log).
@@ -301,7 +304,7 @@ struct Inner {
     started: Instant,
     readers: Mutex<Vec<JoinHandle<()>>>,
     /// Non-voter brokers' connections by a serial number, closed at stop.
-    observers: Mutex<HashMap<u64, TcpStream>>,
+    observers: Mutex<HashMap<u64, Socket>>,
     next_observer: AtomicU64,
     /// The controller's applied index, sent with each answer to a non-voter's call (it waits
     /// until its own metadata is that far).
@@ -534,7 +537,7 @@ impl Drop for Transport {
 }
 
 impl Inner {
-    fn lock_inbound(&self) -> MutexGuard<'_, HashMap<u64, TcpStream>> {
+    fn lock_inbound(&self) -> MutexGuard<'_, HashMap<u64, Socket>> {
         self.inbound.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -651,7 +654,7 @@ enum ReadError {
 
 /// Reads one frame of at most `max` bytes (kind included). The body buffer grows with the
 /// bytes actually received, so a length alone allocates nothing.
-fn read_frame(s: &mut TcpStream, max: usize) -> Result<(u8, Vec<u8>), ReadError> {
+fn read_frame(s: &mut impl Read, max: usize) -> Result<(u8, Vec<u8>), ReadError> {
     let mut len = [0u8; 4];
     match s.read_exact(&mut len) {
         Ok(()) => {}
@@ -668,7 +671,7 @@ fn read_frame(s: &mut TcpStream, max: usize) -> Result<(u8, Vec<u8>), ReadError>
         )));
     }
     let mut buf = Vec::new();
-    (&mut *s)
+    s.by_ref()
         .take(len as u64)
         .read_to_end(&mut buf)
         .map_err(ReadError::Io)?;
@@ -729,15 +732,23 @@ fn accept_loop(inner: &Arc<Inner>, listener: TcpListener) {
 }
 
 /// One accepted connection: the handshake, then frames until it closes or misbehaves.
-fn serve_inbound(inner: &Arc<Inner>, mut s: TcpStream, addr: SocketAddr) {
-    let _ = s.set_nodelay(true);
-    let _ = s.set_read_timeout(Some(HANDSHAKE_TIMEOUT));
-    let _ = s.set_write_timeout(Some(WRITE_TIMEOUT));
+fn serve_inbound(inner: &Arc<Inner>, tcp: TcpStream, addr: SocketAddr) {
+    let _ = tcp.set_nodelay(true);
     let bad = |why: &str| {
         if inner.may_log_bad() {
             log::warn!("controller: closed the connection from {addr}: {why}");
         }
     };
+    let mut s = match &inner.cfg.tls {
+        None => Socket::plain(tcp),
+        // A peer without a certificate of the inter-broker CAs gets no further.
+        Some(tls) => match Socket::accept(tcp, tls.server.clone(), HANDSHAKE_TIMEOUT) {
+            Ok(s) => s,
+            Err(e) => return bad(&format!("TLS handshake failed: {e}")),
+        },
+    };
+    let _ = s.set_read_timeout(Some(HANDSHAKE_TIMEOUT));
+    let _ = s.set_write_timeout(Some(WRITE_TIMEOUT));
     let hello = match read_frame(&mut s, MAX_HELLO_BYTES) {
         Ok((KIND_HELLO, body)) => match serde_json::from_slice::<Hello>(&body) {
             Ok(h) => h,
@@ -824,7 +835,7 @@ fn serve_inbound(inner: &Arc<Inner>, mut s: TcpStream, addr: SocketAddr) {
 
 /// A non-voter broker's connection: calls answered one at a time, or (after a
 /// `METADATA_SUBSCRIBE`) the metadata pushed on every change.
-fn serve_observer(inner: &Arc<Inner>, mut s: TcpStream, from: u64) {
+fn serve_observer(inner: &Arc<Inner>, mut s: Socket, from: u64) {
     let _ = s.set_read_timeout(Some(IDLE_TIMEOUT));
     let max = inner.cfg.max_message_bytes;
     loop {
@@ -875,7 +886,7 @@ fn serve_observer(inner: &Arc<Inner>, mut s: TcpStream, from: u64) {
 
 /// Sends the metadata to a subscribed non-voter on every change (the newest only, when it
 /// reads slowly), a `PING` when nothing changed for a while; ends when a write fails.
-fn push_metadata(inner: &Arc<Inner>, mut s: TcpStream) {
+fn push_metadata(inner: &Arc<Inner>, mut s: Socket) {
     let (tx, rx) = flume::bounded(1);
     if inner
         .events
@@ -911,6 +922,9 @@ pub struct ObserverLink {
     pub node_id: u64,
     pub voters: Vec<(u64, String)>,
     pub max_message_bytes: usize,
+    /// TLS to the voters (`--inter-broker-tls-ca`): the quorum's port asks for this broker's
+    /// certificate.
+    pub tls: Option<crate::tls::ClientTls>,
 }
 
 /// Why a non-voter could not reach a voter.
@@ -937,8 +951,8 @@ impl ObserverLink {
     }
 
     /// A connection to voter `addr`, handshake done.
-    pub fn connect(&self, addr: &str) -> Result<TcpStream, ObserverError> {
-        handshake(addr, &self.hello()).map_err(|e| match e {
+    pub fn connect(&self, addr: &str) -> Result<Socket, ObserverError> {
+        handshake(addr, &self.hello(), self.tls.as_ref()).map_err(|e| match e {
             ConnectError::Failed(why) => ObserverError::Failed(format!("{addr}: {why}")),
             ConnectError::Refused(why) => ObserverError::Refused(why),
         })
@@ -947,7 +961,7 @@ impl ObserverLink {
     /// One call on `s`: the answer and the answering voter's applied index.
     pub fn call(
         &self,
-        s: &mut TcpStream,
+        s: &mut Socket,
         id: u64,
         call: Call,
     ) -> Result<(Result<Applied, ControllerError>, u64), String> {
@@ -970,14 +984,14 @@ impl ObserverLink {
     }
 
     /// Subscribes `s` to the metadata.
-    pub fn subscribe(&self, s: &mut TcpStream) -> Result<(), String> {
+    pub fn subscribe(&self, s: &mut Socket) -> Result<(), String> {
         let _ = s.set_read_timeout(Some(IDLE_TIMEOUT));
         s.write_all(&frame(KIND_METADATA_SUBSCRIBE, &[]))
             .map_err(|e| e.to_string())
     }
 
     /// The next frame on a subscribed connection: metadata, or `None` for a keepalive.
-    pub fn next_metadata(&self, s: &mut TcpStream) -> Result<Option<ClusterMetadata>, String> {
+    pub fn next_metadata(&self, s: &mut Socket) -> Result<Option<ClusterMetadata>, String> {
         match read_frame(s, self.max_message_bytes) {
             Ok((KIND_PING, _)) => Ok(None),
             Ok((KIND_METADATA, body)) => serde_json::from_slice(&body)
@@ -1039,19 +1053,28 @@ enum ConnectError {
     Refused(String),
 }
 
-fn connect(inner: &Inner, peer: &Peer) -> Result<TcpStream, ConnectError> {
-    handshake(&peer.addr, &inner.hello())
+fn connect(inner: &Inner, peer: &Peer) -> Result<Socket, ConnectError> {
+    let tls = inner.cfg.tls.as_ref().map(|t| &t.client);
+    handshake(&peer.addr, &inner.hello(), tls)
 }
 
-/// Connects to `addr` and sends `hello`; the stream once the peer accepted it.
-fn handshake(addr: &str, hello: &Hello) -> Result<TcpStream, ConnectError> {
+/// Connects to `addr` (with TLS, if `tls`) and sends `hello`; the stream once the peer
+/// accepted it.
+fn handshake(
+    addr: &str,
+    hello: &Hello,
+    tls: Option<&crate::tls::ClientTls>,
+) -> Result<Socket, ConnectError> {
     let fail = |e: &dyn std::fmt::Display| ConnectError::Failed(e.to_string());
     let addrs: Vec<SocketAddr> = addr.to_socket_addrs().map_err(|e| fail(&e))?.collect();
+    // The host as written (a DNS name is what the peer's certificate must carry).
+    let host = addr
+        .rsplit_once(':')
+        .map(|(h, _)| h.trim_start_matches('[').trim_end_matches(']'));
     let mut last = ConnectError::Failed(format!("{addr} resolves to no address"));
     for a in addrs {
-        match TcpStream::connect_timeout(&a, CONNECT_TIMEOUT) {
+        match Socket::connect_named(a, host, CONNECT_TIMEOUT, tls) {
             Ok(mut s) => {
-                let _ = s.set_nodelay(true);
                 let _ = s.set_write_timeout(Some(WRITE_TIMEOUT));
                 let _ = s.set_read_timeout(Some(HANDSHAKE_TIMEOUT));
                 let hello = serde_json::to_vec(hello).map_err(|e| fail(&e))?;
@@ -1159,7 +1182,7 @@ fn fail_queued(inner: &Inner, peer: &Peer) {
 }
 
 /// Sends batches until a write fails or the transport stops; returns why it ended.
-fn write_until_error(inner: &Inner, peer: &Peer, stream: TcpStream) -> String {
+fn write_until_error(inner: &Inner, peer: &Peer, stream: Socket) -> String {
     let mut out = BufWriter::with_capacity(256 << 10, stream);
     loop {
         let batch: Vec<Queued> = {
@@ -1219,6 +1242,86 @@ mod tests {
                 .unwrap(),
             max_message_bytes: 1 << 20,
             peer_queue: 8,
+            tls: None,
+        }
+    }
+
+    /// A CA named `ca_name` and a certificate it signed for 127.0.0.1, as PEM files in
+    /// `dir`: (CA, certificate, key).
+    fn certs(
+        dir: &std::path::Path,
+        ca_name: &str,
+    ) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        ca.distinguished_name
+            .push(rcgen::DnType::CommonName, ca_name);
+        let ca_pem = ca.self_signed(&ca_key).unwrap().pem();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let leaf = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap();
+        let issuer = rcgen::Issuer::from_params(&ca, &ca_key);
+        let cert = leaf.signed_by(&key, &issuer).unwrap();
+        let files = [
+            dir.join(format!("{ca_name}-ca.pem")),
+            dir.join(format!("{ca_name}.pem")),
+            dir.join(format!("{ca_name}.key")),
+        ];
+        std::fs::write(&files[0], ca_pem).unwrap();
+        std::fs::write(&files[1], cert.pem()).unwrap();
+        std::fs::write(&files[2], key.serialize_pem()).unwrap();
+        let [a, b, c] = files;
+        (a, b, c)
+    }
+
+    /// With `--inter-broker-tls-ca`, voters talk over mutual TLS; a plaintext node and one
+    /// whose certificate another CA signed never get a connection accepted.
+    #[test]
+    fn a_tls_quorum_accepts_only_peers_with_a_certificate_of_its_cas() {
+        let dir = tempfile::tempdir().unwrap();
+        let (ca, cert, key) = certs(dir.path(), "quorum");
+        let (_, other_cert, other_key) = certs(dir.path(), "stranger");
+        let tls = crate::tls::PeerTls::load(&cert, &key, &ca, None).unwrap();
+        let voters = vec![(1, free_addr()), (2, free_addr()), (3, free_addr())];
+        let start = |node: u64, tls: Option<crate::tls::PeerTls>| {
+            let mut c = cfg(node, &voters);
+            c.tls = tls;
+            Transport::start(c).unwrap()
+        };
+        let (t1, rx1) = start(1, Some(tls.clone()));
+        let (t2, rx2) = start(2, Some(tls.clone()));
+        let raft = |ev| match ev {
+            NetEvent::Raft(m) => Some(m),
+            _ => None,
+        };
+        let m = deliver(&t1, 2, || Outgoing::Raft(raft_msg(1, 2)), &rx2, raft);
+        assert_eq!((m.from, m.to), (1, 2));
+        let m = deliver(&t2, 1, || Outgoing::Raft(raft_msg(2, 1)), &rx1, raft);
+        assert_eq!((m.from, m.to), (2, 1));
+        // Node 3 in plaintext, then with a certificate the quorum's CAs did not sign (it
+        // trusts them, so only node 1's check can refuse it): its connection attempts to
+        // node 1 fail, so nothing it sends is delivered.
+        let stranger = crate::tls::PeerTls {
+            client: crate::tls::ClientTls::load(&ca, Some((&other_cert, &other_key)), None)
+                .unwrap(),
+            server: tls.server.clone(),
+        };
+        for tls3 in [None, Some(stranger)] {
+            let (t3, rx3) = start(3, tls3);
+            // Returns once node 3 reports node 1 unreachable.
+            deliver(
+                &t3,
+                1,
+                || Outgoing::Raft(raft_msg(3, 1)),
+                &rx3,
+                |ev| matches!(ev, NetEvent::Unreachable(1)).then_some(()),
+            );
+            t3.stop();
+            while let Ok(ev) = rx1.try_recv() {
+                if let NetEvent::Raft(m) = ev {
+                    assert_ne!(m.from, 3, "a message of the refused node was delivered");
+                }
+            }
         }
     }
 

@@ -364,10 +364,13 @@ impl Conn {
             let _ = tcp.set_nodelay(true);
             match &shard.cfg.inter_broker_tls {
                 None => Ok(SharedStream::new(tcp)),
-                Some(tls) => tls_stream::connect(tcp, tls.config.clone(), tls.name_for(addr))
-                    .await
-                    .map(SharedStream::tls)
-                    .map_err(|e| format!("TLS: {e}")),
+                Some(peer) => {
+                    let tls = &peer.client;
+                    tls_stream::connect(tcp, tls.config.clone(), tls.name_for(addr))
+                        .await
+                        .map(SharedStream::tls)
+                        .map_err(|e| format!("TLS: {e}"))
+                }
             }
         };
         let stream = futures_lite::future::or(async { Some(dial.await) }, async {

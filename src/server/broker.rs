@@ -141,6 +141,7 @@ pub fn run_broker(cfg: BrokerConfig) -> Result<(), BrokerError> {
     ccfg.voters = cfg.controller_voters.clone();
     ccfg.listen = cfg.controller_listen.clone();
     ccfg.max_message_bytes = cfg.controller_max_message_bytes;
+    ccfg.tls = cfg.inter_broker_tls.clone();
     ccfg.broker_session_timeout = cfg.broker_session_timeout;
     ccfg.observer = !cfg.controller_role;
     let quorum = ccfg.voters.len() > 1;

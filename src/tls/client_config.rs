@@ -54,4 +54,16 @@ impl ClientTls {
             .clone()
             .unwrap_or_else(|| ServerName::IpAddress(addr.ip().into()))
     }
+
+    /// The name checked for a connection to `addr`, which `host` resolved to: the DNS name
+    /// `host` when it is one, else as [`ClientTls::name_for`].
+    pub fn name_for_host(&self, host: &str, addr: SocketAddr) -> ServerName<'static> {
+        if let Some(n) = &self.server_name {
+            return n.clone();
+        }
+        match ServerName::try_from(host.to_string()) {
+            Ok(n @ ServerName::DnsName(_)) => n,
+            _ => self.name_for(addr),
+        }
+    }
 }

@@ -5,11 +5,13 @@
 //! touches a socket or a runtime.
 
 pub mod client_config;
+pub mod peer;
 pub mod pem;
 pub mod principal;
 pub mod server_config;
 
 pub use client_config::ClientTls;
+pub use peer::PeerTls;
 pub use pem::TlsFileError;
 pub use server_config::server_config;
 

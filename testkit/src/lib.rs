@@ -966,6 +966,9 @@ impl TestCluster {
         args.extend(extra);
         let mut b = self.non_voter(id, shards, &args);
         b.kafka_port = port;
+        // The harness's clients reach it as they reach the others.
+        b.client_tls = self.nodes[0].client_tls.clone();
+        b.client_sasl = self.nodes[0].client_sasl.clone();
         b.launch();
         b.wait_ready();
         self.nodes.push(b);
