@@ -232,7 +232,7 @@ async fn fire(shard: &Rc<Shard>, e: &PendingEntry) -> Result<(), OpError> {
         retry_later(shard, e, Some(log_end));
         return Ok(());
     }
-    if let Err(err) = on_store(&store, |s| s.reset_if_drained()).await {
+    if let Err(err) = on_store(&store, |s| s.reclaim()).await {
         log::warn!("delay store: {err}");
     }
     Ok(())

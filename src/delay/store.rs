@@ -15,6 +15,16 @@
 //! bytes), not its batch: [`DelayStore::read_batch`] reads the batch when it is due. A torn
 //! record at the end of either file (a crash inside an append, never acknowledged) is cut; a
 //! record that fails its CRC with data after it is damage and refuses the open.
+//!
+//! Messages fire in due order, not in the order they were written, so `pending.log` fills
+//! with fired records while others stay pending: with delayed traffic that never pauses it
+//! would grow without end. Once the fired records' bytes reach both the live ones' and the
+//! compaction threshold (64 MiB), the live records are copied to `pending.next` and the
+//! *firing* marks of live messages to `fired.next` (after a mark that keeps the next id
+//! above every id used), each synced, then renamed over `pending.log`, then `fired.log`. A
+//! crash between the renames leaves the new `pending.log` beside the old `fired.log`, whose
+//! marks say the same of every live message. So the files stay within about twice the live
+//! bytes plus the threshold, and the copying costs at most about as much as the appends.
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -40,6 +50,11 @@ pub enum DelayStoreError {
 
 const PENDING: &str = "pending.log";
 const FIRED: &str = "fired.log";
+/// Where a compaction writes before its renames; left over from a crash, removed at open.
+const PENDING_NEXT: &str = "pending.next";
+const FIRED_NEXT: &str = "fired.next";
+/// Compaction waits for at least this many bytes of fired records.
+pub const COMPACT_MIN_DEAD_BYTES: u64 = 64 << 20;
 const MARK_LEN: usize = 24;
 const FIRING: u8 = 1;
 const FIRED_KIND: u8 = 2;
@@ -53,12 +68,20 @@ pub struct PendingEntry {
     pub due_ms: i64,
     pub topic: String,
     pub partition: u32,
-    /// Where its batch lies in `pending.log`.
-    batch_at: u64,
-    batch_len: u32,
     /// Set when a *firing* mark (and no *fired*) was found: the target's log end before the
     /// interrupted append.
     pub firing_from: Option<u64>,
+}
+
+/// Where a pending message's record lies in `pending.log`.
+#[derive(Debug, Clone, Copy)]
+struct Place {
+    /// The record's first byte (its length field).
+    at: u64,
+    /// The whole record's length, header included.
+    len: u32,
+    /// The batch's offset within the record.
+    batch_from: u32,
 }
 
 /// See the module docs.
@@ -68,8 +91,14 @@ pub struct DelayStore {
     pending_len: u64,
     fired: File,
     next_id: u64,
-    /// Messages appended (or recovered) and not marked fired: the files are emptied at 0.
-    live: usize,
+    /// Messages appended (or recovered) and not marked fired, by id: the files are emptied
+    /// when none is left, compacted when the fired ones' bytes dominate.
+    live: HashMap<u64, Place>,
+    /// The bytes of `live`'s records.
+    live_bytes: u64,
+    /// Live messages with a *firing* mark: the log end it logged (a compaction keeps it).
+    firing: HashMap<u64, u64>,
+    compact_min_dead: u64,
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> DelayStoreError + '_ {
@@ -95,18 +124,49 @@ fn read_all(f: &mut File, path: &Path) -> Result<Vec<u8>, DelayStoreError> {
     Ok(bytes)
 }
 
+fn mark_bytes(kind: u8, id: u64, offset: u64) -> [u8; MARK_LEN] {
+    let mut m = [0u8; MARK_LEN];
+    m[0] = kind;
+    m[8..16].copy_from_slice(&id.to_le_bytes());
+    m[16..24].copy_from_slice(&offset.to_le_bytes());
+    let crc = crc32c::crc32c(&m[8..]);
+    m[4..8].copy_from_slice(&crc.to_le_bytes());
+    m
+}
+
+fn sync_dir(dir: &Path) -> Result<(), DelayStoreError> {
+    File::open(dir).and_then(|d| d.sync_all()).map_err(io(dir))
+}
+
 impl DelayStore {
     /// Opens (creating) the store in `dir` and returns the messages not yet fired, in the
     /// order they were accepted.
     pub fn open(dir: &Path) -> Result<(DelayStore, Vec<PendingEntry>), DelayStoreError> {
+        Self::open_with(dir, COMPACT_MIN_DEAD_BYTES)
+    }
+
+    /// [`DelayStore::open`] compacting once `compact_min_dead` bytes are fired (tests use
+    /// small ones).
+    pub fn open_with(
+        dir: &Path,
+        compact_min_dead: u64,
+    ) -> Result<(DelayStore, Vec<PendingEntry>), DelayStoreError> {
         std::fs::create_dir_all(dir).map_err(io(dir))?;
+        // A compaction a crash interrupted before its renames: the old files are whole.
+        for name in [PENDING_NEXT, FIRED_NEXT] {
+            match std::fs::remove_file(dir.join(name)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io(&dir.join(name))(e)),
+            }
+        }
         let pending_path = dir.join(PENDING);
         let fired_path = dir.join(FIRED);
         let mut pending = open_rw(&pending_path)?;
         let mut fired = open_rw(&fired_path)?;
 
         let bytes = read_all(&mut pending, &pending_path)?;
-        let mut entries: Vec<PendingEntry> = Vec::new();
+        let mut entries: Vec<(PendingEntry, Place)> = Vec::new();
         let mut at = 0usize;
         let mut next_id = 0u64;
         while at < bytes.len() {
@@ -132,16 +192,21 @@ impl DelayStore {
                 })?;
             let id = u64_at(body, 0);
             next_id = next_id.max(id + 1);
-            let batch_at = (at + 8 + BODY_FIXED + topic_len) as u64;
-            entries.push(PendingEntry {
-                id,
-                due_ms: u64_at(body, 8) as i64,
-                topic: topic.to_string(),
-                partition: u32_at(body, 16),
-                batch_at,
-                batch_len: (len - BODY_FIXED - topic_len) as u32,
-                firing_from: None,
-            });
+            let place = Place {
+                at: at as u64,
+                len: (8 + len) as u32,
+                batch_from: (8 + BODY_FIXED + topic_len) as u32,
+            };
+            entries.push((
+                PendingEntry {
+                    id,
+                    due_ms: u64_at(body, 8) as i64,
+                    topic: topic.to_string(),
+                    partition: u32_at(body, 16),
+                    firing_from: None,
+                },
+                place,
+            ));
             at += 8 + len;
         }
         if at < bytes.len() {
@@ -173,15 +238,23 @@ impl DelayStore {
             fired.set_len(whole_marks as u64).map_err(io(&fired_path))?;
             fired.sync_data().map_err(io(&fired_path))?;
         }
+        let mut live = HashMap::new();
+        let mut live_bytes = 0;
+        let mut firing = HashMap::new();
         let left: Vec<PendingEntry> = entries
             .into_iter()
-            .filter_map(|mut e| match state.get(&e.id) {
-                Some(None) => None,
-                Some(Some(from)) => {
-                    e.firing_from = Some(*from);
-                    Some(e)
+            .filter_map(|(mut e, place)| {
+                match state.get(&e.id) {
+                    Some(None) => return None,
+                    Some(Some(from)) => {
+                        e.firing_from = Some(*from);
+                        firing.insert(e.id, *from);
+                    }
+                    None => {}
                 }
-                None => Some(e),
+                live.insert(e.id, place);
+                live_bytes += u64::from(place.len);
+                Some(e)
             })
             .collect();
         let store = DelayStore {
@@ -190,7 +263,10 @@ impl DelayStore {
             pending_len,
             fired,
             next_id,
-            live: left.len(),
+            live,
+            live_bytes,
+            firing,
+            compact_min_dead,
         };
         Ok((store, left))
     }
@@ -205,8 +281,8 @@ impl DelayStore {
         batch: &[u8],
         max_live: usize,
     ) -> Result<PendingEntry, DelayStoreError> {
-        if self.live >= max_live {
-            return Err(DelayStoreError::Full(self.live));
+        if self.live.len() >= max_live {
+            return Err(DelayStoreError::Full(self.live.len()));
         }
         let path = self.dir.join(PENDING);
         let id = self.next_id;
@@ -247,57 +323,153 @@ impl DelayStore {
             due_ms,
             topic: topic.to_string(),
             partition,
-            batch_at: self.pending_len + 8 + (BODY_FIXED + topic.len()) as u64,
-            batch_len: batch.len() as u32,
             firing_from: None,
         };
+        let place = Place {
+            at: self.pending_len,
+            len: rec.len() as u32,
+            batch_from: (8 + BODY_FIXED + topic.len()) as u32,
+        };
+        self.live.insert(id, place);
+        self.live_bytes += u64::from(place.len);
         self.pending_len += rec.len() as u64;
         self.next_id += 1;
-        self.live += 1;
         Ok(entry)
     }
 
     /// Reads a pending message's batch.
     pub fn read_batch(&self, e: &PendingEntry) -> Result<Vec<u8>, DelayStoreError> {
-        let mut b = vec![0u8; e.batch_len as usize];
+        let path = self.dir.join(PENDING);
+        let place = self.live.get(&e.id).ok_or_else(|| {
+            io(&path)(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!("delayed message {} is not pending", e.id),
+            ))
+        })?;
+        let mut b = vec![0u8; (place.len - place.batch_from) as usize];
         self.pending
-            .read_exact_at(&mut b, e.batch_at)
-            .map_err(io(&self.dir.join(PENDING)))?;
+            .read_exact_at(&mut b, place.at + u64::from(place.batch_from))
+            .map_err(io(&path))?;
         Ok(b)
     }
 
     /// Records, synced, that `id` is about to be appended to its partition, whose log ends
     /// at `log_end`.
     pub fn mark_firing(&mut self, id: u64, log_end: u64) -> Result<(), DelayStoreError> {
-        self.mark(FIRING, id, log_end)
+        self.mark(FIRING, id, log_end)?;
+        if self.live.contains_key(&id) {
+            self.firing.insert(id, log_end);
+        }
+        Ok(())
     }
 
     /// Records, synced, that `id`'s append to its partition is durable (or that it has
     /// nowhere to go). Once per pending message.
     pub fn mark_fired(&mut self, id: u64) -> Result<(), DelayStoreError> {
         self.mark(FIRED_KIND, id, 0)?;
-        self.live = self.live.saturating_sub(1);
+        if let Some(place) = self.live.remove(&id) {
+            self.live_bytes -= u64::from(place.len);
+        }
+        self.firing.remove(&id);
         Ok(())
     }
 
     fn mark(&mut self, kind: u8, id: u64, offset: u64) -> Result<(), DelayStoreError> {
-        let mut m = [0u8; MARK_LEN];
-        m[0] = kind;
-        m[8..16].copy_from_slice(&id.to_le_bytes());
-        m[16..24].copy_from_slice(&offset.to_le_bytes());
-        let crc = crc32c::crc32c(&m[8..]);
-        m[4..8].copy_from_slice(&crc.to_le_bytes());
         self.fired
-            .write_all(&m)
+            .write_all(&mark_bytes(kind, id, offset))
             .and_then(|()| self.fired.sync_data())
             .map_err(io(&self.dir.join(FIRED)))
+    }
+
+    /// The bytes of `pending.log`.
+    pub fn file_bytes(&self) -> u64 {
+        self.pending_len
+    }
+
+    /// Empties the files when nothing is pending, or compacts them when the fired records'
+    /// bytes reach both the live ones' and the threshold (module docs).
+    pub fn reclaim(&mut self) -> Result<(), DelayStoreError> {
+        if self.live.is_empty() {
+            return self.reset_if_drained();
+        }
+        let dead = self.pending_len - self.live_bytes;
+        if dead < self.compact_min_dead || dead < self.live_bytes {
+            return Ok(());
+        }
+        self.compact()
+    }
+
+    fn compact(&mut self) -> Result<(), DelayStoreError> {
+        let (pending_next, fired_next) = (self.dir.join(PENDING_NEXT), self.dir.join(FIRED_NEXT));
+        let mut order: Vec<(u64, Place)> = self.live.iter().map(|(id, p)| (*id, *p)).collect();
+        order.sort_by_key(|(_, p)| p.at);
+        // The live records, in their order, to pending.next.
+        let mut moved = HashMap::with_capacity(order.len());
+        let written = (|| -> Result<u64, DelayStoreError> {
+            let mut out = std::io::BufWriter::with_capacity(
+                1 << 20,
+                File::create(&pending_next).map_err(io(&pending_next))?,
+            );
+            let mut at = 0u64;
+            let mut rec = Vec::new();
+            for (id, place) in &order {
+                rec.resize(place.len as usize, 0);
+                self.pending
+                    .read_exact_at(&mut rec, place.at)
+                    .map_err(io(&self.dir.join(PENDING)))?;
+                out.write_all(&rec).map_err(io(&pending_next))?;
+                moved.insert(*id, Place { at, ..*place });
+                at += u64::from(place.len);
+            }
+            let f = out
+                .into_inner()
+                .map_err(|e| io(&pending_next)(e.into_error()))?;
+            f.sync_all().map_err(io(&pending_next))?;
+            // The marks a live message needs, after one that keeps ids above all used (the
+            // last id, unless it is live: then pending.log holds it).
+            let mut marks = Vec::with_capacity((self.firing.len() + 1) * MARK_LEN);
+            if let Some(last) = self.next_id.checked_sub(1) {
+                if !self.live.contains_key(&last) {
+                    marks.extend_from_slice(&mark_bytes(FIRED_KIND, last, 0));
+                }
+            }
+            for (id, from) in &self.firing {
+                marks.extend_from_slice(&mark_bytes(FIRING, *id, *from));
+            }
+            let mut f = File::create(&fired_next).map_err(io(&fired_next))?;
+            f.write_all(&marks)
+                .and_then(|()| f.sync_all())
+                .map_err(io(&fired_next))?;
+            Ok(at)
+        })();
+        let new_len = match written {
+            Ok(n) => n,
+            Err(e) => {
+                let _ = std::fs::remove_file(&pending_next);
+                let _ = std::fs::remove_file(&fired_next);
+                return Err(e);
+            }
+        };
+        let pending_path = self.dir.join(PENDING);
+        std::fs::rename(&pending_next, &pending_path).map_err(io(&pending_path))?;
+        sync_dir(&self.dir)?;
+        // From here the new pending.log is the store's, whatever happens to fired.log (the
+        // old one says the same of every live message).
+        self.pending = open_rw(&pending_path)?;
+        self.pending_len = new_len;
+        self.live = moved;
+        let fired_path = self.dir.join(FIRED);
+        std::fs::rename(&fired_next, &fired_path).map_err(io(&fired_path))?;
+        sync_dir(&self.dir)?;
+        self.fired = open_rw(&fired_path)?;
+        Ok(())
     }
 
     /// Empties both files once every message appended is marked fired, so they do not grow
     /// without end (the count is kept under the same lock as the appends: a message accepted
     /// meanwhile keeps the files).
-    pub fn reset_if_drained(&mut self) -> Result<(), DelayStoreError> {
-        if self.live > 0 || self.pending_len == 0 {
+    fn reset_if_drained(&mut self) -> Result<(), DelayStoreError> {
+        if !self.live.is_empty() || self.pending_len == 0 {
             return Ok(());
         }
         // pending.log first: a crash between the two leaves marks of ids that are no longer
@@ -365,11 +537,94 @@ mod tests {
         for e in [&a, &b] {
             s.mark_fired(e.id).unwrap();
         }
-        s.reset_if_drained().unwrap();
+        s.reclaim().unwrap();
         assert_eq!(std::fs::metadata(d.path().join(PENDING)).unwrap().len(), 0);
         drop(s);
         let (_, left) = DelayStore::open(d.path()).unwrap();
         assert!(left.is_empty());
+    }
+
+    /// Delayed traffic that never drains: messages of random sizes accepted and fired out of
+    /// order, some left mid-firing, with reopens (a crash between a compaction's renames
+    /// among them): `pending.log` stays within twice the live bytes plus the threshold, and
+    /// every live message reads back whole, with its id and firing mark.
+    #[test]
+    fn compaction_keeps_the_files_bounded_under_traffic_that_never_drains() {
+        const MIN_DEAD: u64 = 64 << 10;
+        let d = tempdir();
+        let (mut s, _) = DelayStore::open_with(d.path(), MIN_DEAD).unwrap();
+        let mut rng = crate::batch::test_support::Rng(7);
+        // id -> (batch, firing mark)
+        let mut want: std::collections::BTreeMap<u64, (Vec<u8>, Option<u64>)> = Default::default();
+        let mut compactions = 0;
+        let mut appended_bytes = 0u64;
+        for round in 0..6000u64 {
+            let len = 1 + (rng.next() % 2000) as usize;
+            let batch: Vec<u8> = (0..len).map(|i| (i as u64 ^ round) as u8).collect();
+            let e = s.append(round as i64, "t", 3, &batch, usize::MAX).unwrap();
+            appended_bytes += len as u64;
+            want.insert(e.id, (batch, None));
+            // Keep about 200 pending; fire a random one of them (not the oldest).
+            while want.len() > 200 {
+                let ids: Vec<u64> = want.keys().copied().collect();
+                let id = ids[(rng.next() % ids.len() as u64) as usize];
+                if rng.next() % 4 == 0 && want[&id].1.is_none() {
+                    // Left mid-firing: a crash between the marks, as recovery sees it.
+                    s.mark_firing(id, round).unwrap();
+                    want.get_mut(&id).unwrap().1 = Some(round);
+                    continue;
+                }
+                s.mark_fired(id).unwrap();
+                want.remove(&id);
+                let before = s.file_bytes();
+                s.reclaim().unwrap();
+                if s.file_bytes() < before {
+                    compactions += 1;
+                }
+            }
+            assert!(
+                s.file_bytes() <= 2 * s.live_bytes + MIN_DEAD + 4096,
+                "pending.log {} bytes for {} live",
+                s.file_bytes(),
+                s.live_bytes
+            );
+            if round % 1500 == 1499 {
+                // A reopen; the second one as if a crash came between a compaction's
+                // renames (the new pending.log beside the old fired.log).
+                let old_fired = std::fs::read(d.path().join(FIRED)).unwrap();
+                let at = s.file_bytes();
+                s.compact().unwrap();
+                assert!(s.file_bytes() <= at);
+                if round == 2999 {
+                    std::fs::write(d.path().join(FIRED), &old_fired).unwrap();
+                }
+                drop(s);
+                let (again, left) = DelayStore::open_with(d.path(), MIN_DEAD).unwrap();
+                s = again;
+                let got: std::collections::BTreeMap<u64, Option<u64>> =
+                    left.iter().map(|e| (e.id, e.firing_from)).collect();
+                let marks: std::collections::BTreeMap<u64, Option<u64>> =
+                    want.iter().map(|(id, (_, m))| (*id, *m)).collect();
+                assert_eq!(got, marks, "round {round}");
+            }
+            if round % 500 == 0 {
+                for (id, (batch, _)) in &want {
+                    let e = PendingEntry {
+                        id: *id,
+                        due_ms: 0,
+                        topic: String::new(),
+                        partition: 0,
+                        firing_from: None,
+                    };
+                    assert_eq!(&s.read_batch(&e).unwrap(), batch, "message {id}");
+                }
+            }
+        }
+        assert!(compactions > 10, "{compactions} compactions");
+        assert!(appended_bytes > 20 * MIN_DEAD);
+        // Ids stay above every id used, across compactions and reopens.
+        let next = s.append(0, "t", 0, b"x", usize::MAX).unwrap();
+        assert!(next.id >= 6000, "id {} reused", next.id);
     }
 
     #[test]
