@@ -568,7 +568,7 @@ mod tests {
             while want.len() > 200 {
                 let ids: Vec<u64> = want.keys().copied().collect();
                 let id = ids[(rng.next() % ids.len() as u64) as usize];
-                if rng.next() % 4 == 0 && want[&id].1.is_none() {
+                if rng.next().is_multiple_of(4) && want[&id].1.is_none() {
                     // Left mid-firing: a crash between the marks, as recovery sees it.
                     s.mark_firing(id, round).unwrap();
                     want.get_mut(&id).unwrap().1 = Some(round);
