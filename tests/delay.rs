@@ -115,6 +115,63 @@ fn pending_delays_fire_exactly_once_across_sigkill() {
     assert!(before.len() >= 20);
 }
 
+/// Far more pending messages than memory holds (`--delay-memory-bytes` for 20): the rest
+/// wait on disk only and are paged in as their time nears. Sent in shuffled due order,
+/// the broker SIGKILLed while they fire: each appears once, never early, in due order.
+#[test]
+fn pending_messages_past_the_memory_bound_fire_in_due_order_once_across_sigkill() {
+    let mut b = TestBroker::start(1, &["--delay-memory-bytes", "5120"]);
+    let mut client = b.client();
+    client.create_topic("paged", 1, 1, vec![]).unwrap();
+    let n = 300i64;
+    let base = now_ms() + 10_000;
+    let mut due: BTreeMap<String, i64> = BTreeMap::new();
+    for i in 0..n {
+        // 7 and 300 are coprime: every slot once, sent out of order, 10 ms apart.
+        let at = base + (i * 7 % n) * 10;
+        let v = format!("m{i}");
+        send_at(&mut client, "paged", 0, &v, at);
+        due.insert(v, at);
+    }
+    assert!(now_ms() < base, "sending took longer than the margin");
+    let mut c = consumer(&b, "paged", StartFrom::Beginning);
+    let before = read_n(&mut c, 40);
+    drop(c);
+    b.kill();
+    b.start_again();
+    // At the restart most are still pending, and memory holds at most 20 of them.
+    let log = b.log_text();
+    let line = log
+        .lines()
+        .rfind(|l| l.contains("delayed messages pending"))
+        .unwrap_or_else(|| panic!("no pending line: {log}"));
+    let in_memory: usize = line
+        .split(", ")
+        .nth(1)
+        .and_then(|t| t.split(' ').next())
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("{line}"));
+    assert!(in_memory <= 20, "{line}");
+    let mut c = consumer(&b, "paged", StartFrom::Beginning);
+    let got = read_n(&mut c, n as usize);
+    while now_ms() < base + n * 10 + 500 {
+        assert!(c.poll(Duration::from_millis(100)).unwrap().is_empty());
+    }
+    let offsets: Vec<u64> = got.iter().map(|(r, _)| r.offset).collect();
+    assert_eq!(
+        offsets,
+        (0..n as u64).collect::<Vec<_>>(),
+        "each exactly once"
+    );
+    let dues: Vec<i64> = got.iter().map(|(r, _)| due[&value(r)]).collect();
+    let mut sorted = dues.clone();
+    sorted.sort();
+    assert_eq!(dues, sorted, "offsets in due order");
+    for (r, seen) in before.iter().chain(&got) {
+        assert!(*seen >= due[&value(r)], "{} early", value(r));
+    }
+}
+
 #[test]
 fn bad_delays_are_refused_with_one_line() {
     let b = TestBroker::start(1, &["--max-delay-ms", "1000"]);

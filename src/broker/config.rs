@@ -68,6 +68,9 @@ pub struct BrokerConfig {
     /// Delayed messages one shard holds pending at most (`--max-delayed-per-shard`); each
     /// keeps about 100 bytes in memory (its batch stays on disk until due).
     pub max_delayed_per_shard: usize,
+    /// Memory each shard keeps pending delayed messages in (`--delay-memory-bytes`); the
+    /// others wait on disk only.
+    pub delay_memory_bytes: usize,
     /// Upper bound on a produce's wait for its acknowledgement.
     pub max_produce_timeout: Duration,
     /// Connections one listener of one shard holds at most (native and Kafka counted apart).
@@ -205,7 +208,8 @@ impl BrokerConfig {
             max_fetch_wait: Duration::from_secs(30),
             max_filter_scan_bytes: 64 << 20,
             max_delay: Duration::from_millis(DEFAULT_MAX_DELAY_MS),
-            max_delayed_per_shard: 1_000_000,
+            max_delayed_per_shard: 10_000_000,
+            delay_memory_bytes: 64 << 20,
             max_produce_timeout: Duration::from_secs(30),
             max_connections_per_shard: 10_000,
             max_connections_per_ip: 1_000,

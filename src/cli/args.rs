@@ -472,10 +472,14 @@ pub struct BrokerArgs {
     /// Longest delay a delayed message (`produce --delay-ms`) may ask for.
     #[arg(long, env = "RILL_MAX_DELAY_MS", default_value_t = crate::broker::config::DEFAULT_MAX_DELAY_MS)]
     pub max_delay_ms: u64,
-    /// Delayed messages each shard holds pending at most (about 100 bytes of memory each;
-    /// their batches wait on disk); more are refused until some fire.
-    #[arg(long, env = "RILL_MAX_DELAYED_PER_SHARD", default_value_t = 1_000_000)]
+    /// Delayed messages each shard holds pending at most (on disk; the memory they take is
+    /// --delay-memory-bytes); more are refused until some fire.
+    #[arg(long, env = "RILL_MAX_DELAYED_PER_SHARD", default_value_t = 10_000_000)]
     pub max_delayed_per_shard: usize,
+    /// Memory each shard keeps pending delayed messages in (about 384 bytes each): the ones
+    /// due next; the others wait on disk only and are read back as their time nears.
+    #[arg(long, env = "RILL_DELAY_MEMORY_BYTES", default_value_t = 64 << 20)]
+    pub delay_memory_bytes: usize,
     /// Longest a produce waits for its acknowledgement.
     #[arg(long, env = "RILL_MAX_PRODUCE_TIMEOUT_MS", default_value_t = 30_000)]
     pub max_produce_timeout_ms: u64,

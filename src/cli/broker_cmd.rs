@@ -180,6 +180,14 @@ pub fn config_from_args(a: &BrokerArgs) -> Result<BrokerConfig, String> {
     c.max_filter_scan_bytes = a.max_filter_scan_bytes.max(1);
     c.max_delay = Duration::from_millis(a.max_delay_ms);
     c.max_delayed_per_shard = a.max_delayed_per_shard;
+    if a.delay_memory_bytes < 2 * crate::delay::queue::ENTRY_MEMORY_BYTES {
+        return Err(format!(
+            "--delay-memory-bytes {} is below {} (two pending messages)",
+            a.delay_memory_bytes,
+            2 * crate::delay::queue::ENTRY_MEMORY_BYTES
+        ));
+    }
+    c.delay_memory_bytes = a.delay_memory_bytes;
     c.max_produce_timeout = Duration::from_millis(a.max_produce_timeout_ms.max(1));
     if a.max_connections_per_shard == 0 || a.max_connections_per_ip == 0 {
         return Err(

@@ -12,10 +12,13 @@
 
 use std::cell::RefCell;
 use std::rc::Rc;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::store::{DelayStore, DelayStoreError, PendingEntry};
+use super::store::{
+    DelayStore, DelayStoreError, PendingEntry, WindowCounts, COMPACT_MIN_DEAD_BYTES,
+};
 use super::wheel::TimingWheel;
 use crate::batch::{add_flags, stamp_batch, BatchIter, BatchView, FLAG_DELAYED};
 use crate::broker::produce::Appended;
@@ -27,6 +30,10 @@ use crate::protocol::error_code::ErrorCode;
 
 /// A message whose append failed (a full or failing disk) is tried again this much later.
 const RETRY_AFTER_MS: u64 = 1_000;
+/// What one pending message in memory costs, counted against `--delay-memory-bytes`: its
+/// entry in the timing wheel (with its topic name) and in the store's window map, with
+/// their containers' slack (measured: `examples/delay_memory.rs`, ARCHITECTURE.md).
+pub const ENTRY_MEMORY_BYTES: usize = 384;
 
 /// See the module docs. Empty until [`start`] opened the store.
 #[derive(Default)]
@@ -39,6 +46,11 @@ pub struct DelayQueue {
 struct Inner {
     store: Arc<Mutex<DelayStore>>,
     wheel: TimingWheel<PendingEntry>,
+    counts: Arc<WindowCounts>,
+    /// Messages in memory at most (`--delay-memory-bytes` / [`ENTRY_MEMORY_BYTES`]).
+    max_loaded: usize,
+    /// An unload or refill is under way (one at a time).
+    paging: bool,
 }
 
 /// Runs `f` on the store on the blocking pool (file writes and syncs).
@@ -65,20 +77,31 @@ async fn on_store<R: Send + 'static>(
 /// and starts the firing task. Run once at shard start, before serving.
 pub async fn start(shard: &Rc<Shard>) -> Result<(), OpError> {
     let dir = shard.cfg.data_dir.join("delay").join(shard.id.to_string());
-    let (store, pending) = rill_shards::rt::spawn_blocking(move || DelayStore::open(&dir))
-        .await
-        .map_err(|e| OpError::new(ErrorCode::KafkaStorageError, e.to_string()))?;
+    let max_loaded = max_loaded(shard.cfg.delay_memory_bytes);
+    let (store, pending) = rill_shards::rt::spawn_blocking(move || {
+        DelayStore::open_with(&dir, COMPACT_MIN_DEAD_BYTES, max_loaded)
+    })
+    .await
+    .map_err(|e| OpError::new(ErrorCode::KafkaStorageError, e.to_string()))?;
     let mut wheel = TimingWheel::new(now_ms().max(0) as u64);
-    let n = pending.len();
     for e in pending {
         wheel.insert(e.due_ms.max(0) as u64, e);
     }
-    if n > 0 {
-        log::info!("shard {}: {n} delayed messages pending", shard.id);
+    if store.live() > 0 {
+        log::info!(
+            "shard {}: {} delayed messages pending, {} of them in memory",
+            shard.id,
+            store.live(),
+            wheel.len()
+        );
     }
+    let counts = store.counts();
     *shard.delays.inner.borrow_mut() = Some(Inner {
         store: Arc::new(Mutex::new(store)),
         wheel,
+        counts,
+        max_loaded,
+        paging: false,
     });
     rill_shards::rt::spawn_local(fire_loop(shard.clone())).detach();
     Ok(())
@@ -125,21 +148,98 @@ pub async fn accept(
     };
     let (topic, bytes) = (topic.to_string(), batch.to_vec());
     let max = shard.cfg.max_delayed_per_shard;
-    let entry = on_store(&store, move |s| {
+    let accepted = on_store(&store, move |s| {
         s.append(deliver_at_ms, &topic, partition, &bytes, max)
     })
     .await?;
-    if let Some(i) = shard.delays.inner.borrow_mut().as_mut() {
-        i.wheel.insert(deliver_at_ms.max(0) as u64, entry);
+    if accepted.loaded {
+        if let Some(i) = shard.delays.inner.borrow_mut().as_mut() {
+            i.wheel.insert(deliver_at_ms.max(0) as u64, accepted.entry);
+        }
     }
     shard.delays.accepted.notify(usize::MAX);
+    unload_if_over(shard).await;
     Ok(())
+}
+
+/// `--delay-memory-bytes` as a number of messages.
+pub fn max_loaded(memory_bytes: usize) -> usize {
+    (memory_bytes / ENTRY_MEMORY_BYTES).max(2)
+}
+
+/// Over the memory bound: the latest half of the messages in memory go back to disk only
+/// (as far as the store allows: see [`DelayStore::unload`]).
+async fn unload_if_over(shard: &Rc<Shard>) {
+    let (store, candidates) = {
+        let mut guard = shard.delays.inner.borrow_mut();
+        let Some(i) = guard.as_mut() else { return };
+        if i.paging || i.counts.loaded.load(Ordering::Relaxed) <= i.max_loaded {
+            return;
+        }
+        i.paging = true;
+        let mut all = i.wheel.drain();
+        all.sort_by_key(|(_, e)| e.key());
+        let candidates = all.split_off(all.len() / 2);
+        for (at, e) in all {
+            i.wheel.insert(at, e);
+        }
+        (i.store.clone(), candidates)
+    };
+    let n = candidates.len();
+    let kept = rill_shards::rt::spawn_blocking(move || {
+        let mut s = store.lock().unwrap_or_else(|p| p.into_inner());
+        s.unload(candidates)
+    })
+    .await;
+    if let Some(i) = shard.delays.inner.borrow_mut().as_mut() {
+        log::debug!(
+            "shard {}: {} delayed messages back on disk only",
+            shard.id,
+            n - kept.len()
+        );
+        for (at, e) in kept {
+            i.wheel.insert(at, e);
+        }
+        i.paging = false;
+    }
+    shard.delays.accepted.notify(usize::MAX);
+}
+
+/// Brings the next messages into memory when the window is at most half full and some wait
+/// on disk only.
+async fn refill_if_low(shard: &Rc<Shard>) {
+    let store = {
+        let mut guard = shard.delays.inner.borrow_mut();
+        let Some(i) = guard.as_mut() else { return };
+        if i.paging
+            || i.counts.paged_out.load(Ordering::Relaxed) == 0
+            || i.counts.loaded.load(Ordering::Relaxed) > i.max_loaded / 2
+        {
+            return;
+        }
+        i.paging = true;
+        i.store.clone()
+    };
+    let loaded = on_store(&store, |s| s.refill()).await;
+    if let Some(i) = shard.delays.inner.borrow_mut().as_mut() {
+        i.paging = false;
+        match loaded {
+            Ok(entries) => {
+                for e in entries {
+                    let at = e.due_ms.max(0) as u64;
+                    i.wheel.insert(at, e);
+                }
+            }
+            Err(e) => log::warn!("shard {}: delayed messages not paged in: {e}", shard.id),
+        }
+    }
 }
 
 /// Fires due messages in due order, sleeping on the shard's deadline wheel until the next.
 async fn fire_loop(shard: Rc<Shard>) {
     loop {
         let accepted = shard.delays.accepted.listen();
+        refill_if_low(&shard).await;
         let now = now_ms().max(0) as u64;
         let due = match shard.delays.inner.borrow_mut().as_mut() {
             Some(i) => i.wheel.advance(now),
@@ -157,13 +257,22 @@ async fn fire_loop(shard: Rc<Shard>) {
                 retry_later(&shard, &e, None);
             }
         }
-        // After firing: retries were armed meanwhile.
-        let next = shard
-            .delays
-            .inner
-            .borrow()
-            .as_ref()
-            .and_then(|i| i.wheel.next_due());
+        // After firing the window may be low: the next ones come in before the timer is set
+        // (what waits on disk is due after everything in memory).
+        refill_if_low(&shard).await;
+        // Retries were armed meanwhile.
+        let (next, paged_out) = match shard.delays.inner.borrow().as_ref() {
+            Some(i) => (
+                i.wheel.next_due(),
+                i.counts.paged_out.load(Ordering::Relaxed),
+            ),
+            None => return,
+        };
+        // Nothing in memory but some on disk: the refill failed; try again later.
+        let next = match (next, paged_out) {
+            (None, 1..) => Some(now_ms().max(0) as u64 + RETRY_AFTER_MS),
+            (next, _) => next,
+        };
         let wait = async {
             match next {
                 Some(at) => {

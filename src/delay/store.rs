@@ -11,10 +11,19 @@
 //!   message with no mark fires; one with only *firing* is looked for in its partition from
 //!   that offset (the caller's job), so a crash between the two marks fires it once.
 //!
-//! Recovery keeps, per pending message, its due time and place in `pending.log` (about 40
-//! bytes), not its batch: [`DelayStore::read_batch`] reads the batch when it is due. A torn
-//! record at the end of either file (a crash inside an append, never acknowledged) is cut; a
-//! record that fails its CRC with data after it is damage and refuses the open.
+//! **Memory is bounded** (`--delay-memory-bytes`): only the messages next due are in memory
+//! (the *window*: every live message whose key, due time then id, is at most
+//! `window_end`; at most `max_loaded` of them, plus what a burst of accepts adds before
+//! the caller unloads). The others are on disk only, found again through `pending.idx`
+//! ([`super::index`], about 50 bytes a message): [`DelayStore::refill`] reads it and takes
+//! the earliest ones past the window. Invariants: every loaded message's key is at most
+//! `window_end`, every one past it is live and not loaded, and so is never fired yet
+//! (fired messages were loaded: `window_end` never drops below the largest key fired
+//! since the files were last rewritten). The open streams `pending.log` (its memory is the
+//! window and the *fired* marks, not the file) and rebuilds the index.
+//!
+//! A torn record at the end of either file (a crash inside an append, never acknowledged)
+//! is cut; a record that fails its CRC with data after it is damage and refuses the open.
 //!
 //! Messages fire in due order, not in the order they were written, so `pending.log` fills
 //! with fired records while others stay pending: with delayed traffic that never pauses it
@@ -26,12 +35,15 @@
 //! marks say the same of every live message. So the files stay within about twice the live
 //! bytes plus the threshold, and the copying costs at most about as much as the appends.
 
-use std::collections::HashMap;
+use std::collections::{BinaryHeap, HashMap};
 use std::fs::{File, OpenOptions};
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
+use super::index::{IndexReader, IndexRecord};
 use crate::batch::{u32_at, u64_at};
 
 /// Why the delay store failed.
@@ -50,9 +62,11 @@ pub enum DelayStoreError {
 
 const PENDING: &str = "pending.log";
 const FIRED: &str = "fired.log";
+const INDEX: &str = "pending.idx";
 /// Where a compaction writes before its renames; left over from a crash, removed at open.
 const PENDING_NEXT: &str = "pending.next";
 const FIRED_NEXT: &str = "fired.next";
+const INDEX_NEXT: &str = "pending.idx.next";
 /// Compaction waits for at least this many bytes of fired records.
 pub const COMPACT_MIN_DEAD_BYTES: u64 = 64 << 20;
 const MARK_LEN: usize = 24;
@@ -61,7 +75,10 @@ const FIRED_KIND: u8 = 2;
 /// Fixed part of a pending record's body before the topic.
 const BODY_FIXED: usize = 8 + 8 + 4 + 2;
 
-/// A pending message as recovery knows it: where its batch is, not the batch.
+/// Firing order: due time, then id (acceptance order).
+type Key = (i64, u64);
+
+/// A pending message in memory.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PendingEntry {
     pub id: u64,
@@ -73,15 +90,36 @@ pub struct PendingEntry {
     pub firing_from: Option<u64>,
 }
 
-/// Where a pending message's record lies in `pending.log`.
+impl PendingEntry {
+    pub fn key(&self) -> Key {
+        (self.due_ms, self.id)
+    }
+}
+
+/// Where a loaded message's record lies in `pending.log`.
 #[derive(Debug, Clone, Copy)]
 struct Place {
-    /// The record's first byte (its length field).
     at: u64,
     /// The whole record's length, header included.
     len: u32,
     /// The batch's offset within the record.
     batch_from: u32,
+    due_ms: i64,
+}
+
+/// How many messages are in memory and on disk only: read by the shard without the
+/// store's lock, to decide when to unload or refill.
+#[derive(Debug, Default)]
+pub struct WindowCounts {
+    pub loaded: AtomicUsize,
+    pub paged_out: AtomicUsize,
+}
+
+/// What accepting a message gave.
+pub struct Accepted {
+    pub entry: PendingEntry,
+    /// In the window: the caller arms it. Otherwise it is on disk only until a refill.
+    pub loaded: bool,
 }
 
 /// See the module docs.
@@ -90,15 +128,25 @@ pub struct DelayStore {
     pending: File,
     pending_len: u64,
     fired: File,
+    index: File,
     next_id: u64,
-    /// Messages appended (or recovered) and not marked fired, by id: the files are emptied
-    /// when none is left, compacted when the fired ones' bytes dominate.
-    live: HashMap<u64, Place>,
-    /// The bytes of `live`'s records.
+    /// The window's messages by id.
+    loaded: HashMap<u64, Place>,
+    /// Live messages past the window (on disk only).
+    paged_out: usize,
+    /// `None`: every live message is loaded.
+    window_end: Option<Key>,
+    /// The largest key fired since the files were last rewritten (see the invariants).
+    fired_max: Option<Key>,
+    /// The bytes of every live message's record.
     live_bytes: u64,
+    /// The key of the last id given (a compaction keeps ids above it).
+    last_key: Option<Key>,
     /// Live messages with a *firing* mark: the log end it logged (a compaction keeps it).
     firing: HashMap<u64, u64>,
     compact_min_dead: u64,
+    max_loaded: usize,
+    counts: Arc<WindowCounts>,
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> DelayStoreError + '_ {
@@ -138,22 +186,91 @@ fn sync_dir(dir: &Path) -> Result<(), DelayStoreError> {
     File::open(dir).and_then(|d| d.sync_all()).map_err(io(dir))
 }
 
-impl DelayStore {
-    /// Opens (creating) the store in `dir` and returns the messages not yet fired, in the
-    /// order they were accepted.
-    pub fn open(dir: &Path) -> Result<(DelayStore, Vec<PendingEntry>), DelayStoreError> {
-        Self::open_with(dir, COMPACT_MIN_DEAD_BYTES)
+/// Keeps the `cap` smallest keys pushed (a max-heap of them).
+struct Earliest {
+    heap: BinaryHeap<(Key, u64)>,
+    items: HashMap<u64, IndexRecord>,
+    cap: usize,
+    /// Every key pushed past the window (kept or not).
+    seen: usize,
+}
+
+impl Earliest {
+    fn new(cap: usize) -> Self {
+        Earliest {
+            heap: BinaryHeap::new(),
+            items: HashMap::new(),
+            cap,
+            seen: 0,
+        }
     }
 
-    /// [`DelayStore::open`] compacting once `compact_min_dead` bytes are fired (tests use
-    /// small ones).
+    fn push(&mut self, rec: IndexRecord) {
+        self.seen += 1;
+        if self.cap == 0 {
+            return;
+        }
+        let key = rec.key();
+        if self.heap.len() == self.cap {
+            match self.heap.peek() {
+                Some(&(top, id)) if key < top => {
+                    self.heap.pop();
+                    self.items.remove(&id);
+                }
+                _ => return,
+            }
+        }
+        self.heap.push((key, rec.id));
+        self.items.insert(rec.id, rec);
+    }
+
+    /// The kept records by key, and whether some past them were left out.
+    fn into_sorted(self) -> (Vec<IndexRecord>, bool) {
+        let more = self.seen > self.heap.len();
+        let mut items = self.items;
+        let mut out: Vec<IndexRecord> = self
+            .heap
+            .into_sorted_vec()
+            .into_iter()
+            .filter_map(|(_, id)| items.remove(&id))
+            .collect();
+        out.sort_by_key(IndexRecord::key);
+        (out, more)
+    }
+}
+
+/// The record of a message in `pending.log`.
+fn pending_record(id: u64, due_ms: i64, topic: &str, partition: u32, batch: &[u8]) -> Vec<u8> {
+    let mut body = Vec::with_capacity(BODY_FIXED + topic.len() + batch.len());
+    body.extend_from_slice(&id.to_le_bytes());
+    body.extend_from_slice(&due_ms.to_le_bytes());
+    body.extend_from_slice(&partition.to_le_bytes());
+    body.extend_from_slice(&(topic.len() as u16).to_le_bytes());
+    body.extend_from_slice(topic.as_bytes());
+    body.extend_from_slice(batch);
+    let mut rec = Vec::with_capacity(8 + body.len());
+    rec.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    rec.extend_from_slice(&crc32c::crc32c(&body).to_le_bytes());
+    rec.extend_from_slice(&body);
+    rec
+}
+
+impl DelayStore {
+    /// Opens (creating) the store in `dir` with every message in memory (no bound; tests).
+    pub fn open(dir: &Path) -> Result<(DelayStore, Vec<PendingEntry>), DelayStoreError> {
+        Self::open_with(dir, COMPACT_MIN_DEAD_BYTES, usize::MAX)
+    }
+
+    /// Opens (creating) the store in `dir`, compacting once `compact_min_dead` bytes are
+    /// fired and keeping at most `max_loaded` messages in memory; returns those, by key.
     pub fn open_with(
         dir: &Path,
         compact_min_dead: u64,
+        max_loaded: usize,
     ) -> Result<(DelayStore, Vec<PendingEntry>), DelayStoreError> {
         std::fs::create_dir_all(dir).map_err(io(dir))?;
         // A compaction a crash interrupted before its renames: the old files are whole.
-        for name in [PENDING_NEXT, FIRED_NEXT] {
+        for name in [PENDING_NEXT, FIRED_NEXT, INDEX_NEXT] {
             match std::fs::remove_file(dir.join(name)) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -162,59 +279,12 @@ impl DelayStore {
         }
         let pending_path = dir.join(PENDING);
         let fired_path = dir.join(FIRED);
-        let mut pending = open_rw(&pending_path)?;
+        let index_path = dir.join(INDEX);
+        let pending = open_rw(&pending_path)?;
         let mut fired = open_rw(&fired_path)?;
-
-        let bytes = read_all(&mut pending, &pending_path)?;
-        let mut entries: Vec<(PendingEntry, Place)> = Vec::new();
-        let mut at = 0usize;
         let mut next_id = 0u64;
-        while at < bytes.len() {
-            let whole = |need: usize| at + need <= bytes.len();
-            if !whole(8) || !whole(8 + u32_at(&bytes, at) as usize) {
-                break; // torn tail
-            }
-            let len = u32_at(&bytes, at) as usize;
-            let body = &bytes[at + 8..at + 8 + len];
-            if len < BODY_FIXED || crc32c::crc32c(body) != u32_at(&bytes, at + 4) {
-                return Err(DelayStoreError::Damaged {
-                    path: pending_path,
-                    at: at as u64,
-                });
-            }
-            let topic_len = u16::from_le_bytes([body[20], body[21]]) as usize;
-            let topic = body
-                .get(BODY_FIXED..BODY_FIXED + topic_len)
-                .and_then(|t| std::str::from_utf8(t).ok())
-                .ok_or_else(|| DelayStoreError::Damaged {
-                    path: pending_path.clone(),
-                    at: at as u64,
-                })?;
-            let id = u64_at(body, 0);
-            next_id = next_id.max(id + 1);
-            let place = Place {
-                at: at as u64,
-                len: (8 + len) as u32,
-                batch_from: (8 + BODY_FIXED + topic_len) as u32,
-            };
-            entries.push((
-                PendingEntry {
-                    id,
-                    due_ms: u64_at(body, 8) as i64,
-                    topic: topic.to_string(),
-                    partition: u32_at(body, 16),
-                    firing_from: None,
-                },
-                place,
-            ));
-            at += 8 + len;
-        }
-        if at < bytes.len() {
-            pending.set_len(at as u64).map_err(io(&pending_path))?;
-            pending.sync_data().map_err(io(&pending_path))?;
-        }
-        let pending_len = at as u64;
 
+        // The marks first: they decide which records are live.
         let marks = read_all(&mut fired, &fired_path)?;
         let mut state: HashMap<u64, Option<u64>> = HashMap::new();
         let whole_marks = marks.len() / MARK_LEN * MARK_LEN;
@@ -234,45 +304,159 @@ impl DelayStore {
                 state.entry(id).or_insert(Some(u64_at(m, 16)));
             }
         }
-        if whole_marks < marks.len() {
+        drop(marks);
+        if whole_marks < fired.metadata().map_err(io(&fired_path))?.len() as usize {
             fired.set_len(whole_marks as u64).map_err(io(&fired_path))?;
             fired.sync_data().map_err(io(&fired_path))?;
         }
-        let mut live = HashMap::new();
-        let mut live_bytes = 0;
+
+        // pending.log, streamed: the live records go to a new index, the earliest
+        // `max_loaded` into memory.
+        let mut index_out =
+            BufWriter::with_capacity(1 << 20, File::create(&index_path).map_err(io(&index_path))?);
+        let mut rd = BufReader::with_capacity(
+            1 << 20,
+            File::open(&pending_path).map_err(io(&pending_path))?,
+        );
+        let file_len = pending.metadata().map_err(io(&pending_path))?.len();
+        let mut earliest = Earliest::new(max_loaded);
         let mut firing = HashMap::new();
-        let left: Vec<PendingEntry> = entries
-            .into_iter()
-            .filter_map(|(mut e, place)| {
-                match state.get(&e.id) {
-                    Some(None) => return None,
-                    Some(Some(from)) => {
-                        e.firing_from = Some(*from);
-                        firing.insert(e.id, *from);
-                    }
-                    None => {}
+        let (mut live_bytes, mut live_count) = (0u64, 0usize);
+        let mut last_key: Option<Key> = None;
+        let mut at = 0u64;
+        let mut head = [0u8; 8];
+        let mut body = Vec::new();
+        let mut encoded = Vec::new();
+        loop {
+            if at + 8 > file_len || rd.read_exact(&mut head).is_err() {
+                break; // the end, or a torn header
+            }
+            let len = u32_at(&head, 0) as usize;
+            if at + 8 + len as u64 > file_len {
+                break; // torn body
+            }
+            body.resize(len, 0);
+            rd.read_exact(&mut body).map_err(io(&pending_path))?;
+            let damaged = || DelayStoreError::Damaged {
+                path: pending_path.clone(),
+                at,
+            };
+            if len < BODY_FIXED || crc32c::crc32c(&body) != u32_at(&head, 4) {
+                return Err(damaged());
+            }
+            let topic_len = u16::from_le_bytes([body[20], body[21]]) as usize;
+            let topic = body
+                .get(BODY_FIXED..BODY_FIXED + topic_len)
+                .and_then(|t| std::str::from_utf8(t).ok())
+                .ok_or_else(damaged)?;
+            let id = u64_at(&body, 0);
+            next_id = next_id.max(id + 1);
+            if last_key.is_none_or(|(_, last)| id > last) {
+                last_key = Some((u64_at(&body, 8) as i64, id));
+            }
+            let rec = IndexRecord {
+                id,
+                due_ms: u64_at(&body, 8) as i64,
+                at,
+                len: (8 + len) as u32,
+                batch_from: (8 + BODY_FIXED + topic_len) as u32,
+                partition: u32_at(&body, 16),
+                topic: topic.to_string(),
+            };
+            at += 8 + len as u64;
+            match state.get(&id) {
+                Some(None) => continue,
+                Some(Some(from)) => {
+                    firing.insert(id, *from);
                 }
-                live.insert(e.id, place);
-                live_bytes += u64::from(place.len);
-                Some(e)
+                None => {}
+            }
+            live_bytes += u64::from(rec.len);
+            live_count += 1;
+            encoded.clear();
+            rec.encode(&mut encoded);
+            index_out.write_all(&encoded).map_err(io(&index_path))?;
+            earliest.push(rec);
+        }
+        drop(rd);
+        index_out.flush().map_err(io(&index_path))?;
+        drop(index_out);
+        if at < file_len {
+            pending.set_len(at).map_err(io(&pending_path))?;
+            pending.sync_data().map_err(io(&pending_path))?;
+        }
+        let (first, more) = earliest.into_sorted();
+        let window_end = match more {
+            true => first.last().map(IndexRecord::key),
+            false => None,
+        };
+        let mut loaded = HashMap::with_capacity(first.len());
+        let entries: Vec<PendingEntry> = first
+            .into_iter()
+            .map(|r| {
+                loaded.insert(
+                    r.id,
+                    Place {
+                        at: r.at,
+                        len: r.len,
+                        batch_from: r.batch_from,
+                        due_ms: r.due_ms,
+                    },
+                );
+                PendingEntry {
+                    id: r.id,
+                    due_ms: r.due_ms,
+                    firing_from: firing.get(&r.id).copied(),
+                    topic: r.topic,
+                    partition: r.partition,
+                }
             })
             .collect();
+        let counts = Arc::new(WindowCounts::default());
         let store = DelayStore {
             dir: dir.to_path_buf(),
             pending,
-            pending_len,
+            pending_len: at,
             fired,
+            index: open_rw(&index_path)?,
             next_id,
-            live,
+            paged_out: live_count - loaded.len(),
+            loaded,
+            window_end,
+            fired_max: None,
             live_bytes,
+            last_key,
             firing,
             compact_min_dead,
+            max_loaded,
+            counts,
         };
-        Ok((store, left))
+        store.publish_counts();
+        Ok((store, entries))
     }
 
-    /// Appends an accepted message and syncs it; returns its entry (the id it was given).
-    /// Refused with [`DelayStoreError::Full`] when `max_live` are pending.
+    /// The window's sizes, shared with the shard.
+    pub fn counts(&self) -> Arc<WindowCounts> {
+        self.counts.clone()
+    }
+
+    fn publish_counts(&self) {
+        self.counts
+            .loaded
+            .store(self.loaded.len(), Ordering::Relaxed);
+        self.counts
+            .paged_out
+            .store(self.paged_out, Ordering::Relaxed);
+    }
+
+    /// Messages pending, in memory or not.
+    pub fn live(&self) -> usize {
+        self.loaded.len() + self.paged_out
+    }
+
+    /// Appends an accepted message and syncs it; returns its entry (the id it was given) and
+    /// whether it is in the window. Refused with [`DelayStoreError::Full`] when `max_live`
+    /// are pending.
     pub fn append(
         &mut self,
         due_ms: i64,
@@ -280,70 +464,102 @@ impl DelayStore {
         partition: u32,
         batch: &[u8],
         max_live: usize,
-    ) -> Result<PendingEntry, DelayStoreError> {
-        if self.live.len() >= max_live {
-            return Err(DelayStoreError::Full(self.live.len()));
+    ) -> Result<Accepted, DelayStoreError> {
+        if self.live() >= max_live {
+            return Err(DelayStoreError::Full(self.live()));
         }
         let path = self.dir.join(PENDING);
+        let invalid = |why: &str| {
+            io(&path)(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                why.to_string(),
+            ))
+        };
+        if topic.len() > usize::from(u16::MAX) {
+            return Err(invalid("topic name too long"));
+        }
+        if BODY_FIXED + topic.len() + batch.len() > u32::MAX as usize - 8 {
+            return Err(invalid("delayed batch too large"));
+        }
         let id = self.next_id;
-        let topic_len = u16::try_from(topic.len()).map_err(|_| {
-            io(&path)(std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                "topic name too long",
-            ))
-        })?;
-        let mut body = Vec::with_capacity(BODY_FIXED + topic.len() + batch.len());
-        body.extend_from_slice(&id.to_le_bytes());
-        body.extend_from_slice(&due_ms.to_le_bytes());
-        body.extend_from_slice(&partition.to_le_bytes());
-        body.extend_from_slice(&topic_len.to_le_bytes());
-        body.extend_from_slice(topic.as_bytes());
-        body.extend_from_slice(batch);
-        let len = u32::try_from(body.len()).map_err(|_| {
-            io(&path)(std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                "delayed batch too large",
-            ))
-        })?;
-        let mut rec = Vec::with_capacity(8 + body.len());
-        rec.extend_from_slice(&len.to_le_bytes());
-        rec.extend_from_slice(&crc32c::crc32c(&body).to_le_bytes());
-        rec.extend_from_slice(&body);
+        let rec = pending_record(id, due_ms, topic, partition, batch);
+        let index_rec = IndexRecord {
+            id,
+            due_ms,
+            at: self.pending_len,
+            len: rec.len() as u32,
+            batch_from: (8 + BODY_FIXED + topic.len()) as u32,
+            partition,
+            topic: topic.to_string(),
+        };
+        let mut encoded = Vec::with_capacity(64);
+        index_rec.encode(&mut encoded);
+        // The index entry before the sync: a message the producer is told about is one a
+        // refill can find (the index itself is rebuilt at open, so it needs no sync).
         let written = self
             .pending
             .write_all(&rec)
+            .and_then(|()| self.index.write_all(&encoded))
             .and_then(|()| self.pending.sync_data());
         if let Err(e) = written {
             // Leave no half record behind an error the producer is told about.
             let _ = self.pending.set_len(self.pending_len);
+            let _ = self.rewrite_index_tail();
             return Err(io(&path)(e));
         }
-        let entry = PendingEntry {
-            id,
-            due_ms,
-            topic: topic.to_string(),
-            partition,
-            firing_from: None,
-        };
         let place = Place {
             at: self.pending_len,
             len: rec.len() as u32,
-            batch_from: (8 + BODY_FIXED + topic.len()) as u32,
+            batch_from: index_rec.batch_from,
+            due_ms,
         };
-        self.live.insert(id, place);
-        self.live_bytes += u64::from(place.len);
         self.pending_len += rec.len() as u64;
         self.next_id += 1;
-        Ok(entry)
+        self.live_bytes += u64::from(place.len);
+        self.last_key = Some((due_ms, id));
+        let loaded = self.window_end.is_none_or(|end| (due_ms, id) <= end);
+        match loaded {
+            true => {
+                self.loaded.insert(id, place);
+            }
+            false => self.paged_out += 1,
+        }
+        self.publish_counts();
+        Ok(Accepted {
+            entry: PendingEntry {
+                id,
+                due_ms,
+                topic: topic.to_string(),
+                partition,
+                firing_from: None,
+            },
+            loaded,
+        })
     }
 
-    /// Reads a pending message's batch.
+    /// After a failed append: rewrites the index without records past `pending.log`'s end
+    /// (the failed append may have written one).
+    fn rewrite_index_tail(&mut self) -> Result<(), DelayStoreError> {
+        let path = self.dir.join(INDEX);
+        let mut keep = Vec::new();
+        let mut rd = IndexReader::new(BufReader::new(File::open(&path).map_err(io(&path))?));
+        while let Ok(Some(r)) = rd.next_record() {
+            if r.at + u64::from(r.len) <= self.pending_len {
+                r.encode(&mut keep);
+            }
+        }
+        std::fs::write(&path, &keep).map_err(io(&path))?;
+        self.index = open_rw(&path)?;
+        Ok(())
+    }
+
+    /// Reads a loaded message's batch.
     pub fn read_batch(&self, e: &PendingEntry) -> Result<Vec<u8>, DelayStoreError> {
         let path = self.dir.join(PENDING);
-        let place = self.live.get(&e.id).ok_or_else(|| {
+        let place = self.loaded.get(&e.id).ok_or_else(|| {
             io(&path)(std::io::Error::new(
                 std::io::ErrorKind::NotFound,
-                format!("delayed message {} is not pending", e.id),
+                format!("delayed message {} is not in memory", e.id),
             ))
         })?;
         let mut b = vec![0u8; (place.len - place.batch_from) as usize];
@@ -357,20 +573,23 @@ impl DelayStore {
     /// at `log_end`.
     pub fn mark_firing(&mut self, id: u64, log_end: u64) -> Result<(), DelayStoreError> {
         self.mark(FIRING, id, log_end)?;
-        if self.live.contains_key(&id) {
+        if self.loaded.contains_key(&id) {
             self.firing.insert(id, log_end);
         }
         Ok(())
     }
 
     /// Records, synced, that `id`'s append to its partition is durable (or that it has
-    /// nowhere to go). Once per pending message.
+    /// nowhere to go). Once per pending message, a loaded one.
     pub fn mark_fired(&mut self, id: u64) -> Result<(), DelayStoreError> {
         self.mark(FIRED_KIND, id, 0)?;
-        if let Some(place) = self.live.remove(&id) {
+        if let Some(place) = self.loaded.remove(&id) {
             self.live_bytes -= u64::from(place.len);
+            let key = (place.due_ms, id);
+            self.fired_max = Some(self.fired_max.map_or(key, |m| m.max(key)));
         }
         self.firing.remove(&id);
+        self.publish_counts();
         Ok(())
     }
 
@@ -381,6 +600,109 @@ impl DelayStore {
             .map_err(io(&self.dir.join(FIRED)))
     }
 
+    /// Takes `candidates` (loaded messages the caller took out of its timer, the latest
+    /// first to go) out of memory, as far as the invariants allow: returns those that must
+    /// stay (the caller arms them again). The window then ends at the latest message kept.
+    pub fn unload(&mut self, candidates: Vec<(u64, PendingEntry)>) -> Vec<(u64, PendingEntry)> {
+        let leaving: std::collections::HashSet<u64> =
+            candidates.iter().map(|(_, e)| e.id).collect();
+        let kept_max = self
+            .loaded
+            .iter()
+            .filter(|(id, _)| !leaving.contains(id))
+            .map(|(id, p)| (p.due_ms, *id))
+            .max();
+        let end = match (kept_max, self.fired_max) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+        let mut refused = Vec::new();
+        for (at, e) in candidates {
+            // Messages mid-firing stay (their marks are in memory only while loaded).
+            let stays = self.firing.contains_key(&e.id)
+                || e.firing_from.is_some()
+                || end.is_some_and(|end| e.key() <= end)
+                || !self.loaded.contains_key(&e.id);
+            if stays {
+                refused.push((at, e));
+            } else {
+                self.loaded.remove(&e.id);
+                self.paged_out += 1;
+            }
+        }
+        // Every message kept is at most the new end; everything past it is paged out.
+        if self.paged_out > 0 {
+            let refused_max = refused.iter().map(|(_, e)| e.key()).max();
+            let end = match (end, refused_max) {
+                (Some(a), Some(b)) => Some(a.max(b)),
+                (a, b) => a.or(b),
+            };
+            self.window_end = Some(end.unwrap_or((i64::MIN, 0)));
+        }
+        self.publish_counts();
+        refused
+    }
+
+    /// Brings the earliest messages past the window into memory, up to `max_loaded`:
+    /// returns them, by key (the caller arms them). Reads the whole index.
+    pub fn refill(&mut self) -> Result<Vec<PendingEntry>, DelayStoreError> {
+        let Some(end) = self.window_end else {
+            return Ok(Vec::new());
+        };
+        let room = self.max_loaded.saturating_sub(self.loaded.len());
+        if room == 0 {
+            return Ok(Vec::new());
+        }
+        let path = self.dir.join(INDEX);
+        let mut earliest = Earliest::new(room);
+        let mut rd = IndexReader::new(BufReader::with_capacity(
+            1 << 20,
+            File::open(&path).map_err(io(&path))?,
+        ));
+        loop {
+            match rd.next_record() {
+                Ok(Some(r)) => {
+                    if r.key() > end && !self.loaded.contains_key(&r.id) {
+                        earliest.push(r);
+                    }
+                }
+                Ok(None) => break,
+                Err(_) => {
+                    return Err(DelayStoreError::Damaged { path, at: rd.at });
+                }
+            }
+        }
+        let (next, more) = earliest.into_sorted();
+        self.window_end = match more {
+            true => next.last().map(IndexRecord::key),
+            false => None,
+        };
+        self.paged_out -= next.len().min(self.paged_out);
+        let entries = next
+            .into_iter()
+            .map(|r| {
+                self.loaded.insert(
+                    r.id,
+                    Place {
+                        at: r.at,
+                        len: r.len,
+                        batch_from: r.batch_from,
+                        due_ms: r.due_ms,
+                    },
+                );
+                PendingEntry {
+                    id: r.id,
+                    due_ms: r.due_ms,
+                    firing_from: self.firing.get(&r.id).copied(),
+                    topic: r.topic,
+                    partition: r.partition,
+                }
+            })
+            .collect();
+        self.publish_counts();
+        Ok(entries)
+    }
+
     /// The bytes of `pending.log`.
     pub fn file_bytes(&self) -> u64 {
         self.pending_len
@@ -389,7 +711,7 @@ impl DelayStore {
     /// Empties the files when nothing is pending, or compacts them when the fired records'
     /// bytes reach both the live ones' and the threshold (module docs).
     pub fn reclaim(&mut self) -> Result<(), DelayStoreError> {
-        if self.live.is_empty() {
+        if self.live() == 0 {
             return self.reset_if_drained();
         }
         let dead = self.pending_len - self.live_bytes;
@@ -399,28 +721,63 @@ impl DelayStore {
         self.compact()
     }
 
+    /// Whether the index record `r` is of a live message (see the invariants).
+    fn is_live(&self, r: &IndexRecord) -> bool {
+        self.loaded.contains_key(&r.id) || self.window_end.is_some_and(|end| r.key() > end)
+    }
+
     fn compact(&mut self) -> Result<(), DelayStoreError> {
-        let (pending_next, fired_next) = (self.dir.join(PENDING_NEXT), self.dir.join(FIRED_NEXT));
-        let mut order: Vec<(u64, Place)> = self.live.iter().map(|(id, p)| (*id, *p)).collect();
-        order.sort_by_key(|(_, p)| p.at);
-        // The live records, in their order, to pending.next.
-        let mut moved = HashMap::with_capacity(order.len());
+        let pending_next = self.dir.join(PENDING_NEXT);
+        let fired_next = self.dir.join(FIRED_NEXT);
+        let index_next = self.dir.join(INDEX_NEXT);
+        let index_path = self.dir.join(INDEX);
+        // The live records, in their order, to pending.next; their index to its own.
+        let mut moved = HashMap::with_capacity(self.loaded.len());
         let written = (|| -> Result<u64, DelayStoreError> {
-            let mut out = std::io::BufWriter::with_capacity(
+            let mut out = BufWriter::with_capacity(
                 1 << 20,
                 File::create(&pending_next).map_err(io(&pending_next))?,
             );
+            let mut index_out = BufWriter::with_capacity(
+                1 << 20,
+                File::create(&index_next).map_err(io(&index_next))?,
+            );
+            let mut rd = IndexReader::new(BufReader::with_capacity(
+                1 << 20,
+                File::open(&index_path).map_err(io(&index_path))?,
+            ));
             let mut at = 0u64;
             let mut rec = Vec::new();
-            for (id, place) in &order {
-                rec.resize(place.len as usize, 0);
+            let mut encoded = Vec::new();
+            loop {
+                let r = match rd.next_record() {
+                    Ok(Some(r)) => r,
+                    Ok(None) => break,
+                    Err(_) => {
+                        return Err(DelayStoreError::Damaged {
+                            path: index_path.clone(),
+                            at: rd.at,
+                        })
+                    }
+                };
+                if !self.is_live(&r) {
+                    continue;
+                }
+                rec.resize(r.len as usize, 0);
                 self.pending
-                    .read_exact_at(&mut rec, place.at)
+                    .read_exact_at(&mut rec, r.at)
                     .map_err(io(&self.dir.join(PENDING)))?;
                 out.write_all(&rec).map_err(io(&pending_next))?;
-                moved.insert(*id, Place { at, ..*place });
-                at += u64::from(place.len);
+                let r = IndexRecord { at, ..r };
+                encoded.clear();
+                r.encode(&mut encoded);
+                index_out.write_all(&encoded).map_err(io(&index_next))?;
+                if self.loaded.contains_key(&r.id) {
+                    moved.insert(r.id, at);
+                }
+                at += u64::from(r.len);
             }
+            index_out.flush().map_err(io(&index_next))?;
             let f = out
                 .into_inner()
                 .map_err(|e| io(&pending_next)(e.into_error()))?;
@@ -428,8 +785,10 @@ impl DelayStore {
             // The marks a live message needs, after one that keeps ids above all used (the
             // last id, unless it is live: then pending.log holds it).
             let mut marks = Vec::with_capacity((self.firing.len() + 1) * MARK_LEN);
-            if let Some(last) = self.next_id.checked_sub(1) {
-                if !self.live.contains_key(&last) {
+            if let Some((due_ms, last)) = self.last_key {
+                let live = self.loaded.contains_key(&last)
+                    || self.window_end.is_some_and(|end| (due_ms, last) > end);
+                if !live {
                     marks.extend_from_slice(&mark_bytes(FIRED_KIND, last, 0));
                 }
             }
@@ -445,8 +804,9 @@ impl DelayStore {
         let new_len = match written {
             Ok(n) => n,
             Err(e) => {
-                let _ = std::fs::remove_file(&pending_next);
-                let _ = std::fs::remove_file(&fired_next);
+                for p in [&pending_next, &fired_next, &index_next] {
+                    let _ = std::fs::remove_file(p);
+                }
                 return Err(e);
             }
         };
@@ -457,7 +817,14 @@ impl DelayStore {
         // old one says the same of every live message).
         self.pending = open_rw(&pending_path)?;
         self.pending_len = new_len;
-        self.live = moved;
+        for (id, at) in moved {
+            if let Some(p) = self.loaded.get_mut(&id) {
+                p.at = at;
+            }
+        }
+        self.fired_max = None;
+        std::fs::rename(&index_next, &index_path).map_err(io(&index_path))?;
+        self.index = open_rw(&index_path)?;
         let fired_path = self.dir.join(FIRED);
         std::fs::rename(&fired_next, &fired_path).map_err(io(&fired_path))?;
         sync_dir(&self.dir)?;
@@ -465,24 +832,28 @@ impl DelayStore {
         Ok(())
     }
 
-    /// Empties both files once every message appended is marked fired, so they do not grow
+    /// Empties the files once every message appended is marked fired, so they do not grow
     /// without end (the count is kept under the same lock as the appends: a message accepted
     /// meanwhile keeps the files).
     fn reset_if_drained(&mut self) -> Result<(), DelayStoreError> {
-        if !self.live.is_empty() || self.pending_len == 0 {
+        if self.live() > 0 || self.pending_len == 0 {
             return Ok(());
         }
         // pending.log first: a crash between the two leaves marks of ids that are no longer
         // pending (ignored; ids continue above them), never fired messages without marks.
-        self.pending
-            .set_len(0)
-            .map_err(io(&self.dir.join(PENDING)))?;
-        self.pending
-            .sync_data()
-            .map_err(io(&self.dir.join(PENDING)))?;
-        self.fired.set_len(0).map_err(io(&self.dir.join(FIRED)))?;
-        self.fired.sync_data().map_err(io(&self.dir.join(FIRED)))?;
+        for name in [PENDING, INDEX, FIRED] {
+            let path = self.dir.join(name);
+            let f = match name {
+                PENDING => &self.pending,
+                INDEX => &self.index,
+                _ => &self.fired,
+            };
+            f.set_len(0).map_err(io(&path))?;
+            f.sync_data().map_err(io(&path))?;
+        }
         self.pending_len = 0;
+        self.window_end = None;
+        self.fired_max = None;
         Ok(())
     }
 }
@@ -500,38 +871,39 @@ mod tests {
         let d = tempdir();
         let (mut s, left) = DelayStore::open(d.path()).unwrap();
         assert!(left.is_empty());
-        let a = s.append(100, "t", 0, b"batch-a", usize::MAX).unwrap();
-        let b = s.append(50, "u", 3, b"batch-bb", usize::MAX).unwrap();
-        let c = s.append(70, "t", 1, b"c", usize::MAX).unwrap();
+        let a = s.append(100, "t", 0, b"batch-a", usize::MAX).unwrap().entry;
+        let b = s.append(50, "u", 3, b"batch-bb", usize::MAX).unwrap().entry;
+        let c = s.append(70, "t", 1, b"c", usize::MAX).unwrap().entry;
         assert_eq!((a.id, b.id, c.id), (0, 1, 2));
         s.mark_firing(b.id, 40).unwrap();
         s.mark_fired(b.id).unwrap();
         s.mark_firing(c.id, 9).unwrap();
         drop(s);
         let (s, left) = DelayStore::open(d.path()).unwrap();
+        // By due time.
         assert_eq!(left.len(), 2);
-        assert_eq!((left[0].id, left[0].due_ms, &*left[0].topic), (0, 100, "t"));
-        assert_eq!(left[0].firing_from, None);
+        assert_eq!((left[1].id, left[1].due_ms, &*left[1].topic), (0, 100, "t"));
+        assert_eq!(left[1].firing_from, None);
         assert_eq!(
-            (left[1].id, left[1].partition, left[1].firing_from),
+            (left[0].id, left[0].partition, left[0].firing_from),
             (2, 1, Some(9))
         );
-        assert_eq!(s.read_batch(&left[0]).unwrap(), b"batch-a");
-        assert_eq!(s.read_batch(&left[1]).unwrap(), b"c");
+        assert_eq!(s.read_batch(&left[1]).unwrap(), b"batch-a");
+        assert_eq!(s.read_batch(&left[0]).unwrap(), b"c");
     }
 
     #[test]
     fn ids_stay_unique_across_reopens_and_a_drained_store_is_emptied() {
         let d = tempdir();
         let (mut s, _) = DelayStore::open(d.path()).unwrap();
-        let a = s.append(1, "t", 0, b"x", usize::MAX).unwrap();
+        let a = s.append(1, "t", 0, b"x", usize::MAX).unwrap().entry;
         assert!(matches!(
             s.append(1, "t", 0, b"x", 1),
             Err(DelayStoreError::Full(1))
         ));
         drop(s);
         let (mut s, left) = DelayStore::open(d.path()).unwrap();
-        let b = s.append(2, "t", 0, b"y", usize::MAX).unwrap();
+        let b = s.append(2, "t", 0, b"y", usize::MAX).unwrap().entry;
         assert!(b.id > a.id);
         assert_eq!(left.len(), 1);
         for e in [&a, &b] {
@@ -552,7 +924,7 @@ mod tests {
     fn compaction_keeps_the_files_bounded_under_traffic_that_never_drains() {
         const MIN_DEAD: u64 = 64 << 10;
         let d = tempdir();
-        let (mut s, _) = DelayStore::open_with(d.path(), MIN_DEAD).unwrap();
+        let (mut s, _) = DelayStore::open_with(d.path(), MIN_DEAD, usize::MAX).unwrap();
         let mut rng = crate::batch::test_support::Rng(7);
         // id -> (batch, firing mark)
         let mut want: std::collections::BTreeMap<u64, (Vec<u8>, Option<u64>)> = Default::default();
@@ -561,7 +933,10 @@ mod tests {
         for round in 0..6000u64 {
             let len = 1 + (rng.next() % 2000) as usize;
             let batch: Vec<u8> = (0..len).map(|i| (i as u64 ^ round) as u8).collect();
-            let e = s.append(round as i64, "t", 3, &batch, usize::MAX).unwrap();
+            let e = s
+                .append(round as i64, "t", 3, &batch, usize::MAX)
+                .unwrap()
+                .entry;
             appended_bytes += len as u64;
             want.insert(e.id, (batch, None));
             // Keep about 200 pending; fire a random one of them (not the oldest).
@@ -599,7 +974,7 @@ mod tests {
                     std::fs::write(d.path().join(FIRED), &old_fired).unwrap();
                 }
                 drop(s);
-                let (again, left) = DelayStore::open_with(d.path(), MIN_DEAD).unwrap();
+                let (again, left) = DelayStore::open_with(d.path(), MIN_DEAD, usize::MAX).unwrap();
                 s = again;
                 let got: std::collections::BTreeMap<u64, Option<u64>> =
                     left.iter().map(|e| (e.id, e.firing_from)).collect();
@@ -623,8 +998,182 @@ mod tests {
         assert!(compactions > 10, "{compactions} compactions");
         assert!(appended_bytes > 20 * MIN_DEAD);
         // Ids stay above every id used, across compactions and reopens.
-        let next = s.append(0, "t", 0, b"x", usize::MAX).unwrap();
+        let next = s.append(0, "t", 0, b"x", usize::MAX).unwrap().entry;
         assert!(next.id >= 6000, "id {} reused", next.id);
+    }
+
+    /// The store driven as the shard drives it, with room for 40 messages in memory and
+    /// thousands pending: accepts at random due times, firing as time moves (some appends
+    /// failing and retried a second later, before or after their *firing* mark), the
+    /// latest half unloaded when over the bound, refills when half empty, compactions and
+    /// reopens along the way. Every message fires once, never early, those never retried
+    /// in key order, and memory stays within the bound.
+    #[test]
+    fn paging_fires_every_message_once_in_order_within_the_memory_bound() {
+        const MAX_LOADED: usize = 40;
+        for seed in 1..6u64 {
+            let d = tempdir();
+            let open = || DelayStore::open_with(d.path(), 16 << 10, MAX_LOADED).unwrap();
+            let (mut s, first) = open();
+            assert!(first.is_empty());
+            let mut rng = crate::batch::test_support::Rng(seed * 0x9e37_79b9);
+            // The shard's timer: loaded messages by (when to fire, id).
+            let mut wheel: std::collections::BTreeMap<(i64, u64), PendingEntry> =
+                Default::default();
+            let arm = |w: &mut std::collections::BTreeMap<(i64, u64), PendingEntry>,
+                       at: i64,
+                       e: PendingEntry| {
+                w.insert((at, e.id), e);
+            };
+            let mut accepted: HashMap<u64, i64> = HashMap::new();
+            let mut retried: std::collections::HashSet<u64> = Default::default();
+            let mut fired: Vec<(Key, i64)> = Vec::new();
+            let mut now = 0i64;
+            let (mut unloads, mut refills, mut compactions) = (0, 0, 0);
+            let batch_of = |id: u64| -> Vec<u8> { vec![id as u8; 1 + (id % 300) as usize] };
+            for step in 0..6000 {
+                // Accepts outrun firing, then firing catches up (compactions then).
+                let accepts = if step < 2500 { 6 } else { 2 };
+                let roll = rng.next() % 10;
+                match roll {
+                    r if r < accepts => {
+                        let due = now + (rng.next() % 1_000_000) as i64;
+                        let id = s.next_id;
+                        let a = s.append(due, "t", 0, &batch_of(id), usize::MAX).unwrap();
+                        accepted.insert(a.entry.id, due);
+                        if a.loaded {
+                            arm(&mut wheel, due, a.entry);
+                        }
+                        if s.counts.loaded.load(Ordering::Relaxed) > MAX_LOADED {
+                            // As the queue does: by key, the latest half.
+                            let mut all: Vec<(u64, PendingEntry)> = std::mem::take(&mut wheel)
+                                .into_iter()
+                                .map(|((at, _), e)| (at as u64, e))
+                                .collect();
+                            all.sort_by_key(|(_, e)| e.key());
+                            let upper = all.split_off(all.len() / 2);
+                            unloads += 1;
+                            for (at, e) in all.into_iter().chain(s.unload(upper)) {
+                                arm(&mut wheel, at as i64, e);
+                            }
+                        }
+                    }
+                    r if r < 9 => {
+                        now += (rng.next() % 1_000) as i64;
+                        loop {
+                            if s.counts.paged_out.load(Ordering::Relaxed) > 0
+                                && s.counts.loaded.load(Ordering::Relaxed) <= MAX_LOADED / 2
+                            {
+                                refills += 1;
+                                for e in s.refill().unwrap() {
+                                    arm(&mut wheel, e.due_ms, e);
+                                }
+                            }
+                            let Some((&(at, id), _)) = wheel.first_key_value() else {
+                                break;
+                            };
+                            if at > now {
+                                break;
+                            }
+                            let mut e = wheel.remove(&(at, id)).unwrap();
+                            assert_eq!(s.read_batch(&e).unwrap(), batch_of(e.id), "seed {seed}");
+                            match rng.next() % 20 {
+                                // The append failed before the firing mark, or after it.
+                                0 | 1 => {
+                                    if rng.next().is_multiple_of(2) {
+                                        s.mark_firing(e.id, 7).unwrap();
+                                        e.firing_from = Some(7);
+                                    }
+                                    retried.insert(e.id);
+                                    arm(&mut wheel, now + 1_000, e);
+                                    continue;
+                                }
+                                _ => {}
+                            }
+                            s.mark_firing(e.id, 0).unwrap();
+                            s.mark_fired(e.id).unwrap();
+                            fired.push((e.key(), now));
+                            let before = s.file_bytes();
+                            s.reclaim().unwrap();
+                            compactions += usize::from(s.file_bytes() < before && s.live() > 0);
+                        }
+                    }
+                    _ => {
+                        if step % 7 == 0 {
+                            drop(s);
+                            let (again, entries) = open();
+                            s = again;
+                            wheel.clear();
+                            for e in entries {
+                                arm(&mut wheel, e.due_ms, e);
+                            }
+                        }
+                    }
+                }
+                assert!(s.counts.loaded.load(Ordering::Relaxed) <= MAX_LOADED);
+                assert_eq!(wheel.len(), s.counts.loaded.load(Ordering::Relaxed));
+            }
+            // Everything left, in time.
+            now = i64::MAX;
+            loop {
+                for e in s.refill().unwrap() {
+                    arm(&mut wheel, e.due_ms, e);
+                }
+                let Some((_, e)) = wheel.pop_first() else {
+                    break;
+                };
+                s.mark_fired(e.id).unwrap();
+                fired.push((e.key(), now));
+            }
+            assert_eq!(s.live(), 0);
+            assert!(
+                unloads > 10 && refills > 10 && compactions > 2 && retried.len() > 50,
+                "seed {seed}: {unloads} unloads, {refills} refills, {compactions} \
+                 compactions, {} retried",
+                retried.len()
+            );
+            let mut ids: Vec<u64> = fired.iter().map(|((_, id), _)| *id).collect();
+            ids.sort_unstable();
+            ids.dedup();
+            assert_eq!(ids.len(), fired.len(), "seed {seed}: a message fired twice");
+            assert_eq!(
+                ids.len(),
+                accepted.len(),
+                "seed {seed}: a message never fired"
+            );
+            let in_order: Vec<Key> = fired
+                .iter()
+                .map(|(k, _)| *k)
+                .filter(|(_, id)| !retried.contains(id))
+                .collect();
+            for w in in_order.windows(2) {
+                assert!(w[0] < w[1], "seed {seed}: out of order: {w:?}");
+            }
+            for ((due, _), at) in &fired {
+                assert!(at >= due, "seed {seed}: fired early");
+            }
+        }
+    }
+
+    /// A message that fired out of key order (the one before it is being retried) is not
+    /// brought back by a refill after an unload: the window never ends below it.
+    #[test]
+    fn a_refill_never_brings_back_a_message_fired_out_of_order() {
+        let d = tempdir();
+        let (mut s, _) = DelayStore::open_with(d.path(), u64::MAX, 3).unwrap();
+        let a = s.append(10, "t", 0, b"a", usize::MAX).unwrap().entry;
+        let b = s.append(20, "t", 0, b"b", usize::MAX).unwrap().entry;
+        let c = s.append(30, "t", 0, b"c", usize::MAX).unwrap().entry;
+        // a's append failed and waits for its retry; b fires.
+        s.mark_fired(b.id).unwrap();
+        let kept = s.unload(vec![(30, c.clone())]);
+        assert!(kept.is_empty(), "c goes back to disk");
+        assert_eq!(s.live(), 2);
+        let back = s.refill().unwrap();
+        assert_eq!(back.iter().map(|e| e.id).collect::<Vec<_>>(), vec![c.id]);
+        s.mark_fired(a.id).unwrap();
+        s.mark_fired(c.id).unwrap();
+        assert_eq!(s.live(), 0);
     }
 
     #[test]

@@ -129,6 +129,30 @@ impl<T> TimingWheel<T> {
         Some((LEVELS, 0, due & !((1u64 << WHEEL_BITS) - 1)))
     }
 
+    /// Takes every entry out, with its due time, in no particular order.
+    pub fn drain(&mut self) -> Vec<(u64, T)> {
+        let mut out: Vec<(u64, T)> = Vec::with_capacity(self.len);
+        // The slots' buffers go too: a drain is how memory is given back (an unload).
+        out.extend(
+            std::mem::take(&mut self.ready)
+                .into_iter()
+                .map(|e| (e.due, e.item)),
+        );
+        for l in &mut self.levels {
+            for slot in &mut l.slots {
+                out.extend(std::mem::take(slot).into_iter().map(|e| (e.due, e.item)));
+            }
+            l.occupied = 0;
+        }
+        out.extend(
+            std::mem::take(&mut self.overflow)
+                .into_iter()
+                .map(|((due, _), item)| (due, item)),
+        );
+        self.len = 0;
+        out
+    }
+
     /// Moves the wheel's time to `now_ms` (never back) and returns the entries due by then,
     /// in due order, ties in insertion order.
     pub fn advance(&mut self, now_ms: u64) -> Vec<(u64, T)> {
