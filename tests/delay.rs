@@ -121,18 +121,25 @@ fn pending_delays_fire_exactly_once_across_sigkill() {
 #[test]
 fn pending_messages_past_the_memory_bound_fire_in_due_order_once_across_sigkill() {
     let mut b = TestBroker::start(1, &["--delay-memory-bytes", "5120"]);
-    let mut client = b.client();
-    client.create_topic("paged", 1, 1, vec![]).unwrap();
+    b.client().create_topic("paged", 1, 1, vec![]).unwrap();
     let n = 300i64;
     let base = now_ms() + 10_000;
-    let mut due: BTreeMap<String, i64> = BTreeMap::new();
-    for i in 0..n {
-        // 7 and 300 are coprime: every slot once, sent out of order, 10 ms apart.
-        let at = base + (i * 7 % n) * 10;
-        let v = format!("m{i}");
-        send_at(&mut client, "paged", 0, &v, at);
-        due.insert(v, at);
-    }
+    // 7 and 300 are coprime: every slot once, sent out of order, 10 ms apart.
+    let due: BTreeMap<String, i64> = (0..n)
+        .map(|i| (format!("m{i}"), base + (i * 7 % n) * 10))
+        .collect();
+    // From four clients at once: their accepts share syncs (group commit).
+    std::thread::scope(|scope| {
+        for t in 0..4 {
+            let (b, due) = (&b, &due);
+            scope.spawn(move || {
+                let mut client = b.client();
+                for (v, at) in due.iter().skip(t).step_by(4) {
+                    send_at(&mut client, "paged", 0, v, *at);
+                }
+            });
+        }
+    });
     assert!(now_ms() < base, "sending took longer than the margin");
     let mut c = consumer(&b, "paged", StartFrom::Beginning);
     let before = read_n(&mut c, 40);

@@ -34,6 +34,9 @@ const RETRY_AFTER_MS: u64 = 1_000;
 /// entry in the timing wheel (with its topic name) and in the store's window map, with
 /// their containers' slack (measured: `examples/delay_memory.rs`, ARCHITECTURE.md).
 pub const ENTRY_MEMORY_BYTES: usize = 384;
+/// Due messages fired together (their marks under one sync each, their appends sharing
+/// group commits).
+const FIRE_ROUND: usize = 1024;
 
 /// See the module docs. Empty until [`start`] opened the store.
 #[derive(Default)]
@@ -51,6 +54,21 @@ struct Inner {
     max_loaded: usize,
     /// An unload or refill is under way (one at a time).
     paging: bool,
+    /// Accepted messages waiting for the next group commit, and each one's answer.
+    appends: Vec<(Append, flume::Sender<Result<(), OpError>>)>,
+    /// A group commit is under way (the next takes what came meanwhile).
+    committing: bool,
+}
+
+/// A message to append: due ms, topic, partition, batch.
+type Append = (i64, String, u32, Vec<u8>);
+
+fn store_error(e: DelayStoreError) -> OpError {
+    let code = match e {
+        DelayStoreError::Full(_) => ErrorCode::PolicyViolation,
+        _ => ErrorCode::KafkaStorageError,
+    };
+    OpError::new(code, e.to_string())
 }
 
 /// Runs `f` on the store on the blocking pool (file writes and syncs).
@@ -64,13 +82,7 @@ async fn on_store<R: Send + 'static>(
         f(&mut s)
     })
     .await
-    .map_err(|e| {
-        let code = match e {
-            DelayStoreError::Full(_) => ErrorCode::PolicyViolation,
-            _ => ErrorCode::KafkaStorageError,
-        };
-        OpError::new(code, e.to_string())
-    })
+    .map_err(store_error)
 }
 
 /// Opens the shard's store under `<data>/delay/<shard>/`, arms every message not fired yet
@@ -102,6 +114,8 @@ pub async fn start(shard: &Rc<Shard>) -> Result<(), OpError> {
         counts,
         max_loaded,
         paging: false,
+        appends: Vec::new(),
+        committing: false,
     });
     rill_shards::rt::spawn_local(fire_loop(shard.clone())).detach();
     Ok(())
@@ -137,29 +151,68 @@ pub async fn accept(
     }
     let p = locate(shard, topic, partition)?;
     p.check_produce(batch.len())?;
-    let store = match shard.delays.inner.borrow().as_ref() {
-        Some(i) => i.store.clone(),
-        None => {
+    // Group commit: the messages accepted while a sync runs share the next one.
+    let (reply, answer) = flume::bounded(1);
+    let start = {
+        let mut guard = shard.delays.inner.borrow_mut();
+        let Some(i) = guard.as_mut() else {
             return Err(OpError::new(
                 ErrorCode::KafkaStorageError,
                 "the delay store is not open",
-            ))
-        }
+            ));
+        };
+        let item = (deliver_at_ms, topic.to_string(), partition, batch.to_vec());
+        i.appends.push((item, reply));
+        !std::mem::replace(&mut i.committing, true)
     };
-    let (topic, bytes) = (topic.to_string(), batch.to_vec());
-    let max = shard.cfg.max_delayed_per_shard;
-    let accepted = on_store(&store, move |s| {
-        s.append(deliver_at_ms, &topic, partition, &bytes, max)
-    })
-    .await?;
-    if accepted.loaded {
-        if let Some(i) = shard.delays.inner.borrow_mut().as_mut() {
-            i.wheel.insert(deliver_at_ms.max(0) as u64, accepted.entry);
-        }
+    if start {
+        rill_shards::rt::spawn_local(commit_appends(shard.clone())).detach();
     }
-    shard.delays.accepted.notify(usize::MAX);
+    answer
+        .recv_async()
+        .await
+        .map_err(|_| OpError::new(ErrorCode::KafkaStorageError, "the delay store stopped"))??;
     unload_if_over(shard).await;
     Ok(())
+}
+
+/// Appends what accepts queued, under one sync per round, until none is left; arms the
+/// messages in the window and answers each producer.
+async fn commit_appends(shard: Rc<Shard>) {
+    let max = shard.cfg.max_delayed_per_shard;
+    loop {
+        let (store, appends) = {
+            let mut guard = shard.delays.inner.borrow_mut();
+            let Some(i) = guard.as_mut() else { return };
+            if i.appends.is_empty() {
+                i.committing = false;
+                return;
+            }
+            (i.store.clone(), std::mem::take(&mut i.appends))
+        };
+        let (items, replies): (Vec<Append>, Vec<_>) = appends.into_iter().unzip();
+        let answers = on_store(&store, move |s| s.append_all(&items, max)).await;
+        let mut guard = shard.delays.inner.borrow_mut();
+        match answers {
+            Ok(answers) => {
+                for (answer, reply) in answers.into_iter().zip(replies) {
+                    let answer = answer.map_err(store_error).map(|a| {
+                        if let (true, Some(i)) = (a.loaded, guard.as_mut()) {
+                            i.wheel.insert(a.entry.due_ms.max(0) as u64, a.entry);
+                        }
+                    });
+                    let _ = reply.send(answer);
+                }
+            }
+            Err(e) => {
+                for reply in replies {
+                    let _ = reply.send(Err(e.clone()));
+                }
+            }
+        }
+        drop(guard);
+        shard.delays.accepted.notify(usize::MAX);
+    }
 }
 
 /// `--delay-memory-bytes` as a number of messages.
@@ -245,17 +298,10 @@ async fn fire_loop(shard: Rc<Shard>) {
             Some(i) => i.wheel.advance(now),
             None => return,
         };
-        for (_, e) in due {
-            // An error before the append or from it: nothing was appended.
-            if let Err(err) = fire(&shard, &e).await {
-                log::warn!(
-                    "delayed message {} for {}-{}: {err}; retrying in {RETRY_AFTER_MS} ms",
-                    e.id,
-                    e.topic,
-                    e.partition
-                );
-                retry_later(&shard, &e, None);
-            }
+        let mut due: Vec<PendingEntry> = due.into_iter().map(|(_, e)| e).collect();
+        while !due.is_empty() {
+            let rest = due.split_off(due.len().min(FIRE_ROUND));
+            fire_round(&shard, std::mem::replace(&mut due, rest)).await;
         }
         // After firing the window may be low: the next ones come in before the timer is set
         // (what waits on disk is due after everything in memory).
@@ -289,62 +335,143 @@ async fn fire_loop(shard: Rc<Shard>) {
     }
 }
 
-/// Appends one due message (once: see the module docs) and marks it fired.
-async fn fire(shard: &Rc<Shard>, e: &PendingEntry) -> Result<(), OpError> {
-    let store = match shard.delays.inner.borrow().as_ref() {
-        Some(i) => i.store.clone(),
-        None => return Ok(()),
+/// Fires a round of due messages (each once: see the module docs), in due order: their
+/// *firing* marks under one sync, their appends sharing the partitions' group commits,
+/// their *fired* marks under one sync. A message that fails is armed again
+/// [`RETRY_AFTER_MS`] later, the others go on.
+async fn fire_round(shard: &Rc<Shard>, due: Vec<PendingEntry>) {
+    let Some(store) = shard
+        .delays
+        .inner
+        .borrow()
+        .as_ref()
+        .map(|i| i.store.clone())
+    else {
+        return;
     };
-    let id = e.id;
-    let p = match locate(shard, &e.topic, e.partition) {
-        Ok(p) => p,
-        Err(err) if err.code == ErrorCode::UnknownTopicOrPartition => {
-            // The topic was deleted meanwhile: nothing to deliver to.
-            log::warn!("delayed message {id}: {err}; dropped");
-            return on_store(&store, move |s| s.mark_fired(id)).await;
+    let retry = |e: &PendingEntry, why: &dyn std::fmt::Display, from: Option<u64>| {
+        log::warn!(
+            "delayed message {} for {}-{}: {why}; retrying in {RETRY_AFTER_MS} ms",
+            e.id,
+            e.topic,
+            e.partition
+        );
+        retry_later(shard, e, from);
+    };
+    // Done without an append: its topic is gone, or a crash came after its append.
+    let mut settled: Vec<(PendingEntry, Option<u64>)> = Vec::new();
+    let mut ready = Vec::new();
+    for e in due {
+        let p = match locate(shard, &e.topic, e.partition) {
+            Ok(p) => p,
+            Err(err) if err.code == ErrorCode::UnknownTopicOrPartition => {
+                log::warn!("delayed message {}: {err}; dropped", e.id);
+                settled.push((e, None));
+                continue;
+            }
+            Err(err) => {
+                retry(&e, &err, None);
+                continue;
+            }
+        };
+        if let Some(from) = e.firing_from {
+            match appended_before(shard, &p, from, e.id).await {
+                Ok(true) => {
+                    settled.push((e, None));
+                    continue;
+                }
+                Ok(false) => {}
+                Err(err) => {
+                    retry(&e, &err, None);
+                    continue;
+                }
+            }
         }
-        Err(err) => return Err(err),
+        ready.push((e, p));
+    }
+    let entries: Vec<PendingEntry> = ready.iter().map(|(e, _)| e.clone()).collect();
+    let batches = match on_store(&store, move |s| {
+        Ok(entries.iter().map(|e| s.read_batch(e)).collect::<Vec<_>>())
+    })
+    .await
+    {
+        Ok(b) => b,
+        Err(err) => {
+            for (e, _) in &ready {
+                retry(e, &err, None);
+            }
+            Vec::new()
+        }
     };
-    if let Some(from) = e.firing_from {
-        if appended_before(shard, &p, from, id).await? {
-            return on_store(&store, move |s| s.mark_fired(id)).await;
+    let mut prepared = Vec::new();
+    for ((e, p), batch) in ready.into_iter().zip(batches) {
+        let mut batch = match batch {
+            Ok(b) => b,
+            Err(err) => {
+                retry(&e, &err, None);
+                continue;
+            }
+        };
+        // The marker recovery looks for; the producer's CRC is recomputed over it.
+        batch[56..64].copy_from_slice(&(e.id as i64).to_le_bytes());
+        add_flags(&mut batch, FLAG_DELAYED);
+        stamp_batch(&mut batch, 0, 0);
+        // Where recovery looks from: the log end before this round's appends.
+        let log_end = p.log_end_offset();
+        prepared.push((e, p, batch, log_end));
+    }
+    let marks: Vec<(u64, u64)> = prepared.iter().map(|(e, _, _, at)| (e.id, *at)).collect();
+    if let Err(err) = on_store(&store, move |s| s.mark_firing_all(&marks)).await {
+        for (e, _, _, _) in &prepared {
+            retry(e, &err, None);
+        }
+        prepared.clear();
+    }
+    let mut appended = Vec::new();
+    for (e, p, batch, log_end) in prepared {
+        let bytes = crate::batch::aligned16(&batch);
+        let view = match BatchView::validate(&bytes) {
+            Ok(v) => v,
+            Err(err) => {
+                retry(&e, &err, Some(log_end));
+                continue;
+            }
+        };
+        match p.append(&[view], now_ms(), &shard.cache) {
+            Ok((base, next)) => {
+                shard.group_commit.mark_dirty(&p);
+                let a = Appended {
+                    partition: p.clone(),
+                    base_offset: base,
+                    next_offset: next,
+                    acks: crate::broker::produce::Acks::Leader,
+                };
+                appended.push((e, log_end, a));
+            }
+            Err(err) => retry(&e, &err, Some(log_end)),
         }
     }
-    let entry = e.clone();
-    let mut batch = on_store(&store, move |s| s.read_batch(&entry)).await?;
-    // The marker recovery looks for; the producer's CRC is recomputed over it.
-    batch[56..64].copy_from_slice(&(id as i64).to_le_bytes());
-    add_flags(&mut batch, FLAG_DELAYED);
-    stamp_batch(&mut batch, 0, 0);
-    let bytes = crate::batch::aligned16(&batch);
-    let view = BatchView::validate(&bytes)
-        .map_err(|err| OpError::new(ErrorCode::CorruptMessage, err.to_string()))?;
-    let log_end = p.log_end_offset();
-    on_store(&store, move |s| s.mark_firing(id, log_end)).await?;
-    let (base, next) = p.append(&[view], now_ms(), &shard.cache)?;
-    shard.group_commit.mark_dirty(&p);
-    let appended = Appended {
-        partition: p.clone(),
-        base_offset: base,
-        next_offset: next,
-        acks: crate::broker::produce::Acks::Leader,
-    };
-    if let Err(err) = appended.durable(shard).await {
-        // Not durable yet: fired again later, and found by the firing mark if it was.
-        log::warn!("delayed message {id}: {err}; retrying in {RETRY_AFTER_MS} ms");
-        retry_later(shard, e, Some(log_end));
-        return Ok(());
+    for (e, log_end, a) in appended {
+        match a.durable(shard).await {
+            Ok(_) => settled.push((e, Some(log_end))),
+            // Not durable yet: fired again later, and found by the firing mark if it was.
+            Err(err) => retry(&e, &err, Some(log_end)),
+        }
     }
-    if let Err(err) = on_store(&store, move |s| s.mark_fired(id)).await {
+    if settled.is_empty() {
+        return;
+    }
+    let ids: Vec<u64> = settled.iter().map(|(e, _)| e.id).collect();
+    if let Err(err) = on_store(&store, move |s| s.mark_fired_all(&ids)).await {
         // Appended, but not known to be: the retry finds the batch by its firing mark.
-        log::warn!("delayed message {id}: {err}; retrying in {RETRY_AFTER_MS} ms");
-        retry_later(shard, e, Some(log_end));
-        return Ok(());
+        for (e, from) in &settled {
+            retry(e, &err, from.or(e.firing_from));
+        }
+        return;
     }
     if let Err(err) = on_store(&store, |s| s.reclaim()).await {
         log::warn!("delay store: {err}");
     }
-    Ok(())
 }
 
 /// Arms `e` again [`RETRY_AFTER_MS`] from now; `appended_from`: its append may have

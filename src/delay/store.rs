@@ -465,9 +465,19 @@ impl DelayStore {
         batch: &[u8],
         max_live: usize,
     ) -> Result<Accepted, DelayStoreError> {
-        if self.live() >= max_live {
-            return Err(DelayStoreError::Full(self.live()));
-        }
+        let item = (due_ms, topic.to_string(), partition, batch.to_vec());
+        let mut out = self.append_all(std::slice::from_ref(&item), max_live)?;
+        out.pop().unwrap_or(Err(DelayStoreError::Full(self.live())))
+    }
+
+    /// Appends messages (due ms, topic, partition, batch) under one sync (a group commit):
+    /// each gets its own answer ([`DelayStoreError::Full`] past `max_live`, or a batch too
+    /// large); a failed write or sync fails them all and leaves none behind.
+    pub fn append_all(
+        &mut self,
+        items: &[(i64, String, u32, Vec<u8>)],
+        max_live: usize,
+    ) -> Result<Vec<Result<Accepted, DelayStoreError>>, DelayStoreError> {
         let path = self.dir.join(PENDING);
         let invalid = |why: &str| {
             io(&path)(std::io::Error::new(
@@ -475,66 +485,92 @@ impl DelayStore {
                 why.to_string(),
             ))
         };
-        if topic.len() > usize::from(u16::MAX) {
-            return Err(invalid("topic name too long"));
-        }
-        if BODY_FIXED + topic.len() + batch.len() > u32::MAX as usize - 8 {
-            return Err(invalid("delayed batch too large"));
-        }
-        let id = self.next_id;
-        let rec = pending_record(id, due_ms, topic, partition, batch);
-        let index_rec = IndexRecord {
-            id,
-            due_ms,
-            at: self.pending_len,
-            len: rec.len() as u32,
-            batch_from: (8 + BODY_FIXED + topic.len()) as u32,
-            partition,
-            topic: topic.to_string(),
-        };
-        let mut encoded = Vec::with_capacity(64);
-        index_rec.encode(&mut encoded);
-        // The index entry before the sync: a message the producer is told about is one a
-        // refill can find (the index itself is rebuilt at open, so it needs no sync).
-        let written = self
-            .pending
-            .write_all(&rec)
-            .and_then(|()| self.index.write_all(&encoded))
-            .and_then(|()| self.pending.sync_data());
-        if let Err(e) = written {
-            // Leave no half record behind an error the producer is told about.
-            let _ = self.pending.set_len(self.pending_len);
-            let _ = self.rewrite_index_tail();
-            return Err(io(&path)(e));
-        }
-        let place = Place {
-            at: self.pending_len,
-            len: rec.len() as u32,
-            batch_from: index_rec.batch_from,
-            due_ms,
-        };
-        self.pending_len += rec.len() as u64;
-        self.next_id += 1;
-        self.live_bytes += u64::from(place.len);
-        self.last_key = Some((due_ms, id));
-        let loaded = self.window_end.is_none_or(|end| (due_ms, id) <= end);
-        match loaded {
-            true => {
-                self.loaded.insert(id, place);
+        let start_len = self.pending_len;
+        let mut records = Vec::new();
+        let mut index = Vec::new();
+        // Per item: its answer, or where its record lies and its entry.
+        let mut planned: Vec<Result<(Place, PendingEntry), DelayStoreError>> = Vec::new();
+        let (mut at, mut id, mut live) = (self.pending_len, self.next_id, self.live());
+        for (due_ms, topic, partition, batch) in items {
+            if live >= max_live {
+                planned.push(Err(DelayStoreError::Full(live)));
+                continue;
             }
-            false => self.paged_out += 1,
-        }
-        self.publish_counts();
-        Ok(Accepted {
-            entry: PendingEntry {
+            if topic.len() > usize::from(u16::MAX) {
+                planned.push(Err(invalid("topic name too long")));
+                continue;
+            }
+            if BODY_FIXED + topic.len() + batch.len() > u32::MAX as usize - 8 {
+                planned.push(Err(invalid("delayed batch too large")));
+                continue;
+            }
+            let rec = pending_record(id, *due_ms, topic, *partition, batch);
+            let place = Place {
+                at,
+                len: rec.len() as u32,
+                batch_from: (8 + BODY_FIXED + topic.len()) as u32,
+                due_ms: *due_ms,
+            };
+            IndexRecord {
                 id,
-                due_ms,
-                topic: topic.to_string(),
-                partition,
-                firing_from: None,
-            },
-            loaded,
-        })
+                due_ms: *due_ms,
+                at,
+                len: place.len,
+                batch_from: place.batch_from,
+                partition: *partition,
+                topic: topic.clone(),
+            }
+            .encode(&mut index);
+            records.extend_from_slice(&rec);
+            planned.push(Ok((
+                place,
+                PendingEntry {
+                    id,
+                    due_ms: *due_ms,
+                    topic: topic.clone(),
+                    partition: *partition,
+                    firing_from: None,
+                },
+            )));
+            at += rec.len() as u64;
+            id += 1;
+            live += 1;
+        }
+        if !records.is_empty() {
+            // The index entries before the sync: a message the producer is told about is
+            // one a refill can find (the index itself is rebuilt at open: no sync).
+            let written = self
+                .pending
+                .write_all(&records)
+                .and_then(|()| self.index.write_all(&index))
+                .and_then(|()| self.pending.sync_data());
+            if let Err(e) = written {
+                // Leave no half record behind an error the producers are told about.
+                let _ = self.pending.set_len(start_len);
+                let _ = self.rewrite_index_tail();
+                return Err(io(&path)(e));
+            }
+        }
+        let out = planned
+            .into_iter()
+            .map(|p| {
+                let (place, entry) = p?;
+                self.pending_len += u64::from(place.len);
+                self.next_id = entry.id + 1;
+                self.live_bytes += u64::from(place.len);
+                self.last_key = Some(entry.key());
+                let loaded = self.window_end.is_none_or(|end| entry.key() <= end);
+                match loaded {
+                    true => {
+                        self.loaded.insert(entry.id, place);
+                    }
+                    false => self.paged_out += 1,
+                }
+                Ok(Accepted { entry, loaded })
+            })
+            .collect();
+        self.publish_counts();
+        Ok(out)
     }
 
     /// After a failed append: rewrites the index without records past `pending.log`'s end
@@ -572,30 +608,55 @@ impl DelayStore {
     /// Records, synced, that `id` is about to be appended to its partition, whose log ends
     /// at `log_end`.
     pub fn mark_firing(&mut self, id: u64, log_end: u64) -> Result<(), DelayStoreError> {
-        self.mark(FIRING, id, log_end)?;
-        if self.loaded.contains_key(&id) {
-            self.firing.insert(id, log_end);
-        }
-        Ok(())
+        self.mark_firing_all(&[(id, log_end)])
     }
 
     /// Records, synced, that `id`'s append to its partition is durable (or that it has
     /// nowhere to go). Once per pending message, a loaded one.
     pub fn mark_fired(&mut self, id: u64) -> Result<(), DelayStoreError> {
-        self.mark(FIRED_KIND, id, 0)?;
-        if let Some(place) = self.loaded.remove(&id) {
-            self.live_bytes -= u64::from(place.len);
-            let key = (place.due_ms, id);
-            self.fired_max = Some(self.fired_max.map_or(key, |m| m.max(key)));
+        self.mark_fired_all(&[id])
+    }
+
+    /// [`DelayStore::mark_firing`] for a round of messages, under one sync.
+    pub fn mark_firing_all(&mut self, marks: &[(u64, u64)]) -> Result<(), DelayStoreError> {
+        let bytes: Vec<u8> = marks
+            .iter()
+            .flat_map(|(id, log_end)| mark_bytes(FIRING, *id, *log_end))
+            .collect();
+        self.write_marks(&bytes)?;
+        for (id, log_end) in marks {
+            if self.loaded.contains_key(id) {
+                self.firing.insert(*id, *log_end);
+            }
         }
-        self.firing.remove(&id);
+        Ok(())
+    }
+
+    /// [`DelayStore::mark_fired`] for a round of messages, under one sync.
+    pub fn mark_fired_all(&mut self, ids: &[u64]) -> Result<(), DelayStoreError> {
+        let bytes: Vec<u8> = ids
+            .iter()
+            .flat_map(|id| mark_bytes(FIRED_KIND, *id, 0))
+            .collect();
+        self.write_marks(&bytes)?;
+        for id in ids {
+            if let Some(place) = self.loaded.remove(id) {
+                self.live_bytes -= u64::from(place.len);
+                let key = (place.due_ms, *id);
+                self.fired_max = Some(self.fired_max.map_or(key, |m| m.max(key)));
+            }
+            self.firing.remove(id);
+        }
         self.publish_counts();
         Ok(())
     }
 
-    fn mark(&mut self, kind: u8, id: u64, offset: u64) -> Result<(), DelayStoreError> {
+    fn write_marks(&mut self, bytes: &[u8]) -> Result<(), DelayStoreError> {
+        if bytes.is_empty() {
+            return Ok(());
+        }
         self.fired
-            .write_all(&mark_bytes(kind, id, offset))
+            .write_all(bytes)
             .and_then(|()| self.fired.sync_data())
             .map_err(io(&self.dir.join(FIRED)))
     }
@@ -1174,6 +1235,38 @@ mod tests {
         s.mark_fired(a.id).unwrap();
         s.mark_fired(c.id).unwrap();
         assert_eq!(s.live(), 0);
+    }
+
+    /// A group commit answers each message: those past `max_live` are refused, the others
+    /// stored, with consecutive ids, and all there after a reopen.
+    #[test]
+    fn a_group_commit_answers_each_message() {
+        let d = tempdir();
+        let (mut s, _) = DelayStore::open(d.path()).unwrap();
+        let items: Vec<(i64, String, u32, Vec<u8>)> = (0..5)
+            .map(|i| {
+                (
+                    100 - i as i64,
+                    format!("t{i}"),
+                    i,
+                    vec![i as u8; 10 + i as usize],
+                )
+            })
+            .collect();
+        let answers = s.append_all(&items, 3).unwrap();
+        let ids: Vec<Option<u64>> = answers
+            .iter()
+            .map(|a| a.as_ref().ok().map(|a| a.entry.id))
+            .collect();
+        assert_eq!(ids, vec![Some(0), Some(1), Some(2), None, None]);
+        assert!(matches!(answers[3], Err(DelayStoreError::Full(3))));
+        drop(s);
+        let (s, left) = DelayStore::open(d.path()).unwrap();
+        assert_eq!(left.iter().map(|e| e.id).collect::<Vec<_>>(), vec![2, 1, 0]);
+        for e in &left {
+            assert_eq!(s.read_batch(e).unwrap(), items[e.id as usize].3);
+            assert_eq!(e.topic, items[e.id as usize].1);
+        }
     }
 
     #[test]
