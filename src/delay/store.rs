@@ -239,6 +239,29 @@ impl Earliest {
     }
 }
 
+/// Brings the message `r` indexes into the window `loaded`: its entry, with its *firing*
+/// mark if it has one.
+fn load(
+    r: IndexRecord,
+    loaded: &mut HashMap<u64, Place>,
+    firing: &HashMap<u64, u64>,
+) -> PendingEntry {
+    let place = Place {
+        at: r.at,
+        len: r.len,
+        batch_from: r.batch_from,
+        due_ms: r.due_ms,
+    };
+    loaded.insert(r.id, place);
+    PendingEntry {
+        id: r.id,
+        due_ms: r.due_ms,
+        firing_from: firing.get(&r.id).copied(),
+        topic: r.topic,
+        partition: r.partition,
+    }
+}
+
 /// The record of a message in `pending.log`.
 fn pending_record(id: u64, due_ms: i64, topic: &str, partition: u32, batch: &[u8]) -> Vec<u8> {
     let mut body = Vec::with_capacity(BODY_FIXED + topic.len() + batch.len());
@@ -393,24 +416,7 @@ impl DelayStore {
         let mut loaded = HashMap::with_capacity(first.len());
         let entries: Vec<PendingEntry> = first
             .into_iter()
-            .map(|r| {
-                loaded.insert(
-                    r.id,
-                    Place {
-                        at: r.at,
-                        len: r.len,
-                        batch_from: r.batch_from,
-                        due_ms: r.due_ms,
-                    },
-                );
-                PendingEntry {
-                    id: r.id,
-                    due_ms: r.due_ms,
-                    firing_from: firing.get(&r.id).copied(),
-                    topic: r.topic,
-                    partition: r.partition,
-                }
-            })
+            .map(|r| load(r, &mut loaded, &firing))
             .collect();
         let counts = Arc::new(WindowCounts::default());
         let store = DelayStore {
@@ -741,24 +747,7 @@ impl DelayStore {
         self.paged_out -= next.len().min(self.paged_out);
         let entries = next
             .into_iter()
-            .map(|r| {
-                self.loaded.insert(
-                    r.id,
-                    Place {
-                        at: r.at,
-                        len: r.len,
-                        batch_from: r.batch_from,
-                        due_ms: r.due_ms,
-                    },
-                );
-                PendingEntry {
-                    id: r.id,
-                    due_ms: r.due_ms,
-                    firing_from: self.firing.get(&r.id).copied(),
-                    topic: r.topic,
-                    partition: r.partition,
-                }
-            })
+            .map(|r| load(r, &mut self.loaded, &self.firing))
             .collect();
         self.publish_counts();
         Ok(entries)
