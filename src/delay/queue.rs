@@ -258,15 +258,15 @@ async fn unload_if_over(shard: &Rc<Shard>) {
     shard.delays.accepted.notify(usize::MAX);
 }
 
-/// Brings the next messages into memory when the window is at most half full and some wait
-/// on disk only.
+/// Brings the next messages into memory when the window is at most a quarter full and some
+/// wait on disk only.
 async fn refill_if_low(shard: &Rc<Shard>) {
     let store = {
         let mut guard = shard.delays.inner.borrow_mut();
         let Some(i) = guard.as_mut() else { return };
         if i.paging
             || i.counts.paged_out.load(Ordering::Relaxed) == 0
-            || i.counts.loaded.load(Ordering::Relaxed) > i.max_loaded / 2
+            || i.counts.loaded.load(Ordering::Relaxed) > i.max_loaded / 4
         {
             return;
         }

@@ -710,13 +710,15 @@ impl DelayStore {
         refused
     }
 
-    /// Brings the earliest messages past the window into memory, up to `max_loaded`:
-    /// returns them, by key (the caller arms them). Reads the whole index.
+    /// Brings the earliest messages past the window into memory, up to half of
+    /// `max_loaded` (the other half is room for accepts before the next unload, so an
+    /// unload and a refill do not follow each other): returns them, by key (the caller
+    /// arms them). Reads the whole index.
     pub fn refill(&mut self) -> Result<Vec<PendingEntry>, DelayStoreError> {
         let Some(end) = self.window_end else {
             return Ok(Vec::new());
         };
-        let room = self.max_loaded.saturating_sub(self.loaded.len());
+        let room = (self.max_loaded / 2).saturating_sub(self.loaded.len());
         if room == 0 {
             return Ok(Vec::new());
         }
@@ -1055,7 +1057,7 @@ mod tests {
     /// The store driven as the shard drives it, with room for 40 messages in memory and
     /// thousands pending: accepts at random due times, firing as time moves (some appends
     /// failing and retried a second later, before or after their *firing* mark), the
-    /// latest half unloaded when over the bound, refills when half empty, compactions and
+    /// latest half unloaded when over the bound, refills at a quarter full, compactions and
     /// reopens along the way. Every message fires once, never early, those never retried
     /// in key order, and memory stays within the bound.
     #[test]
@@ -1112,7 +1114,7 @@ mod tests {
                         now += (rng.next() % 1_000) as i64;
                         loop {
                             if s.counts.paged_out.load(Ordering::Relaxed) > 0
-                                && s.counts.loaded.load(Ordering::Relaxed) <= MAX_LOADED / 2
+                                && s.counts.loaded.load(Ordering::Relaxed) <= MAX_LOADED / 4
                             {
                                 refills += 1;
                                 for e in s.refill().unwrap() {
@@ -1210,7 +1212,7 @@ mod tests {
     #[test]
     fn a_refill_never_brings_back_a_message_fired_out_of_order() {
         let d = tempdir();
-        let (mut s, _) = DelayStore::open_with(d.path(), u64::MAX, 3).unwrap();
+        let (mut s, _) = DelayStore::open_with(d.path(), u64::MAX, 4).unwrap();
         let a = s.append(10, "t", 0, b"a", usize::MAX).unwrap().entry;
         let b = s.append(20, "t", 0, b"b", usize::MAX).unwrap().entry;
         let c = s.append(30, "t", 0, b"c", usize::MAX).unwrap().entry;
