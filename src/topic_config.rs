@@ -32,6 +32,12 @@ pub const MIN_COMPACTION_LAG_MS: &str = "min.compaction.lag.ms";
 /// newest record, whatever the dirty ratio.
 pub const MAX_COMPACTION_LAG_MS: &str = "max.compaction.lag.ms";
 
+/// `write.caching` (Redpanda's name): `true` acknowledges a produce, and shows its records to
+/// consumers, once they are in the leader's memory (with replication: in every ISR member's),
+/// written behind in order; a crash or a failed write loses what was not written yet.
+/// Internal topics never cache.
+pub const WRITE_CACHING: &str = "write.caching";
+
 pub const KNOWN: &[&str] = &[
     RETENTION_MS,
     RETENTION_BYTES,
@@ -44,6 +50,7 @@ pub const KNOWN: &[&str] = &[
     MIN_COMPACTION_LAG_MS,
     MAX_COMPACTION_LAG_MS,
     crate::replication::REPLICA_LAG_TIME_MAX_MS,
+    WRITE_CACHING,
 ];
 
 /// Kafka's defaults for the compaction settings.
@@ -122,6 +129,14 @@ fn parse_i64(key: &str, value: &str) -> Result<i64, TopicConfigError> {
         .map_err(|_| invalid(key, value, "not a whole number"))
 }
 
+fn parse_bool(value: &str) -> Option<bool> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "true" => Some(true),
+        "false" => Some(false),
+        _ => None,
+    }
+}
+
 /// Checks every key and value; unknown keys are refused (a typo must not pass silently).
 pub fn validate(configs: &BTreeMap<String, String>) -> Result<(), TopicConfigError> {
     for (key, value) in configs {
@@ -162,6 +177,11 @@ pub fn validate(configs: &BTreeMap<String, String>) -> Result<(), TopicConfigErr
                     return Err(invalid(key, value, "must be a positive number"));
                 }
             }
+            WRITE_CACHING => {
+                if parse_bool(value).is_none() {
+                    return Err(invalid(key, value, "must be true or false"));
+                }
+            }
             MIN_CLEANABLE_DIRTY_RATIO => {
                 let ok = value
                     .trim()
@@ -191,6 +211,11 @@ pub struct TopicDefaults {
     pub max_message_bytes: usize,
     /// `--replica-lag-time-max-ms`.
     pub replica_lag_time_max_ms: u64,
+    /// `--write-caching`: the default of `write.caching`.
+    pub write_caching: bool,
+    /// `--write-caching-max-bytes`: per partition, the bytes write caching may hold
+    /// acknowledged and unwritten; past it acknowledgements wait for the disk again.
+    pub write_caching_max_bytes: usize,
 }
 
 impl Default for TopicDefaults {
@@ -202,9 +227,14 @@ impl Default for TopicDefaults {
             segment_age: Some(Duration::from_secs(7 * 24 * 3600)),
             max_message_bytes: 16 << 20,
             replica_lag_time_max_ms: crate::replication::DEFAULT_REPLICA_LAG_TIME_MAX_MS,
+            write_caching: false,
+            write_caching_max_bytes: DEFAULT_WRITE_CACHING_MAX_BYTES,
         }
     }
 }
+
+/// `--write-caching-max-bytes`'s default: a few group-commit rounds of 1 MiB batches.
+pub const DEFAULT_WRITE_CACHING_MAX_BYTES: usize = 16 << 20;
 
 /// A topic's settings with the broker defaults filled in.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -224,6 +254,10 @@ pub struct TopicSettings {
     /// `replica.lag.time.max.ms`: a follower behind the leader's log end this long leaves
     /// the ISR.
     pub replica_lag_time_max_ms: u64,
+    /// `write.caching` (over `--write-caching`).
+    pub write_caching: bool,
+    /// `--write-caching-max-bytes` (broker-wide, not a topic key).
+    pub write_caching_max_bytes: usize,
 }
 
 impl TopicSettings {
@@ -262,6 +296,11 @@ impl TopicSettings {
             replica_lag_time_max_ms: num(crate::replication::REPLICA_LAG_TIME_MAX_MS)
                 .filter(|&v| v > 0)
                 .map_or(d.replica_lag_time_max_ms, |v| v as u64),
+            write_caching: configs
+                .get(WRITE_CACHING)
+                .and_then(|v| parse_bool(v))
+                .unwrap_or(d.write_caching),
+            write_caching_max_bytes: d.write_caching_max_bytes,
         }
     }
 }

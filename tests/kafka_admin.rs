@@ -372,8 +372,22 @@ fn describe_configs_reports_what_was_set_and_the_broker_flags() {
             call(&b.kafka_bootstrap(), ApiKey::DescribeConfigs, version, &req);
         let codes: Vec<i16> = r.results.iter().map(|r| r.error_code).collect();
         assert_eq!(codes, vec![42, 42, 0], "v{version}");
-        // Every topic setting rill has (replica.lag.time.max.ms the newest).
-        assert_eq!(r.results[2].configs.len(), 11, "v{version}");
+        // Every topic setting rill has (write.caching the newest, off by default).
+        assert_eq!(
+            r.results[2].configs.len(),
+            rill::topic_config::KNOWN.len(),
+            "v{version}"
+        );
+        let caching = r.results[2]
+            .configs
+            .iter()
+            .find(|c| c.name.as_str() == "write.caching")
+            .expect("write.caching described");
+        assert_eq!(
+            caching.value.as_ref().map(|v| v.as_str()),
+            Some("false"),
+            "v{version}"
+        );
     }
 }
 

@@ -245,11 +245,23 @@ fn replica_fetch_as(
     ErrorCode::from_code(resp.partitions[0].error_code)
 }
 
-#[test]
-fn sigkill_the_leader_mid_produce_loses_nothing_acknowledged_and_it_rejoins() {
+/// What [`kill_the_leader_mid_produce`] leaves: the cluster, the partition's metadata after
+/// the new leader took over and once the ISR is whole again, and what was read back.
+struct AfterKill {
+    c: TestCluster,
+    after: rill::protocol::messages::PartitionMeta,
+    m: rill::protocol::messages::PartitionMeta,
+    hw: u64,
+    read: BTreeMap<u64, Vec<u8>>,
+}
+
+/// A retrying acks=all producer writes to `k` (RF 3, `configs`) while its leader is
+/// SIGKILLed; the killed broker comes back. Asserts every acknowledged record reads back at
+/// its offset and the replicas hold the same batches.
+fn kill_the_leader_mid_produce(configs: &[(&str, &str)]) -> AfterKill {
     let mut c = TestCluster::start(3, 1, FAST_FENCING);
     c.wait_leader(&[1, 2, 3]);
-    create_replicated(&c, "k", 1);
+    create_topic_rf3(&c, "k", 1, configs);
     let first = wait_partition(&c.nodes[0], "k", 0, "a full ISR", |m| m.isr.len() == 3);
     let victim = first.leader;
     // A retrying acks=all producer through a broker that survives.
@@ -350,7 +362,25 @@ fn sigkill_the_leader_mid_produce_loses_nothing_acknowledged_and_it_rejoins() {
     }
     // The rejoined broker truncated whatever it had beyond what the others kept.
     assert_replicas_equal(&c, "k", 0, hw);
+    AfterKill {
+        c,
+        after,
+        m,
+        hw,
+        read,
+    }
+}
 
+#[test]
+fn sigkill_the_leader_mid_produce_loses_nothing_acknowledged_and_it_rejoins() {
+    let AfterKill {
+        c,
+        after,
+        m,
+        hw,
+        read,
+    } = kill_the_leader_mid_produce(&[("min.insync.replicas", "2")]);
+    let leader = &c.nodes[m.leader as usize - 1];
     // Bad replica fetches at the new leader: each refused, nothing changed.
     let mut cl = client_of(leader);
     let md = cl.refresh_metadata().expect("metadata").clone();
@@ -400,6 +430,20 @@ fn sigkill_the_leader_mid_produce_loses_nothing_acknowledged_and_it_rejoins() {
     let m2 = partition_meta(leader, "k", 0).unwrap();
     assert_eq!((m2.isr.len(), m2.leader_epoch), (3, epoch));
     assert_eq!(read_all(leader.bootstrap(), "k", 0, hw), read);
+}
+
+/// Under write caching a leader acknowledges acks=all once every ISR member has the records
+/// in memory (followers count what they appended, not what they wrote): SIGKILLing it loses
+/// nothing acknowledged, since the survivors write behind what they hold.
+#[test]
+fn write_caching_loses_nothing_acknowledged_when_the_leader_is_killed() {
+    let a = kill_the_leader_mid_produce(&[("min.insync.replicas", "2"), ("write.caching", "true")]);
+    assert!(a.hw > 1_000 && a.read.len() as u64 >= a.hw);
+    // The setting is the topic's, as DescribeConfigs tells it.
+    let leader = &a.c.nodes[a.m.leader as usize - 1];
+    let out = leader.cli(&["topic", "describe", "k"], None);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("write.caching=true"), "{text}");
 }
 
 #[test]

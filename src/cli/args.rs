@@ -368,6 +368,17 @@ pub struct BrokerArgs {
     /// always | never | interval:MS
     #[arg(long, env = "RILL_FSYNC", default_value = "always")]
     pub fsync: String,
+    /// The default of the topic setting `write.caching` (Redpanda's write caching): produces
+    /// are acknowledged, and visible to consumers, once in the leader's memory (replicated:
+    /// in every ISR member's), and written behind in order. A crash of the broker (of every
+    /// ISR member) loses what was acknowledged and not yet written, at most
+    /// --write-caching-max-bytes per partition. Internal topics never cache.
+    #[arg(long, env = "RILL_WRITE_CACHING", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub write_caching: bool,
+    /// Per partition, the bytes write caching may hold acknowledged but not yet written;
+    /// past it, acknowledgements and visibility wait for the disk (back-pressure).
+    #[arg(long, env = "RILL_WRITE_CACHING_MAX_BYTES", default_value_t = crate::topic_config::DEFAULT_WRITE_CACHING_MAX_BYTES)]
+    pub write_caching_max_bytes: usize,
     /// How fetches read data older than the tail cache: sendfile (page cache to socket, off
     /// the shard's thread; measured 1.7x faster here) or copy (O_DIRECT read, then write).
     #[arg(long, env = "RILL_FILE_READS", default_value = "sendfile")]
@@ -649,7 +660,7 @@ pub enum TopicCommand {
         partition: u32,
     },
     /// Set topic configs (retention.ms, retention.bytes, segment.bytes, segment.ms,
-    /// max.message.bytes).
+    /// max.message.bytes, cleanup.policy and the compaction settings, write.caching, ...).
     AlterConfig {
         name: String,
         #[arg(long = "config", value_name = "KEY=VALUE", required = true)]

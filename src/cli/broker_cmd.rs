@@ -103,7 +103,12 @@ pub fn config_from_args(a: &BrokerArgs) -> Result<BrokerConfig, String> {
         segment_age: Some(Duration::from_millis(a.segment_ms.max(1))),
         max_message_bytes: a.max_message_bytes.max(1),
         replica_lag_time_max_ms: crate::replication::DEFAULT_REPLICA_LAG_TIME_MAX_MS,
+        write_caching: a.write_caching,
+        write_caching_max_bytes: a.write_caching_max_bytes,
     };
+    if a.write_caching_max_bytes == 0 {
+        return Err("--write-caching-max-bytes must be at least 1".into());
+    }
     if a.retention_ms < -1 || a.retention_bytes < -1 {
         return Err(
             "--retention-ms and --retention-bytes take -1 (unlimited) or a value of at least 0"

@@ -121,6 +121,10 @@ pub struct PartitionLog {
     segments: Vec<Segment>,
     next_offset: u64,
     pending: Vec<Bytes>,
+    /// The batches a flush is writing now (taken from `pending`): with `pending` they hold
+    /// every offset from `written_offset` to the log end, which write caching serves from
+    /// memory.
+    in_flight: Vec<Bytes>,
     /// Offsets below this are written to their segment files.
     written_offset: u64,
     failed: Option<Failure>,
@@ -312,6 +316,7 @@ impl PartitionLog {
                 segments,
                 next_offset: log_end,
                 pending: Vec::new(),
+                in_flight: Vec::new(),
                 written_offset: log_end,
                 failed,
                 holes,
@@ -475,6 +480,44 @@ impl PartitionLog {
     /// Bytes of the batches appended and not yet taken by a flush.
     pub fn pending_bytes(&self) -> usize {
         self.pending.iter().map(Bytes::len).sum()
+    }
+
+    /// Bytes appended and not yet written: pending plus the flush in flight (what write
+    /// caching acknowledged from memory, at most).
+    pub fn unwritten_bytes(&self) -> usize {
+        self.in_flight
+            .iter()
+            .chain(&self.pending)
+            .map(Bytes::len)
+            .sum()
+    }
+
+    /// Whole batches not yet written (from `offset`, at or past the written offset), from the
+    /// one holding `offset`, ending at or below `limit`, up to `max_bytes` (at least one).
+    pub fn read_unwritten(&self, offset: u64, limit: u64, max_bytes: usize) -> Vec<Bytes> {
+        debug_assert!(
+            offset >= self.written_offset,
+            "written data is read from its file"
+        );
+        let mut out = Vec::new();
+        let mut total = 0;
+        for b in self.in_flight.iter().chain(&self.pending) {
+            let h = crate::batch::BatchHeader::decode(b).expect("appended batches were validated");
+            let next = h.next_offset();
+            if next <= offset {
+                continue;
+            }
+            if out.is_empty() && h.base_offset > offset {
+                // Not held here (cut by a truncation): no answer rather than a gap.
+                break;
+            }
+            if next > limit || (!out.is_empty() && total + b.len() > max_bytes) {
+                break;
+            }
+            total += b.len();
+            out.push(b.clone());
+        }
+        out
     }
 
     pub fn has_pending(&self) -> bool {
@@ -734,11 +777,15 @@ pub async fn flush(cell: &RefCell<PartitionLog>) -> Result<Option<Flushed>, LogE
         if log.pending.is_empty() {
             return Ok(None);
         }
-        std::mem::take(&mut log.pending)
+        let batches = std::mem::take(&mut log.pending);
+        log.in_flight.clone_from(&batches);
+        batches
     };
     match write_batches(cell, &batches).await {
         Ok(next) => {
             let mut log = cell.borrow_mut();
+            // On a failure they stay: acknowledged under write caching, readable till a reopen.
+            log.in_flight.clear();
             assert!(next >= log.written_offset, "written offset must grow");
             log.written_offset = next;
             Ok(Some(log.end_position()))

@@ -259,9 +259,10 @@ async fn round(
         p.on_leader_high_watermark(r.high_watermark);
         follow_log_start(p, r.log_start_offset).await;
     }
-    // The next fetch reports these as durable (what the leader's high watermark counts).
+    // The next fetch reports these as durable (what the leader's high watermark counts; under
+    // write caching, appended is enough).
     for p in &appended {
-        p.wait_durable(&shard.deadlines).await;
+        p.wait_acknowledged(&shard.deadlines).await;
     }
     if errors == fetches.len() {
         return Err(format!(

@@ -14,6 +14,8 @@ pub mod replica;
 pub mod tail_cache;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod write_caching_tests;
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -68,6 +70,10 @@ pub struct Partition {
     /// Where the local log is written, as durable as `--fsync` promises: what acks=1 waits
     /// for and what followers may fetch. With one replica it is the high watermark.
     durable: Cell<Flushed>,
+    /// The end producers are acknowledged to and a replicated role counts as this replica's:
+    /// the durable end, or with write caching the log end while the bytes not yet written
+    /// stay within `--write-caching-max-bytes`. Never goes back within a log.
+    acked: Cell<u64>,
     /// One replica, leader of several, or follower ([`replica`]).
     role: RefCell<replica::Role>,
     /// Idempotent producers' last batches here: moved by every append, cut with the log
@@ -120,6 +126,7 @@ impl Partition {
         Partition {
             hw_position: Cell::new(end),
             durable: Cell::new(end),
+            acked: Cell::new(end.offset),
             role: RefCell::new(replica::Role::Single),
             topic,
             topic_id,
@@ -385,6 +392,7 @@ impl Partition {
         }
         let (first, end) = self.append_unchecked(batches, cache)?;
         self.leader_appended(end);
+        self.acknowledge(self.ackable_end());
         Ok((first, end))
     }
 
@@ -429,7 +437,7 @@ impl Partition {
     /// promises (acks=1; with one replica that is the high watermark, so acks=all too).
     pub fn wait_for_ack(&self, offset: u64) -> flume::Receiver<Result<(), ErrorCode>> {
         let (tx, rx) = flume::bounded(1);
-        if offset < self.durable.get().offset {
+        if offset < self.acked.get() {
             let _ = tx.send(Ok(()));
         } else if let Some(f) = self.log.borrow().failure() {
             log::debug!("ack refused: {f}");
@@ -464,6 +472,43 @@ impl Partition {
         if segments != self.flushed_segments.replace(segments) {
             self.producer_state_rolled(log_end);
         }
+        if end == self.high_watermark.get() {
+            // Write caching raised the high watermark first: its byte position is known now.
+            self.hw_position.set(to);
+        }
+        self.acknowledge(self.ackable_end());
+        // Waits for the durable end (role changes) listen here too.
+        self.data.notify(usize::MAX);
+    }
+
+    /// Where producers may be acknowledged to now: the durable end, or with write caching
+    /// the log end, unless the bytes not yet written passed the bound (then the disk first).
+    fn ackable_end(&self) -> u64 {
+        let durable = self.durable.get().offset;
+        if !self.write_caching() {
+            return durable;
+        }
+        let log = self.log.borrow();
+        let max = self.settings.borrow().write_caching_max_bytes;
+        if log.failure().is_some() || log.unwritten_bytes() > max {
+            return durable;
+        }
+        log.next_offset()
+    }
+
+    /// Whether produces here are acknowledged from memory (`write.caching`; never for an
+    /// internal topic, whose records the broker's own state is rebuilt from).
+    pub fn write_caching(&self) -> bool {
+        self.settings.borrow().write_caching && !self.topic.starts_with("__")
+    }
+
+    /// Acknowledges producers below `end` and hands it to the replication role (with one
+    /// replica, the high watermark moves to it). Never goes back.
+    fn acknowledge(&self, end: u64) {
+        if end <= self.acked.get() {
+            return;
+        }
+        self.acked.set(end);
         let mut acks = self.acks.borrow_mut();
         while acks.front().is_some_and(|w| w.offset < end) {
             if let Some(w) = acks.pop_front() {
@@ -474,7 +519,7 @@ impl Partition {
         if !self.replica_durable(end) {
             self.raise_high_watermark(end);
         }
-        // Followers long-poll on the durable end, consumers on the high watermark.
+        // Followers long-poll on the acknowledged end, consumers on the high watermark.
         self.data.notify(usize::MAX);
     }
 
@@ -582,7 +627,8 @@ impl Partition {
         .await
     }
 
-    /// For a follower's fetch: whole batches from `offset` below the local durable end.
+    /// For a follower's fetch: whole batches from `offset` below the local acknowledged end
+    /// (the durable end; the log end under write caching).
     pub async fn read_replica(
         &self,
         offset: u64,
@@ -590,6 +636,7 @@ impl Partition {
         cache: &TailCache,
     ) -> Result<Vec<ReadChunk>, LogError> {
         let d = self.durable.get();
+        let end = self.acked.get();
         let start = self.log_start_offset();
         // Below the log start, a follower may still copy the batch it lies in.
         let lowest = if offset < start {
@@ -597,8 +644,15 @@ impl Partition {
         } else {
             start
         };
-        self.read_below(offset, lowest, d.offset, Some(d), limits, cache)
-            .await
+        self.read_below(
+            offset,
+            lowest,
+            end,
+            (d.offset == end).then_some(d),
+            limits,
+            cache,
+        )
+        .await
     }
 
     /// Where a follower may start copying this log: the base of the batch holding the log
@@ -638,6 +692,18 @@ impl Partition {
         if let Some(chunks) = cache.read(self.cache_key, offset, hw, limits.max_bytes) {
             return Ok(chunks.into_iter().map(ReadChunk::Memory).collect());
         }
+        let written = {
+            let log = self.log.borrow();
+            let written = log.end_position();
+            if offset >= written.offset {
+                // Acknowledged under write caching and not written yet: served from memory.
+                let chunks = log.read_unwritten(offset, hw, limits.max_bytes);
+                return Ok(chunks.into_iter().map(ReadChunk::Memory).collect());
+            }
+            written
+        };
+        // Under write caching the bound may be past what is written: the file ends there.
+        let hw_position = hw_position.or((hw >= written.offset).then_some(written));
         // A compacted segment may hold nothing at or after `offset` (its last records were
         // superseded): the read goes on in the next segment, below the high watermark.
         let mut at = offset;
@@ -698,9 +764,11 @@ impl Partition {
 
     /// Writes the high watermark checkpoint if it moved since the last one: recovery refuses
     /// to hand out offsets below it again (see [`PartitionLog::open`]). The file is synced on
-    /// the executor's blocking pool, off the shard thread.
+    /// the executor's blocking pool, off the shard thread. Only what is durable is
+    /// checkpointed: under write caching the high watermark runs ahead of the disk, and a
+    /// crash losing that unwritten tail is the promised loss, not damage to refuse.
     pub async fn checkpoint_high_watermark(&self) -> Result<(), LogError> {
-        let hw = self.high_watermark.get();
+        let hw = self.high_watermark.get().min(self.durable.get().offset);
         if hw <= self.checkpointed.get() || self.deleted.get() {
             return Ok(());
         }
@@ -763,6 +831,7 @@ impl Partition {
             self.advance(end);
         } else {
             self.durable.set(end);
+            self.acked.set(end.offset);
             if end.offset == hw {
                 self.hw_position.set(end);
             }

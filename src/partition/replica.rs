@@ -144,13 +144,22 @@ impl Partition {
     /// Waits (bounded) until everything appended is durable, so a new role starts from a log
     /// whose end is all durable (what the state machines assume).
     pub async fn wait_durable(&self, deadlines: &rill_shards::Deadlines) {
+        self.wait_until(deadlines, |p| p.durable_end() >= p.log_end_offset())
+            .await;
+    }
+
+    /// Waits (bounded) until everything appended counts as this replica's for its leader:
+    /// durable, or under write caching appended (a follower's next fetch reports it).
+    pub async fn wait_acknowledged(&self, deadlines: &rill_shards::Deadlines) {
+        self.wait_until(deadlines, |p| p.acked.get() >= p.log_end_offset())
+            .await;
+    }
+
+    async fn wait_until(&self, deadlines: &rill_shards::Deadlines, done: fn(&Self) -> bool) {
         let deadline = std::time::Instant::now() + ROLE_CHANGE_FLUSH_WAIT;
         loop {
             let l = self.listen();
-            if self.durable_end() >= self.log_end_offset()
-                || self.failure().is_some()
-                || std::time::Instant::now() >= deadline
-            {
+            if done(self) || self.failure().is_some() || std::time::Instant::now() >= deadline {
                 return;
             }
             futures_lite::future::or(l, deadlines.sleep_until(deadline)).await;
@@ -211,7 +220,7 @@ impl Partition {
     pub fn become_single(&self) {
         self.depose(ErrorCode::NotLeaderOrFollower);
         *self.role.borrow_mut() = Role::Single;
-        let d = self.durable.get().offset;
+        let d = self.acked.get();
         if d > self.high_watermark.get() {
             self.raise_high_watermark(d);
         }
@@ -503,6 +512,8 @@ impl Partition {
         if let Role::Follower(f) = &mut *self.role.borrow_mut() {
             f.follower.appended(end);
         }
+        // Under write caching the leader counts this replica as having it now.
+        self.acknowledge(self.ackable_end());
         Ok(end)
     }
 
@@ -531,6 +542,7 @@ impl Partition {
             cache.forget(self.cache_key);
             *self.log.borrow_mut() = log;
             self.durable.set(end);
+            self.acked.set(end.offset);
             if end.offset == self.high_watermark.get() {
                 self.hw_position.set(end);
             }
@@ -582,6 +594,7 @@ impl Partition {
         cache.forget(self.cache_key);
         *self.log.borrow_mut() = log;
         self.durable.set(end);
+        self.acked.set(end.offset);
         self.clear_producer_state().await;
         // The leader deletes only below its high watermark: all of it is committed.
         self.raise_high_watermark(offset);

@@ -22,7 +22,7 @@ use crate::topic_config::{TopicDefaults, TopicSettings};
 
 const SEGMENT: u64 = 256 << 10;
 
-fn seg_config() -> SegmentConfig {
+pub(super) fn seg_config() -> SegmentConfig {
     SegmentConfig {
         segment_bytes: SEGMENT,
         segment_age: None,
@@ -77,13 +77,18 @@ async fn produce(f: &Fixture, n: u32) -> Result<u64, ErrorCode> {
 
 /// Reads `[0, end)` back (copy path), checking each value names its offset.
 async fn read_all(f: &Fixture, end: u64) -> u64 {
-    let mut at = 0;
+    read_from(&f.p, &f.cache, 0, end).await
+}
+
+/// Reads `[from, end)` back (copy path), checking each value names its offset (`v{offset}-`).
+pub(super) async fn read_from(p: &Partition, cache: &TailCache, from: u64, end: u64) -> u64 {
+    let mut at = from;
     while at < end {
         let limits = ReadLimits {
             max_bytes: 1 << 20,
             file_reads: FileReads::Copy,
         };
-        let chunks = f.p.read(at, limits, &f.cache).await.expect("read");
+        let chunks = p.read(at, limits, cache).await.expect("read");
         assert!(!chunks.is_empty(), "no data at {at} below {end}");
         for c in &chunks {
             let buf = crate::batch::aligned16(c.as_slice().expect("in memory"));

@@ -121,6 +121,14 @@ const TOPIC_KEYS: &[TopicKey] = &[
               the ISR.",
     },
     TopicKey {
+        name: topic_config::WRITE_CACHING,
+        broker: "write_caching_default",
+        config_type: TYPE_BOOLEAN,
+        read_only: false,
+        doc: "Acknowledge produces once in the leader's memory (every ISR member's) and write \
+              behind: a crash loses what was not written yet.",
+    },
+    TopicKey {
         name: topic_config::RETENTION_BYTES,
         broker: "log.retention.bytes",
         config_type: TYPE_LONG,
@@ -176,6 +184,7 @@ fn topic_value(key: &str, t: &TopicSettings) -> String {
         topic_config::MIN_COMPACTION_LAG_MS => millis(Some(t.min_compaction_lag), -1),
         topic_config::MAX_COMPACTION_LAG_MS => millis(t.max_compaction_lag, i64::MAX),
         crate::replication::REPLICA_LAG_TIME_MAX_MS => t.replica_lag_time_max_ms.to_string(),
+        topic_config::WRITE_CACHING => t.write_caching.to_string(),
         // Every name of TOPIC_KEYS is matched above.
         _ => String::new(),
     }
