@@ -12,7 +12,9 @@
 #   - producer+consumer at a fixed 50 MB/s in (end-to-end latency p50 ... p99.99, and
 #     rill-bench's true max; Iggy's percentiles are means over actors, not pooled);
 #   - produce with an fsync per write (rill --fsync always, Iggy --enforce-fsync);
-#   - a 10 M-message produce (its tail latency, while Iggy's page cache is written back).
+#   - a 10 M-message produce (its tail latency, while Iggy's page cache is written back);
+#   - rill with --write-caching (acknowledged from memory, written behind: what Iggy's default
+#     does) on the 1000-message produce and the 50 MB/s run, beside the same Iggy figures.
 # Shapes: 2 producers (and 2 consumers), 2 partitions on 2 shards for rill, 2 streams of one
 # partition for Iggy, messages of MESSAGE_BYTES [1024] B. rill-bench's batches are sized in
 # bytes: BATCH_OVERHEAD [48] B per message is added so a batch holds as many messages as Iggy's.
@@ -133,12 +135,13 @@ print(f"- iperf3 loopback: {ip / 1e9:.1f} Gbit/s")
 EOF
 
 # --- the two systems -----------------------------------------------------------------------
-start_rill() { # FSYNC
-  local port
+start_rill() { # FSYNC [BROKER-FLAGS...]
+  local port fsync=$1
+  shift
   port=$(free_port)
   RILL_ADDR=127.0.0.1:$port
-  "$RILL" broker --data-dir "$work/data" --shards "$RILL_SHARDS" --fsync "$1" --listen "$RILL_ADDR" \
-    --kafka-listen off >>"$results/rill-broker.log" 2>&1 &
+  "$RILL" broker --data-dir "$work/data" --shards "$RILL_SHARDS" --fsync "$fsync" --listen "$RILL_ADDR" \
+    --kafka-listen off "$@" >>"$results/rill-broker.log" 2>&1 &
   server=$!
   wait_port "$port" 120 rill
 }
@@ -227,6 +230,12 @@ run_rill() { # ROUND
   rill_bench produce produce-fsync "$r" --topic pfsync --producers 2 --acks 1 --linger-ms 5 \
     --messages $((2 * B1000 * 1000 / 4)) --batch-bytes "$(batch_bytes 1000)"
   stop_server
+  start_rill never --write-caching true
+  rill_bench produce produce-1000-wc "$r" --topic p1000 --producers 2 --acks 1 --linger-ms 5 \
+    --messages $((2 * B1000 * 1000)) --batch-bytes "$(batch_bytes 1000)"
+  rill_bench e2e e2e-50mb-wc "$r" --topic e2e --producers 2 --consumers 2 --acks 1 --linger-ms 0 \
+    --rate "$E2E_RATE" --messages $((2 * BE2E * 100)) --batch-bytes "$(batch_bytes 100)"
+  stop_server
 }
 
 run_iggy() { # ROUND
@@ -266,6 +275,8 @@ for line in open(sys.argv[1]):
         rows[(system, workload, metric)].append(float(value))
 
 def med(system, workload, metric):
+    if workload.endswith("-wc"):  # rill's write-caching runs, against Iggy's (it has no other)
+        workload = workload[:-3] if system == "iggy" else workload
     v = rows.get((system, workload, metric))
     return statistics.median(v) if v else None
 
@@ -286,6 +297,11 @@ lines = [
     ("produce-fsync", "msgs_per_sec", "msg/s", "produce, fsync per write"),
     ("produce-10m", "msgs_per_sec", "msg/s", "10 M-message produce"),
     ("produce-10m", "p9999_us", "ms", "10 M-message produce: p99.99"),
+    ("produce-1000-wc", "msgs_per_sec", "msg/s", "produce, 1000-message batches, rill --write-caching"),
+    ("e2e-50mb-wc", "p50_us", "ms", "50 MB/s, rill --write-caching: p50"),
+    ("e2e-50mb-wc", "p99_us", "ms", "50 MB/s, rill --write-caching: p99"),
+    ("e2e-50mb-wc", "p9999_us", "ms", "50 MB/s, rill --write-caching: p99.99"),
+    ("e2e-50mb-wc", "max_us", "ms", "50 MB/s, rill --write-caching: max"),
 ]
 print(f"| workload ({sys.argv[2]} rounds, medians) | Iggy | rill | rill / Iggy |")
 print("|---|---|---|---|")
