@@ -4,11 +4,12 @@
 
 use std::time::{Duration, Instant};
 
-use super::group_host::{coordinator_of, Coordination, GroupSummary};
+use super::group_host::{coordinator_of, Coordination, GroupSummary, GroupType};
 use super::internal_topics::{self, InternalTopic};
 use super::{recv_until, OpError, Shard};
 use crate::clock::now_ms;
 use crate::controller::metadata::BrokerInfo;
+use crate::group::consumer_group::{ConsumerGroupDescription, Heartbeat, HeartbeatReply};
 use crate::group::coordinator::{GroupError, JoinRequest, JoinResult, SyncRequest};
 use crate::protocol::error_code::ErrorCode;
 
@@ -173,4 +174,46 @@ pub fn list(shard: &Shard) -> Vec<GroupSummary> {
         .into_iter()
         .map(|(group, _)| shard.groups.describe(&group))
         .collect()
+}
+
+/// A topic's partition count in the shard's metadata (`None`: no such topic).
+fn partition_count(shard: &Shard) -> impl Fn(&str) -> Option<u32> + '_ {
+    move |topic: &str| {
+        shard
+            .metadata
+            .borrow()
+            .topic(topic)
+            .map(|t| t.partitions.len() as u32)
+    }
+}
+
+/// ConsumerGroupHeartbeat (KIP-848): answered at once with the member's epoch and, when it
+/// changed, its assignment.
+pub fn consumer_heartbeat(
+    shard: &Shard,
+    group: &str,
+    req: Heartbeat,
+) -> Result<HeartbeatReply, OpError> {
+    coordinated_here(shard, group)?;
+    let lookup = partition_count(shard);
+    Ok(shard
+        .groups
+        .consumer_heartbeat(now(), group, req, &lookup)?)
+}
+
+/// ConsumerGroupDescribe of one group.
+pub fn consumer_describe(shard: &Shard, group: &str) -> Result<ConsumerGroupDescription, OpError> {
+    coordinated_here(shard, group)?;
+    Ok(shard.groups.describe_consumer(group)?)
+}
+
+/// After a metadata change: consumer groups whose subscribed topics changed rebalance.
+pub fn topics_changed(shard: &Shard) {
+    let lookup = partition_count(shard);
+    shard.groups.topics_changed(&lookup);
+}
+
+/// Whether `group` is a KIP-848 consumer group on this shard (classic otherwise).
+pub fn group_type(shard: &Shard, group: &str) -> GroupType {
+    shard.groups.group_type(group)
 }

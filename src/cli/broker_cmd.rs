@@ -250,6 +250,34 @@ pub fn config_from_args(a: &BrokerArgs) -> Result<BrokerConfig, String> {
     }
     c.group_max_size = a.group_max_size;
     c.group_initial_rebalance_delay = Duration::from_millis(a.group_initial_rebalance_delay_ms);
+    if a.group_consumer_session_timeout_ms == 0
+        || a.group_consumer_heartbeat_interval_ms == 0
+        || a.group_consumer_heartbeat_interval_ms >= a.group_consumer_session_timeout_ms
+        || a.group_consumer_heartbeat_interval_ms > i32::MAX as u64
+    {
+        return Err(format!(
+            "--group-consumer-heartbeat-interval-ms ({}) must be above 0 and below \
+             --group-consumer-session-timeout-ms ({})",
+            a.group_consumer_heartbeat_interval_ms, a.group_consumer_session_timeout_ms
+        ));
+    }
+    c.group_consumer_session_timeout = Duration::from_millis(a.group_consumer_session_timeout_ms);
+    c.group_consumer_heartbeat_interval =
+        Duration::from_millis(a.group_consumer_heartbeat_interval_ms);
+    let known = crate::group::consumer_group::ASSIGNORS;
+    if a.group_consumer_assignors.is_empty() {
+        return Err("--group-consumer-assignors needs at least one of uniform, range".into());
+    }
+    if let Some(bad) = a
+        .group_consumer_assignors
+        .iter()
+        .find(|n| !known.contains(&n.as_str()))
+    {
+        return Err(format!(
+            "--group-consumer-assignors: unknown assignor {bad:?} (known: uniform, range)"
+        ));
+    }
+    c.group_consumer_assignors = a.group_consumer_assignors.clone();
     c.max_groups_per_shard = a.max_groups_per_shard;
     c.max_offsets_per_group = a.max_offsets_per_group;
     c.io_memory_bytes = a.io_memory_bytes;
