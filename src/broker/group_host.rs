@@ -1106,6 +1106,111 @@ mod tests {
         assert_eq!(host.list().len(), 2);
     }
 
+    fn consumer_join(member: &str) -> Heartbeat {
+        Heartbeat {
+            member_id: member.into(),
+            member_epoch: 0,
+            rebalance_timeout_ms: 30_000,
+            subscribed_topic_names: Some(vec!["t".into()]),
+            owned: Some(Vec::new()),
+            ..Heartbeat::default()
+        }
+    }
+
+    #[test]
+    fn a_group_id_is_classic_or_consumer_and_empty_ones_convert() {
+        let host = GroupHost::new(no_delay(), 10);
+        let topics = |_: &str| Some(2);
+        // Offsets only (an empty classic group): a consumer member converts it, the offsets
+        // stay.
+        host.store_commit("g", 0, "", vec![PartitionOffset::new("t", 0, 4)]);
+        let r = host
+            .consumer_heartbeat(0, "g", consumer_join("m"), &topics)
+            .unwrap();
+        assert_eq!(r.member_epoch, 1);
+        assert_eq!(host.group_type("g"), GroupType::Consumer);
+        assert_eq!(host.committed("g", "t", 0).map(|p| p.offset), Some(4));
+        assert_eq!(host.list(), vec![("g".to_string(), "Stable".to_string())]);
+        let d = host.describe("g");
+        assert_eq!(
+            (d.group_type, d.protocol_type.as_str(), d.members.len()),
+            (GroupType::Consumer, "consumer", 1)
+        );
+        // Commits carry the member epoch.
+        let o = [PartitionOffset::new("t", 1, 9)];
+        host.check_commit("g", "m", None, 1, &o).unwrap();
+        let e = host.check_commit("g", "m", None, 0, &o).unwrap_err();
+        assert_eq!(e.code, ErrorCode::StaleMemberEpoch);
+        // A classic member cannot join while it has members; nor can it be deleted.
+        let mut req = join_req("");
+        req.group_instance_id = None;
+        let e = host
+            .join(0, "g", req.clone())
+            .try_recv()
+            .unwrap()
+            .unwrap_err();
+        assert_eq!(e.code, ErrorCode::InconsistentGroupProtocol);
+        assert_eq!(
+            host.deletable("g").unwrap_err().code,
+            ErrorCode::NonEmptyGroup
+        );
+        // Once the member left, a classic member converts it back.
+        let mut leave = consumer_join("m");
+        leave.member_epoch = -1;
+        host.consumer_heartbeat(0, "g", leave, &topics).unwrap();
+        assert_eq!(host.deletable("g").unwrap(), vec![("t".to_string(), 0)]);
+        let joined = host.join(0, "g", req).try_recv().unwrap().unwrap();
+        assert_eq!(host.group_type("g"), GroupType::Classic);
+        // A classic group with members refuses consumer members.
+        let e = host
+            .consumer_heartbeat(0, "g", consumer_join("n"), &topics)
+            .unwrap_err();
+        assert_eq!(e.code, ErrorCode::GroupIdNotFound);
+        assert_eq!(
+            host.describe_consumer("g").unwrap_err().code,
+            ErrorCode::GroupIdNotFound
+        );
+        host.leave(0, "g", &joined.member_id).unwrap();
+        // A member of a group this coordinator does not know (a restart) rejoins.
+        let mut lost = consumer_join("m");
+        lost.member_epoch = 3;
+        let e = host
+            .consumer_heartbeat(0, "other", lost, &topics)
+            .unwrap_err();
+        assert_eq!(e.code, ErrorCode::UnknownMemberId);
+        assert_eq!(
+            host.group_type("other"),
+            GroupType::Classic,
+            "nothing created"
+        );
+    }
+
+    #[test]
+    fn consumer_groups_count_against_the_shard_bound_and_unload_with_their_partition() {
+        let host = GroupHost::new(no_delay(), 2);
+        let topics = |_: &str| Some(1);
+        host.consumer_heartbeat(0, "a", consumer_join("m"), &topics)
+            .unwrap();
+        host.store_commit("b", 0, "", vec![PartitionOffset::new("t", 0, 1)]);
+        let e = host
+            .consumer_heartbeat(0, "c", consumer_join("m"), &topics)
+            .unwrap_err();
+        assert_eq!(e.code, ErrorCode::GroupMaxSizeReached);
+        let o = [PartitionOffset::new("t", 0, 1)];
+        assert_eq!(
+            host.check_commit("c", "", None, -1, &o).unwrap_err().code,
+            ErrorCode::InvalidCommitOffsetSize
+        );
+        // Held groups keep working; the consumer group's offsets do not count twice.
+        host.store_commit("a", 0, "", o.to_vec());
+        assert_eq!(host.list().len(), 2);
+        // Sessions expire on the shard's tick.
+        host.tick(45_001);
+        assert_eq!(host.describe("a").state, "Empty");
+        host.unload(offsets_partition("a", 8), 8);
+        assert_eq!(host.group_type("a"), GroupType::Classic);
+    }
+
     /// Two groups on different offsets partitions (of 8): the shard leading both loses one.
     fn groups_on_two_partitions() -> (&'static str, &'static str) {
         let a = "alpha";

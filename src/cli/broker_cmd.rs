@@ -630,6 +630,59 @@ fn sasl_mechanisms(flag: &str, list: &str) -> Result<Vec<String>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn broker_args(flags: &[&str]) -> BrokerArgs {
+        use clap::Parser;
+        let mut argv = vec!["rill", "broker"];
+        argv.extend_from_slice(flags);
+        match super::super::args::Cli::try_parse_from(argv)
+            .unwrap()
+            .command
+        {
+            super::super::args::Command::Broker(a) => *a,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn consumer_group_flags_default_to_kafkas_and_are_checked() {
+        let c = config_from_args(&broker_args(&[])).unwrap();
+        assert_eq!(
+            c.group_consumer_session_timeout,
+            Duration::from_millis(45_000)
+        );
+        assert_eq!(
+            c.group_consumer_heartbeat_interval,
+            Duration::from_millis(5_000)
+        );
+        assert_eq!(c.group_consumer_assignors, vec!["uniform", "range"]);
+        let c = config_from_args(&broker_args(&[
+            "--group-consumer-assignors",
+            "range",
+            "--group-consumer-session-timeout-ms",
+            "10000",
+            "--group-consumer-heartbeat-interval-ms",
+            "1000",
+        ]))
+        .unwrap();
+        assert_eq!(c.group_consumer_assignors, vec!["range"]);
+        assert_eq!(
+            c.group_consumer_session_timeout,
+            Duration::from_millis(10_000)
+        );
+        let e = config_from_args(&broker_args(&[
+            "--group-consumer-assignors",
+            "range,sticky",
+        ]))
+        .unwrap_err();
+        assert!(e.contains("unknown assignor \"sticky\""), "{e}");
+        let e = config_from_args(&broker_args(&[
+            "--group-consumer-heartbeat-interval-ms",
+            "45000",
+        ]))
+        .unwrap_err();
+        assert!(e.contains("--group-consumer-session-timeout-ms"), "{e}");
+    }
     #[test]
     fn cores() {
         assert_eq!(parse_cores("0,2").unwrap(), vec![0, 2]);
