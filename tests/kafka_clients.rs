@@ -772,8 +772,8 @@ fn kip848_epochs_and_group_types_on_the_wire() {
     assert_eq!(call(&stranger).error_code, 25, "UNKNOWN_MEMBER_ID");
     let mut regex = heartbeat(0, Some(vec![]));
     regex.member_id = s("member-2");
-    regex.subscribed_topic_regex = Some(s("t.*"));
-    assert_eq!(call(&regex).error_code, 42, "INVALID_REQUEST");
+    regex.subscribed_topic_regex = Some(s("t("));
+    assert_eq!(call(&regex).error_code, 128, "INVALID_REGULAR_EXPRESSION");
     let mut owned = heartbeat(1, Some(vec![0, 1]));
     owned.topic_partitions.as_mut().unwrap()[0].topic_id = topic_id;
     let steady = call(&owned);
@@ -919,4 +919,51 @@ fn kip848_epochs_and_group_types_on_the_wire() {
         -1
     );
     assert!(list(&["consumer"]).is_empty());
+}
+
+/// A KIP-848 regular expression subscription through librdkafka (`^` topics): the broker
+/// resolves it, and a topic created later that matches joins the assignment.
+#[test]
+fn kip848_regex_subscription_follows_new_topics() {
+    let b = TestBroker::start_kafka(1, &["--group-consumer-heartbeat-interval-ms", "500"]);
+    let mut c = b.client();
+    c.create_topic("re-a", 2, 1, vec![]).unwrap();
+    c.create_topic("re-b", 1, 1, vec![]).unwrap();
+    c.create_topic("other", 1, 1, vec![]).unwrap();
+    let member = PythonMember::start(&b.kafka_bootstrap(), "^re-.*", "kip848-re", "consumer");
+    let tp = |t: &str, p: u32| (t.to_string(), p);
+    wait_until("the matching topics assigned", || {
+        member.assignment() == vec![tp("re-a", 0), tp("re-a", 1), tp("re-b", 0)]
+    });
+    // The broker holds the pattern (librdkafka sends it, it does not resolve it itself).
+    let coordinator = kafka_coordinator(&b.kafka_bootstrap(), "kip848-re");
+    let mut describe = kafka_protocol::messages::ConsumerGroupDescribeRequest::default();
+    describe.group_ids = vec![kafka_protocol::messages::GroupId(
+        kafka_protocol::protocol::StrBytes::from_static_str("kip848-re"),
+    )];
+    let d: kafka_protocol::messages::ConsumerGroupDescribeResponse = rill_testkit::kafka_call(
+        &coordinator,
+        kafka_protocol::messages::ApiKey::ConsumerGroupDescribe,
+        0,
+        &describe,
+    );
+    let regex = d.groups[0].members[0].subscribed_topic_regex.clone();
+    assert!(regex.is_some_and(|r| r.contains("re-")), "{d:?}");
+    c.create_topic("re-c", 2, 1, vec![]).unwrap();
+    wait_until("the new matching topic assigned", || {
+        member.assignment()
+            == vec![
+                tp("re-a", 0),
+                tp("re-a", 1),
+                tp("re-b", 0),
+                tp("re-c", 0),
+                tp("re-c", 1),
+            ]
+    });
+    rill_testkit::produce_values(&b, "re-c", 1, ["new".to_string()]);
+    rill_testkit::produce_values(&b, "other", 0, ["not mine".to_string()]);
+    wait_until("the record of the new topic read", || {
+        member.values().contains(&(1, "new".to_string()))
+    });
+    assert!(member.values().iter().all(|(_, v)| v != "not mine"));
 }

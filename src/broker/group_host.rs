@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use super::offsets::Position;
 use crate::controller::metadata::ClusterMetadata;
 use crate::group::consumer_group::{
-    ConsumerGroup, ConsumerGroupConfig, ConsumerGroupDescription, Heartbeat, HeartbeatReply,
+    ConsumerGroup, ConsumerGroupConfig, ConsumerGroupDescription, Heartbeat, HeartbeatReply, Topics,
 };
 use crate::group::coordinator::{
     Action, Group, GroupConfig, GroupError, JoinRequest, JoinResult, MemberDescription,
@@ -455,7 +455,7 @@ impl GroupHost {
         now_ms: u64,
         group: &str,
         req: Heartbeat,
-        partitions: &dyn Fn(&str) -> Option<u32>,
+        topics: &dyn Topics,
     ) -> Result<HeartbeatReply, GroupError> {
         if self
             .groups
@@ -493,7 +493,7 @@ impl GroupHost {
         let g = consumer
             .entry(group.to_string())
             .or_insert_with(|| ConsumerGroup::new(group, self.consumer_cfg.clone()));
-        let out = g.heartbeat(now_ms, req, partitions);
+        let out = g.heartbeat(now_ms, req, topics);
         // A refused first heartbeat leaves nothing behind.
         if created && g.is_empty() {
             consumer.remove(group);
@@ -551,9 +551,9 @@ impl GroupHost {
 
     /// Topic metadata changed: every consumer group re-reads its subscribed topics (new
     /// partitions, created or deleted topics bump its epoch and recompute its target).
-    pub fn topics_changed(&self, partitions: &dyn Fn(&str) -> Option<u32>) {
+    pub fn topics_changed(&self, topics: &dyn Topics) {
         for g in self.consumer_groups.borrow_mut().values_mut() {
-            g.topics_changed(partitions);
+            g.topics_changed(topics);
         }
     }
 }

@@ -9,7 +9,7 @@ use super::internal_topics::{self, InternalTopic};
 use super::{recv_until, OpError, Shard};
 use crate::clock::now_ms;
 use crate::controller::metadata::BrokerInfo;
-use crate::group::consumer_group::{ConsumerGroupDescription, Heartbeat, HeartbeatReply};
+use crate::group::consumer_group::{ConsumerGroupDescription, Heartbeat, HeartbeatReply, Topics};
 use crate::group::coordinator::{GroupError, JoinRequest, JoinResult, SyncRequest};
 use crate::protocol::error_code::ErrorCode;
 
@@ -176,14 +176,29 @@ pub fn list(shard: &Shard) -> Vec<GroupSummary> {
         .collect()
 }
 
-/// A topic's partition count in the shard's metadata (`None`: no such topic).
-fn partition_count(shard: &Shard) -> impl Fn(&str) -> Option<u32> + '_ {
-    move |topic: &str| {
-        shard
+/// The shard's metadata as consumer groups read it: partition counts, and the topic names
+/// a regular expression subscription may match (internal `__` topics left out, as Kafka
+/// leaves its internal topics out).
+struct ShardTopics<'a>(&'a Shard);
+
+impl Topics for ShardTopics<'_> {
+    fn partitions(&self, topic: &str) -> Option<u32> {
+        self.0
             .metadata
             .borrow()
             .topic(topic)
             .map(|t| t.partitions.len() as u32)
+    }
+
+    fn names(&self) -> Vec<String> {
+        self.0
+            .metadata
+            .borrow()
+            .topics
+            .keys()
+            .filter(|t| !t.starts_with("__"))
+            .cloned()
+            .collect()
     }
 }
 
@@ -195,10 +210,9 @@ pub fn consumer_heartbeat(
     req: Heartbeat,
 ) -> Result<HeartbeatReply, OpError> {
     coordinated_here(shard, group)?;
-    let lookup = partition_count(shard);
     Ok(shard
         .groups
-        .consumer_heartbeat(now(), group, req, &lookup)?)
+        .consumer_heartbeat(now(), group, req, &ShardTopics(shard))?)
 }
 
 /// ConsumerGroupDescribe of one group.
@@ -209,8 +223,7 @@ pub fn consumer_describe(shard: &Shard, group: &str) -> Result<ConsumerGroupDesc
 
 /// After a metadata change: consumer groups whose subscribed topics changed rebalance.
 pub fn topics_changed(shard: &Shard) {
-    let lookup = partition_count(shard);
-    shard.groups.topics_changed(&lookup);
+    shard.groups.topics_changed(&ShardTopics(shard));
 }
 
 /// Whether `group` is a KIP-848 consumer group on this shard (classic otherwise).

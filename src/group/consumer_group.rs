@@ -64,6 +64,37 @@ impl Default for ConsumerGroupConfig {
     }
 }
 
+/// What the group reads of the cluster's topics.
+pub trait Topics {
+    /// A topic's partition count; `None`: no such topic.
+    fn partitions(&self, topic: &str) -> Option<u32>;
+    /// Every topic a regular expression subscription may match (internal topics left out).
+    fn names(&self) -> Vec<String>;
+}
+
+/// A lookup of partition counts alone: regular expressions match nothing through it.
+impl<F: Fn(&str) -> Option<u32>> Topics for F {
+    fn partitions(&self, topic: &str) -> Option<u32> {
+        self(topic)
+    }
+    fn names(&self) -> Vec<String> {
+        Vec::new()
+    }
+}
+
+impl Topics for BTreeMap<String, u32> {
+    fn partitions(&self, topic: &str) -> Option<u32> {
+        self.get(topic).copied()
+    }
+    fn names(&self) -> Vec<String> {
+        self.keys().cloned().collect()
+    }
+}
+
+/// Compiled regular expressions are bounded (the `regex` crate's size limit), so a member
+/// cannot make the coordinator hold a huge automaton.
+const REGEX_SIZE_LIMIT: usize = 1 << 20;
+
 /// A ConsumerGroupHeartbeat, decoded. `None` fields did not change since the member's last
 /// heartbeat (Kafka's nulls).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -131,7 +162,12 @@ struct Member {
     rack_id: Option<String>,
     client_id: String,
     client_host: String,
+    /// Topics subscribed by name.
     topics: BTreeSet<String>,
+    /// A regular expression subscription (matched against whole topic names), and the
+    /// topics it matched when last resolved.
+    regex: Option<(String, regex::Regex)>,
+    regex_topics: BTreeSet<String>,
     assignor: Option<String>,
     rebalance_timeout_ms: u64,
     epoch: i32,
@@ -158,6 +194,7 @@ pub struct ConsumerMemberDescription {
     pub client_id: String,
     pub client_host: String,
     pub subscribed_topics: Vec<String>,
+    pub subscribed_regex: Option<String>,
     pub assigned: Vec<TopicPartition>,
     pub target: Vec<TopicPartition>,
 }
@@ -177,6 +214,26 @@ pub struct ConsumerGroupDescription {
 pub enum Expiry {
     Session,
     Revocation,
+}
+
+/// A subscription's pattern, matched against whole topic names (as Kafka's RE2/J
+/// `matcher(topic).matches()`); INVALID_REGULAR_EXPRESSION when it does not compile.
+fn compile(pattern: &str) -> Result<(String, regex::Regex), GroupError> {
+    regex::RegexBuilder::new(&format!("^(?:{pattern})$"))
+        .size_limit(REGEX_SIZE_LIMIT)
+        .build()
+        .map(|re| (pattern.to_string(), re))
+        .map_err(|e| {
+            err(
+                ErrorCode::InvalidRegularExpression,
+                format!("SubscribedTopicRegex {pattern:?} is not a valid regular expression: {e}"),
+            )
+        })
+}
+
+/// The topics a pattern matches.
+fn matching(re: &regex::Regex, names: &[String]) -> BTreeSet<String> {
+    names.iter().filter(|t| re.is_match(t)).cloned().collect()
 }
 
 fn err(code: ErrorCode, message: impl Into<String>) -> GroupError {
@@ -287,9 +344,9 @@ impl ConsumerGroup {
         &mut self,
         now_ms: u64,
         req: Heartbeat,
-        partitions: &dyn Fn(&str) -> Option<u32>,
+        topics: &dyn Topics,
     ) -> Result<HeartbeatReply, GroupError> {
-        let out = self.heartbeat_inner(now_ms, req, partitions);
+        let out = self.heartbeat_inner(now_ms, req, topics);
         debug_assert_eq!(self.check_invariants(), Ok(()));
         out
     }
@@ -302,17 +359,6 @@ impl ConsumerGroup {
         if req.rack_id.as_deref() == Some("") {
             return invalid("RackId can't be empty.");
         }
-        // Regular expression subscriptions (Kafka 4.0, ConsumerGroupHeartbeat v1) are not
-        // built: refused in one line rather than silently subscribing to nothing.
-        if req
-            .subscribed_topic_regex
-            .as_deref()
-            .is_some_and(|r| !r.is_empty())
-        {
-            return invalid(
-                "SubscribedTopicRegex is not supported by this broker: subscribe by topic names",
-            );
-        }
         match req.member_epoch {
             0 => {
                 if req.rebalance_timeout_ms < 0 {
@@ -321,12 +367,18 @@ impl ConsumerGroup {
                 if req.owned.as_ref().is_some_and(|o| !o.is_empty()) {
                     return invalid("TopicPartitions must be empty when (re-)joining.");
                 }
-                if req
+                let names = req
                     .subscribed_topic_names
                     .as_ref()
-                    .is_none_or(|t| t.is_empty())
-                {
-                    return invalid("SubscribedTopicNames must be set in first request.");
+                    .is_some_and(|t| !t.is_empty());
+                let regex = req
+                    .subscribed_topic_regex
+                    .as_ref()
+                    .is_some_and(|r| !r.is_empty());
+                if !names && !regex {
+                    return invalid(
+                        "SubscribedTopicNames or SubscribedTopicRegex must be set in first request.",
+                    );
                 }
             }
             e if e > 0 || e == LEAVE_EPOCH => {
@@ -362,9 +414,16 @@ impl ConsumerGroup {
         &mut self,
         now_ms: u64,
         req: Heartbeat,
-        partitions: &dyn Fn(&str) -> Option<u32>,
+        topics: &dyn Topics,
     ) -> Result<HeartbeatReply, GroupError> {
         self.validate(&req)?;
+        // Compiled before anything changes: a bad pattern is refused whole. An empty one
+        // clears the member's regular expression.
+        let regex = match req.subscribed_topic_regex.as_deref() {
+            None => None,
+            Some("") => Some(None),
+            Some(pattern) => Some(Some(compile(pattern)?)),
+        };
         if req.member_epoch == LEAVE_EPOCH || req.member_epoch == LEAVE_STATIC_EPOCH {
             return self.leave(now_ms, &req);
         }
@@ -397,13 +456,16 @@ impl ConsumerGroup {
             }
         }
         if let Some(names) = &req.subscribed_topic_names {
-            let topics: BTreeSet<String> = names.iter().cloned().collect();
-            changed |= self.set_subscription(&member_id, topics);
+            let names: BTreeSet<String> = names.iter().cloned().collect();
+            changed |= self.set_subscription(&member_id, names);
+        }
+        if let Some(regex) = regex {
+            changed |= self.set_regex(&member_id, regex, topics);
         }
         if req.member_epoch == 0 && !self.target.contains_key(&member_id) {
             changed = true; // a new member
         }
-        changed |= self.refresh_topics(partitions);
+        changed |= self.refresh_topics(topics);
         if changed {
             self.group_epoch += 1;
         }
@@ -472,9 +534,11 @@ impl ConsumerGroup {
                 let mut m = self.fresh_member(req);
                 if let Some(p) = prior {
                     m.topics = p.topics;
+                    m.regex = p.regex;
+                    m.regex_topics = p.regex_topics;
                     m.assignor = p.assignor;
                 }
-                for t in &m.topics {
+                for t in m.topics.union(&m.regex_topics) {
                     *self.subscribed.entry(t.clone()).or_default() += 1;
                 }
                 self.members.insert(fresh.clone(), m);
@@ -527,6 +591,8 @@ impl ConsumerGroup {
             client_id: req.client_id.clone(),
             client_host: req.client_host.clone(),
             topics: BTreeSet::new(),
+            regex: None,
+            regex_topics: BTreeSet::new(),
             assignor: None,
             rebalance_timeout_ms: req.rebalance_timeout_ms.max(0) as u64,
             epoch: 0,
@@ -680,7 +746,7 @@ impl ConsumerGroup {
                 self.instances.remove(i);
             }
         }
-        for t in &m.topics {
+        for t in m.topics.union(&m.regex_topics) {
             self.unsubscribe(t);
         }
         Some(m)
@@ -695,31 +761,101 @@ impl ConsumerGroup {
         }
     }
 
-    /// Sets a member's topics; true when they changed.
-    fn set_subscription(&mut self, member_id: &str, topics: BTreeSet<String>) -> bool {
+    /// Sets a member's topics by name; true when its subscription changed.
+    fn set_subscription(&mut self, member_id: &str, names: BTreeSet<String>) -> bool {
+        let Some(m) = self.members.get(member_id) else {
+            return false;
+        };
+        let regex_topics = m.regex_topics.clone();
+        self.set_topics(member_id, names, regex_topics)
+    }
+
+    /// Sets (`Some`) or clears (`None`) a member's regular expression and resolves it;
+    /// true when the pattern changed.
+    fn set_regex(
+        &mut self,
+        member_id: &str,
+        regex: Option<(String, regex::Regex)>,
+        topics: &dyn Topics,
+    ) -> bool {
         let Some(m) = self.members.get_mut(member_id) else {
             return false;
         };
-        if m.topics == topics {
+        if m.regex.as_ref().map(|(p, _)| p) == regex.as_ref().map(|(p, _)| p) {
             return false;
         }
-        let old = std::mem::replace(&mut m.topics, topics.clone());
+        let resolved = regex
+            .as_ref()
+            .map(|(_, re)| matching(re, &topics.names()))
+            .unwrap_or_default();
+        m.regex = regex;
+        let names = m.topics.clone();
+        self.set_topics(member_id, names, resolved);
+        true
+    }
+
+    /// Replaces a member's named and regex-matched topics, keeping the subscriber counts;
+    /// true when their union changed.
+    fn set_topics(
+        &mut self,
+        member_id: &str,
+        names: BTreeSet<String>,
+        regex_topics: BTreeSet<String>,
+    ) -> bool {
+        let Some(m) = self.members.get_mut(member_id) else {
+            return false;
+        };
+        if m.topics == names && m.regex_topics == regex_topics {
+            return false;
+        }
+        let old: BTreeSet<String> = m.topics.union(&m.regex_topics).cloned().collect();
+        let new: BTreeSet<String> = names.union(&regex_topics).cloned().collect();
+        m.topics = names;
+        m.regex_topics = regex_topics;
         for t in &old {
             self.unsubscribe(t);
         }
-        for t in topics {
-            *self.subscribed.entry(t).or_default() += 1;
+        for t in &new {
+            *self.subscribed.entry(t.clone()).or_default() += 1;
         }
-        true
+        old != new
+    }
+
+    /// Re-matches every regular expression subscription against the topics now; true when
+    /// a member's topics changed.
+    fn resolve_regexes(&mut self, topics: &dyn Topics) -> bool {
+        let with_regex: Vec<String> = self
+            .members
+            .iter()
+            .filter(|(_, m)| m.regex.is_some())
+            .map(|(id, _)| id.clone())
+            .collect();
+        if with_regex.is_empty() {
+            return false;
+        }
+        let names = topics.names();
+        let mut changed = false;
+        for id in with_regex {
+            let Some(m) = self.members.get(&id) else {
+                continue;
+            };
+            let Some((_, re)) = &m.regex else {
+                continue;
+            };
+            let resolved = matching(re, &names);
+            let named = m.topics.clone();
+            changed |= self.set_topics(&id, named, resolved);
+        }
+        changed
     }
 
     /// Re-reads the partition counts of the subscribed topics; true when they changed
     /// (a topic created, deleted or given more partitions).
-    fn refresh_topics(&mut self, partitions: &dyn Fn(&str) -> Option<u32>) -> bool {
+    fn refresh_topics(&mut self, topics: &dyn Topics) -> bool {
         let now: BTreeMap<String, u32> = self
             .subscribed
             .keys()
-            .filter_map(|t| partitions(t).map(|n| (t.clone(), n)))
+            .filter_map(|t| topics.partitions(t).map(|n| (t.clone(), n)))
             .collect();
         if now == self.topic_partitions {
             return false;
@@ -730,8 +866,10 @@ impl ConsumerGroup {
 
     /// Topic metadata changed (the shell calls this on metadata updates): the group epoch
     /// bumps and the target is recomputed when a subscribed topic is affected.
-    pub fn topics_changed(&mut self, partitions: &dyn Fn(&str) -> Option<u32>) {
-        if self.refresh_topics(partitions) {
+    pub fn topics_changed(&mut self, topics: &dyn Topics) {
+        // Both run: a regex's new match changes the subscription, then its partitions.
+        let resolved = self.resolve_regexes(topics);
+        if self.refresh_topics(topics) | resolved {
             self.group_epoch += 1;
             self.compute_target();
         }
@@ -771,7 +909,7 @@ impl ConsumerGroup {
             .iter()
             .map(|(id, m)| MemberSubscription {
                 member_id: id.clone(),
-                topics: m.topics.iter().cloned().collect(),
+                topics: m.topics.union(&m.regex_topics).cloned().collect(),
                 owned: self
                     .target
                     .get(id)
@@ -950,7 +1088,8 @@ impl ConsumerGroup {
                     member_epoch: m.epoch,
                     client_id: m.client_id.clone(),
                     client_host: m.client_host.clone(),
-                    subscribed_topics: m.topics.iter().cloned().collect(),
+                    subscribed_topics: m.topics.union(&m.regex_topics).cloned().collect(),
+                    subscribed_regex: m.regex.as_ref().map(|(p, _)| p.clone()),
                     assigned: m.assigned.iter().cloned().collect(),
                     target: self
                         .target

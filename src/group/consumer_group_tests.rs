@@ -18,6 +18,7 @@ struct Client {
     owned: BTreeSet<TopicPartition>,
     topics: Vec<String>,
     assignor: Option<String>,
+    regex: Option<String>,
     /// Crashed or left: sends nothing more.
     dead: bool,
 }
@@ -70,6 +71,7 @@ impl Sim {
             owned: BTreeSet::new(),
             topics: topics.iter().map(|t| t.to_string()).collect(),
             assignor: assignor.map(str::to_string),
+            regex: None,
             dead: false,
         };
         self.clients.insert(name.to_string(), c);
@@ -91,7 +93,7 @@ impl Sim {
             rack_id: None,
             rebalance_timeout_ms: if c.epoch == 0 { REBALANCE } else { -1 },
             subscribed_topic_names: (c.epoch == 0).then(|| c.topics.clone()),
-            subscribed_topic_regex: None,
+            subscribed_topic_regex: if c.epoch == 0 { c.regex.clone() } else { None },
             server_assignor: c.assignor.clone(),
             owned: Some(c.owned.iter().cloned().collect()),
             client_id: "cli".into(),
@@ -104,9 +106,7 @@ impl Sim {
     fn hb(&mut self, name: &str) -> Result<HeartbeatReply, GroupError> {
         let req = self.request(name);
         let topics = self.topics.clone();
-        let out = self
-            .g
-            .heartbeat(self.now, req, &|t: &str| topics.get(t).copied());
+        let out = self.g.heartbeat(self.now, req, &topics);
         let c = self.clients.get_mut(name).unwrap();
         match &out {
             Ok(r) => {
@@ -239,7 +239,7 @@ fn a_leaving_member_hands_its_partitions_to_the_others() {
     let a_id = s.clients["a"].id.clone();
     let mut leave = s.request("a");
     leave.member_epoch = LEAVE_EPOCH;
-    let r = s.g.heartbeat(s.now, leave, &|_| Some(4)).unwrap();
+    let r = s.g.heartbeat(s.now, leave, &four).unwrap();
     assert_eq!(r.member_epoch, LEAVE_EPOCH);
     s.clients.get_mut("a").unwrap().dead = true;
     assert_eq!(s.g.member_epoch(&a_id), None);
@@ -248,7 +248,7 @@ fn a_leaving_member_hands_its_partitions_to_the_others() {
     // Unknown afterwards.
     let mut again = s.request("a");
     again.member_epoch = 3;
-    let e = s.g.heartbeat(s.now, again, &|_| Some(4)).unwrap_err();
+    let e = s.g.heartbeat(s.now, again, &four).unwrap_err();
     assert_eq!(e.code, ErrorCode::UnknownMemberId);
 }
 
@@ -284,7 +284,7 @@ fn a_member_that_does_not_revoke_in_time_is_removed() {
         s.now += 5_000;
         let mut req = s.request("a");
         req.owned = Some(stuck.clone());
-        s.g.heartbeat(s.now, req, &|_| Some(4)).unwrap();
+        s.g.heartbeat(s.now, req, &four).unwrap();
         s.hb("b").unwrap();
         s.tick(0);
     }
@@ -307,15 +307,15 @@ fn stale_epochs_are_fenced_and_the_member_rejoins() {
     // Ahead of the coordinator: fenced.
     let mut req = s.request("a");
     req.member_epoch = epoch + 1;
-    let e = s.g.heartbeat(s.now, req, &|_| Some(4)).unwrap_err();
+    let e = s.g.heartbeat(s.now, req, &four).unwrap_err();
     assert_eq!(e.code, ErrorCode::FencedMemberEpoch, "{e}");
     // The previous epoch with a subset of what it holds: a lost reply, accepted.
     let mut req = s.request("a");
     req.member_epoch = 1;
-    s.g.heartbeat(s.now, req.clone(), &|_| Some(4)).unwrap();
+    s.g.heartbeat(s.now, req.clone(), &four).unwrap();
     // The previous epoch claiming more than it holds: fenced.
     req.owned = Some((0..4).map(|p| tp("t", p)).collect());
-    let e = s.g.heartbeat(s.now, req, &|_| Some(4)).unwrap_err();
+    let e = s.g.heartbeat(s.now, req, &four).unwrap_err();
     assert_eq!(e.code, ErrorCode::FencedMemberEpoch);
     // An epoch far behind: fenced; the client drops everything and rejoins with epoch 0
     // under its member id, and gets its share back.
@@ -360,9 +360,7 @@ fn a_static_member_comes_back_to_its_partitions_without_a_rebalance() {
     let mut req = s.request("a");
     req.member_epoch = LEAVE_STATIC_EPOCH;
     assert_eq!(
-        s.g.heartbeat(s.now, req, &|_| Some(4))
-            .unwrap()
-            .member_epoch,
+        s.g.heartbeat(s.now, req, &four).unwrap().member_epoch,
         LEAVE_STATIC_EPOCH
     );
     s.clients.get_mut("a").unwrap().owned.clear();
@@ -376,7 +374,7 @@ fn a_static_member_comes_back_to_its_partitions_without_a_rebalance() {
     thief.owned = Some(Vec::new());
     thief.subscribed_topic_names = Some(vec!["t".into()]);
     thief.rebalance_timeout_ms = REBALANCE;
-    let e = s.g.heartbeat(s.now, thief, &|_| Some(4)).unwrap_err();
+    let e = s.g.heartbeat(s.now, thief, &four).unwrap_err();
     assert_eq!(e.code, ErrorCode::UnreleasedInstanceId);
     // a comes back under a new member id with its instance id: same partitions.
     let c = s.clients.get_mut("a").unwrap();
@@ -388,12 +386,12 @@ fn a_static_member_comes_back_to_its_partitions_without_a_rebalance() {
     // The old member id is fenced as an instance holder.
     let mut old = s.request("b");
     old.instance_id = Some("host-a".into());
-    let e = s.g.heartbeat(s.now, old, &|_| Some(4)).unwrap_err();
+    let e = s.g.heartbeat(s.now, old, &four).unwrap_err();
     assert_eq!(e.code, ErrorCode::FencedInstanceId);
     // A static member away past its session is removed for good.
     let mut req = s.request("a");
     req.member_epoch = LEAVE_STATIC_EPOCH;
-    s.g.heartbeat(s.now, req, &|_| Some(4)).unwrap();
+    s.g.heartbeat(s.now, req, &four).unwrap();
     s.clients.get_mut("a").unwrap().owned.clear();
     s.clients.get_mut("a").unwrap().dead = true;
     s.now += SESSION / 2;
@@ -428,7 +426,7 @@ fn more_partitions_and_deleted_topics_bump_the_epoch_and_reassign() {
     // A topic created after the members subscribed to it.
     s.topics.insert("u".into(), 3);
     let topics = s.topics.clone();
-    s.g.topics_changed(&|t| topics.get(t).copied());
+    s.g.topics_changed(&topics);
     assert_eq!(s.g.group_epoch(), epoch + 3);
     s.settle();
     s.assert_complete();
@@ -453,10 +451,10 @@ fn requests_kafka_refuses_are_refused() {
     };
     let t = |_: &str| Some(1);
     let mut regex = join("a");
-    regex.subscribed_topic_regex = Some("t.*".into());
+    regex.subscribed_topic_regex = Some("t(".into());
     assert_eq!(
         g.heartbeat(0, regex, &t).unwrap_err().code,
-        ErrorCode::InvalidRequest
+        ErrorCode::InvalidRegularExpression
     );
     let mut assignor = join("a");
     assignor.server_assignor = Some("sticky".into());
@@ -584,7 +582,7 @@ fn random_schedules_never_give_a_partition_to_two_members() {
                     if let Some(n) = live.get(rng.below(live.len().max(1) as u64) as usize) {
                         let mut req = s.request(n);
                         req.member_epoch = LEAVE_EPOCH;
-                        let _ = s.g.heartbeat(s.now, req, &|_| None);
+                        let _ = s.g.heartbeat(s.now, req, &none);
                         let c = s.clients.get_mut(n).unwrap();
                         c.dead = true;
                         c.owned.clear();
@@ -642,4 +640,65 @@ fn random_schedules_never_give_a_partition_to_two_members() {
             "seed {seed}"
         );
     }
+}
+
+fn four(_: &str) -> Option<u32> {
+    Some(4)
+}
+
+fn none(_: &str) -> Option<u32> {
+    None
+}
+
+#[test]
+fn a_regular_expression_subscription_follows_the_topics_it_matches() {
+    let mut s = Sim::new(&[("orders-eu", 2), ("orders-us", 2), ("payments", 2)]);
+    s.clients.insert(
+        "a".into(),
+        Client {
+            id: "a".into(),
+            instance: None,
+            epoch: 0,
+            owned: BTreeSet::new(),
+            topics: Vec::new(),
+            assignor: None,
+            regex: Some("orders-.*".into()),
+            dead: false,
+        },
+    );
+    s.hb("a").unwrap();
+    assert_eq!(
+        s.owned("a")
+            .into_iter()
+            .map(|(t, _)| t)
+            .collect::<BTreeSet<_>>(),
+        ["orders-eu", "orders-us"].map(String::from).into()
+    );
+    let d = s.g.describe();
+    assert_eq!(d.members[0].subscribed_regex.as_deref(), Some("orders-.*"));
+    // Whole names only: "orders-" is not a prefix match of "xorders-eu".
+    s.topics.insert("xorders-eu".into(), 1);
+    // A new matching topic: the group learns of it from the metadata and rebalances.
+    s.topics.insert("orders-asia".into(), 3);
+    let epoch = s.g.group_epoch();
+    let topics = s.topics.clone();
+    s.g.topics_changed(&topics);
+    assert_eq!(s.g.group_epoch(), epoch + 1);
+    s.settle();
+    assert_eq!(s.owned("a").len(), 7);
+    assert!(s.owned("a").iter().all(|(t, _)| t.starts_with("orders-")));
+    // A second member by name shares what both subscribe to.
+    s.join_with("b", &["orders-us", "payments"], None, None);
+    s.settle();
+    assert!(s
+        .owned("b")
+        .iter()
+        .all(|(t, _)| t == "orders-us" || t == "payments"));
+    assert_eq!(s.owned("a").len() + s.owned("b").len(), 9);
+    // A topic deleted: gone from the regex's match and from the assignment.
+    s.topics.remove("orders-asia");
+    let topics = s.topics.clone();
+    s.g.topics_changed(&topics);
+    s.settle();
+    assert!(s.owned("a").iter().all(|(t, _)| t != "orders-asia"));
 }

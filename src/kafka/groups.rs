@@ -762,6 +762,7 @@ pub fn consumer_describe(
                         dm.member_epoch = m.member_epoch;
                         dm.client_id = text(&m.client_id);
                         dm.client_host = text(&m.client_host);
+                        dm.subscribed_topic_regex = m.subscribed_regex.as_deref().map(text);
                         dm.subscribed_topic_names = m
                             .subscribed_topics
                             .iter()

@@ -90,6 +90,7 @@ pub enum ErrorCode {
     UnreleasedInstanceId = 111,
     UnsupportedAssignor = 112,
     StaleMemberEpoch = 113,
+    InvalidRegularExpression = 128,
 }
 
 impl ErrorCode {
@@ -175,6 +176,7 @@ impl ErrorCode {
         ErrorCode::UnreleasedInstanceId,
         ErrorCode::UnsupportedAssignor,
         ErrorCode::StaleMemberEpoch,
+        ErrorCode::InvalidRegularExpression,
     ];
 
     pub fn code(self) -> i16 {
@@ -298,6 +300,7 @@ impl ErrorCode {
             ErrorCode::UnreleasedInstanceId => "UNRELEASED_INSTANCE_ID",
             ErrorCode::UnsupportedAssignor => "UNSUPPORTED_ASSIGNOR",
             ErrorCode::StaleMemberEpoch => "STALE_MEMBER_EPOCH",
+            ErrorCode::InvalidRegularExpression => "INVALID_REGULAR_EXPRESSION",
         }
     }
 }
