@@ -564,8 +564,10 @@ fn random_schedules_never_give_a_partition_to_two_members() {
         let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
         let mut s = Sim::new(&[("t", 5), ("u", 3)]);
         let mut next = 0;
+        // Static members away for a restart (left with -2), by client name.
+        let mut away: Vec<String> = Vec::new();
         for _ in 0..300 {
-            match rng.below(10) {
+            match rng.below(12) {
                 0 | 1 if s.live().len() < 6 => {
                     next += 1;
                     let topics: &[&str] = if rng.below(3) == 0 {
@@ -574,7 +576,38 @@ fn random_schedules_never_give_a_partition_to_two_members() {
                         &["t", "u"]
                     };
                     let name = format!("m{next}");
-                    s.join_with(&name, topics, None, None);
+                    let instance = (rng.below(3) == 0).then(|| format!("i{next}"));
+                    s.join_with(&name, topics, instance.as_deref(), None);
+                }
+                6 => {
+                    // A static member leaves for a restart: its partitions wait for it.
+                    let statics: Vec<String> = s
+                        .live()
+                        .into_iter()
+                        .filter(|n| s.clients[n].instance.is_some())
+                        .collect();
+                    if let Some(n) = statics.get(rng.below(statics.len().max(1) as u64) as usize) {
+                        let mut req = s.request(n);
+                        req.member_epoch = LEAVE_STATIC_EPOCH;
+                        let _ = s.g.heartbeat(s.now, req, &none);
+                        let c = s.clients.get_mut(n).unwrap();
+                        c.dead = true;
+                        c.owned.clear();
+                        away.push(n.clone());
+                        s.check();
+                    }
+                }
+                7 if !away.is_empty() => {
+                    // ... and comes back under a new member id (or finds it expired and
+                    // joins afresh).
+                    let n = away.remove(rng.below(away.len() as u64) as usize);
+                    next += 1;
+                    let c = s.clients.get_mut(&n).unwrap();
+                    c.dead = false;
+                    c.epoch = 0;
+                    c.owned.clear();
+                    c.id = format!("{n}-restart{next}");
+                    let _ = s.hb(&n);
                 }
                 2 => {
                     // A clean leave.
