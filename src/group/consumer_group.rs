@@ -417,6 +417,9 @@ impl ConsumerGroup {
         topics: &dyn Topics,
     ) -> Result<HeartbeatReply, GroupError> {
         self.validate(&req)?;
+        if req.member_epoch == LEAVE_EPOCH || req.member_epoch == LEAVE_STATIC_EPOCH {
+            return self.leave(now_ms, &req);
+        }
         // Compiled before anything changes: a bad pattern is refused whole. An empty one
         // clears the member's regular expression.
         let regex = match req.subscribed_topic_regex.as_deref() {
@@ -424,9 +427,6 @@ impl ConsumerGroup {
             Some("") => Some(None),
             Some(pattern) => Some(Some(compile(pattern)?)),
         };
-        if req.member_epoch == LEAVE_EPOCH || req.member_epoch == LEAVE_STATIC_EPOCH {
-            return self.leave(now_ms, &req);
-        }
         let member_id = if req.member_epoch == 0 {
             self.join(&req)?
         } else {
