@@ -631,7 +631,7 @@ fn group_apis_on_a_non_coordinator_shard_answer_not_coordinator() {
             .unwrap_or_else(|| panic!("LeaveGroup v{v}: connection closed"));
         assert_eq!(resp.error_code, NOT_COORDINATOR, "LeaveGroup v{v}");
     }
-    for v in 2..=8 {
+    for v in 2..=9 {
         let mut r = k::OffsetCommitRequest::default();
         r.group_id = gid();
         r.generation_id_or_member_epoch = -1;
@@ -648,7 +648,7 @@ fn group_apis_on_a_non_coordinator_shard_answer_not_coordinator() {
             "OffsetCommit v{v}"
         );
     }
-    for v in 1..=8 {
+    for v in 1..=9 {
         let mut r = k::OffsetFetchRequest::default();
         if v >= 8 {
             let mut g = k::offset_fetch_request::OffsetFetchRequestGroup::default();
@@ -668,12 +668,38 @@ fn group_apis_on_a_non_coordinator_shard_answer_not_coordinator() {
         let resp: k::OffsetFetchResponse = kafka_call(kafka_other, K::OffsetFetch, v, &r)
             .unwrap_or_else(|| panic!("OffsetFetch v{v}: connection closed"));
         let code = match v {
-            8 => resp.groups[0].error_code,
+            8.. => resp.groups[0].error_code,
             // v1 has no top-level error code: the partition carries it.
             1 => resp.topics[0].partitions[0].error_code,
             _ => resp.error_code,
         };
         assert_eq!(code, NOT_COORDINATOR, "OffsetFetch v{v}");
+    }
+    for v in 0..=1 {
+        let mut r = k::ConsumerGroupHeartbeatRequest::default();
+        r.group_id = gid();
+        r.member_id = s("m");
+        r.rebalance_timeout_ms = 10_000;
+        r.subscribed_topic_names = Some(vec![TopicName(s("t"))]);
+        r.topic_partitions = Some(Vec::new());
+        let resp: k::ConsumerGroupHeartbeatResponse =
+            kafka_call(kafka_other, K::ConsumerGroupHeartbeat, v, &r)
+                .unwrap_or_else(|| panic!("ConsumerGroupHeartbeat v{v}: connection closed"));
+        assert_eq!(
+            resp.error_code, NOT_COORDINATOR,
+            "ConsumerGroupHeartbeat v{v}"
+        );
+    }
+    for v in 0..=1 {
+        let mut r = k::ConsumerGroupDescribeRequest::default();
+        r.group_ids = vec![gid()];
+        let resp: k::ConsumerGroupDescribeResponse =
+            kafka_call(kafka_other, K::ConsumerGroupDescribe, v, &r)
+                .unwrap_or_else(|| panic!("ConsumerGroupDescribe v{v}: connection closed"));
+        assert_eq!(
+            resp.groups[0].error_code, NOT_COORDINATOR,
+            "ConsumerGroupDescribe v{v}"
+        );
     }
 }
 

@@ -437,6 +437,23 @@ impl PythonMember {
         now
     }
 
+    /// SIGTERM: the member stops reading, commits what it printed and closes (leaving the
+    /// group); waits for it to exit.
+    fn terminate(&mut self) {
+        // SAFETY: kill(2) on our own child's pid with a plain signal number.
+        let rc = unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+        assert_eq!(rc, 0);
+        let start = std::time::Instant::now();
+        while self.child.try_wait().unwrap().is_none() {
+            assert!(
+                start.elapsed() < DEADLINE,
+                "the member did not exit on SIGTERM"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert!(self.child.wait().unwrap().success(), "the member failed");
+    }
+
     fn values(&self) -> Vec<(u32, String)> {
         self.lines
             .lock()
@@ -548,4 +565,405 @@ fn a_kafka_consumer_and_a_rill_consumer_share_one_group() {
         .collect();
     expected.sort();
     assert_eq!(all, expected, "every message read once");
+}
+
+/// The coordinator of `group` as Kafka clients find it (FindCoordinator v3).
+fn kafka_coordinator(kafka: &str, group: &str) -> String {
+    use kafka_protocol::messages::{ApiKey, FindCoordinatorRequest, FindCoordinatorResponse};
+    use kafka_protocol::protocol::StrBytes;
+    let mut req = FindCoordinatorRequest::default();
+    req.key = StrBytes::from_string(group.to_string());
+    let mut found = None;
+    wait_until("the group's coordinator", || {
+        let r: FindCoordinatorResponse =
+            rill_testkit::kafka_call(kafka, ApiKey::FindCoordinator, 3, &req);
+        found = (r.error_code == 0).then(|| format!("{}:{}", r.host, r.port));
+        found.is_some()
+    });
+    found.unwrap()
+}
+
+/// A `clients.py describe-group` answer.
+#[derive(Debug, serde::Deserialize)]
+struct GroupDescription {
+    #[serde(rename = "type")]
+    group_type: String,
+    state: String,
+    assignor: String,
+    members: Vec<MemberView>,
+    listed_type: Option<String>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct MemberView {
+    member_id: String,
+    assignment: Vec<(String, u32)>,
+}
+
+/// KIP-848 with librdkafka (`group.protocol=consumer`): two members share a topic, every
+/// record is read once; one member closes and the other takes over from its commits; the
+/// group is described and listed as a consumer group; a classic JoinGroup cannot join it;
+/// committed offsets survive a broker restart and a new member resumes from them.
+#[test]
+fn kip848_consumers_share_partitions_and_take_over_from_committed_offsets() {
+    use kafka_protocol::messages::{ApiKey, JoinGroupRequest, JoinGroupResponse};
+    use kafka_protocol::protocol::StrBytes;
+    let mut b = TestBroker::start_kafka(2, &["--group-consumer-heartbeat-interval-ms", "500"]);
+    b.client().create_topic("t", 4, 1, vec![]).unwrap();
+    let kafka = b.kafka_bootstrap();
+    let all: Vec<(String, u32)> = (0..4).map(|p| ("t".to_string(), p)).collect();
+    let mut first = PythonMember::start(&kafka, "t", "kip848", "consumer");
+    wait_until("the first member owning all four partitions", || {
+        first.assignment() == all
+    });
+    let mut second = PythonMember::start(&kafka, "t", "kip848", "consumer:range");
+    wait_until("the two members splitting the four partitions", || {
+        let (a, b) = (first.assignment(), second.assignment());
+        let mut both: Vec<_> = a.iter().chain(&b).cloned().collect();
+        both.sort();
+        a.len() == 2 && b.len() == 2 && both == all
+    });
+    let produce = |b: &TestBroker, round: usize| {
+        for p in 0..4u32 {
+            rill_testkit::produce_values(b, "t", p, (0..100).map(|i| format!("r{round}-p{p}-{i}")));
+        }
+    };
+    produce(&b, 0);
+    wait_until("400 records read between the two", || {
+        first.values().len() + second.values().len() >= 400
+    });
+    let firsts: Vec<u32> = first.assignment().iter().map(|(_, p)| *p).collect();
+    assert!(
+        first.values().iter().all(|(p, _)| firsts.contains(p)),
+        "read outside its share"
+    );
+    assert!(
+        second.values().iter().all(|(p, _)| !firsts.contains(p)),
+        "read outside its share"
+    );
+
+    // The group as the AdminClient sees it (ConsumerGroupDescribe, ListGroups v5).
+    let d: GroupDescription =
+        serde_json::from_str(&python(&["describe-group", &kafka, "kip848"])).unwrap();
+    assert_eq!(d.group_type, "CONSUMER", "{d:?}");
+    assert_eq!(d.listed_type.as_deref(), Some("CONSUMER"), "{d:?}");
+    assert_eq!(d.state, "STABLE", "{d:?}");
+    assert_eq!(d.assignor, "range", "the member's server_assignor: {d:?}");
+    assert_eq!(d.members.len(), 2, "{d:?}");
+    let mut described: Vec<(String, u32)> = d
+        .members
+        .iter()
+        .flat_map(|m| m.assignment.clone())
+        .collect();
+    described.sort();
+    assert_eq!(described, all, "{d:?}");
+    assert!(d.members.iter().all(|m| !m.member_id.is_empty()));
+
+    // A classic member cannot join a consumer group with members.
+    let coordinator = kafka_coordinator(&kafka, "kip848");
+    let mut join = JoinGroupRequest::default();
+    join.group_id = kafka_protocol::messages::GroupId(StrBytes::from_static_str("kip848"));
+    join.session_timeout_ms = 10_000;
+    join.rebalance_timeout_ms = 10_000;
+    join.protocol_type = StrBytes::from_static_str("consumer");
+    let mut proto =
+        kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol::default();
+    proto.name = StrBytes::from_static_str("range");
+    join.protocols.push(proto);
+    let r: JoinGroupResponse = rill_testkit::kafka_call(&coordinator, ApiKey::JoinGroup, 5, &join);
+    assert_eq!(r.error_code, 23, "INCONSISTENT_GROUP_PROTOCOL");
+
+    // The second member closes (committing what it read): the first takes everything and
+    // goes on from the second's commits.
+    second.terminate();
+    wait_until("the first member owning all four partitions again", || {
+        first.assignment() == all
+    });
+    produce(&b, 1);
+    wait_until("800 records read in all", || {
+        first.values().len() + second.values().len() >= 800
+    });
+    first.terminate();
+    let mut read: Vec<String> = first
+        .values()
+        .into_iter()
+        .chain(second.values())
+        .map(|(_, v)| v)
+        .collect();
+    read.sort();
+    let mut expected: Vec<String> = (0..2)
+        .flat_map(|r| (0..4).flat_map(move |p| (0..100).map(move |i| format!("r{r}-p{p}-{i}"))))
+        .collect();
+    expected.sort();
+    assert_eq!(read, expected, "every record read exactly once");
+
+    // Committed offsets survive a restart; membership is rebuilt by the member joining.
+    b.restart();
+    produce(&b, 2);
+    let third = PythonMember::start(&b.kafka_bootstrap(), "t", "kip848", "consumer");
+    wait_until("the 400 new records read", || third.values().len() >= 400);
+    let mut got: Vec<String> = third.values().into_iter().map(|(_, v)| v).collect();
+    got.sort();
+    let mut expected: Vec<String> = (0..4)
+        .flat_map(|p| (0..100).map(move |i| format!("r2-p{p}-{i}")))
+        .collect();
+    expected.sort();
+    assert_eq!(
+        got, expected,
+        "the new member resumed at the committed offsets"
+    );
+}
+
+/// KIP-848's rules on the wire: epochs and fencing in ConsumerGroupHeartbeat, member epochs
+/// in OffsetCommit v9 / OffsetFetch v9, a group id either classic or consumer, regex
+/// subscriptions refused, ConsumerGroupDescribe, ListGroups' type filter, DeleteGroups.
+#[test]
+fn kip848_epochs_and_group_types_on_the_wire() {
+    use kafka_protocol::messages::consumer_group_heartbeat_request::TopicPartitions;
+    use kafka_protocol::messages::offset_commit_request::{
+        OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+    };
+    use kafka_protocol::messages::offset_fetch_request::{
+        OffsetFetchRequestGroup, OffsetFetchRequestTopics,
+    };
+    use kafka_protocol::messages::*;
+    use kafka_protocol::protocol::StrBytes;
+    let b = TestBroker::start_kafka(1, &["--group-initial-rebalance-delay-ms", "0"]);
+    b.client().create_topic("t", 2, 1, vec![]).unwrap();
+    let kafka = b.kafka_bootstrap();
+    let coordinator = kafka_coordinator(&kafka, "cg");
+    let s = |v: &str| StrBytes::from_string(v.to_string());
+    let heartbeat = |epoch: i32, owned: Option<Vec<i32>>| {
+        let mut r = ConsumerGroupHeartbeatRequest::default();
+        r.group_id = GroupId(s("cg"));
+        r.member_id = s("member-1");
+        r.member_epoch = epoch;
+        r.rebalance_timeout_ms = if epoch == 0 { 30_000 } else { -1 };
+        r.subscribed_topic_names = (epoch == 0).then(|| vec![TopicName(s("t"))]);
+        r.topic_partitions = owned.map(|parts| {
+            let mut tp = TopicPartitions::default();
+            tp.topic_id = Default::default();
+            tp.partitions = parts;
+            if tp.partitions.is_empty() {
+                Vec::new()
+            } else {
+                vec![tp]
+            }
+        });
+        r
+    };
+    let call = |r: &ConsumerGroupHeartbeatRequest| -> ConsumerGroupHeartbeatResponse {
+        rill_testkit::kafka_call(&coordinator, ApiKey::ConsumerGroupHeartbeat, 1, r)
+    };
+    let joined = call(&heartbeat(0, Some(vec![])));
+    assert_eq!(joined.error_code, 0, "{:?}", joined.error_message);
+    assert_eq!(joined.member_epoch, 1);
+    assert_eq!(joined.heartbeat_interval_ms, 5_000, "the default interval");
+    let assignment = joined.assignment.expect("the first answer assigns");
+    assert_eq!(assignment.topic_partitions.len(), 1);
+    let topic_id = assignment.topic_partitions[0].topic_id;
+    assert_eq!(assignment.topic_partitions[0].partitions, vec![0, 1]);
+    // An epoch the coordinator never gave: fenced. An unknown member: unknown.
+    let mut ahead = heartbeat(7, None);
+    ahead.topic_partitions = None;
+    assert_eq!(call(&ahead).error_code, 110, "FENCED_MEMBER_EPOCH");
+    let mut stranger = heartbeat(1, None);
+    stranger.member_id = s("nobody");
+    assert_eq!(call(&stranger).error_code, 25, "UNKNOWN_MEMBER_ID");
+    let mut regex = heartbeat(0, Some(vec![]));
+    regex.member_id = s("member-2");
+    regex.subscribed_topic_regex = Some(s("t("));
+    assert_eq!(call(&regex).error_code, 128, "INVALID_REGULAR_EXPRESSION");
+    let mut owned = heartbeat(1, Some(vec![0, 1]));
+    owned.topic_partitions.as_mut().unwrap()[0].topic_id = topic_id;
+    let steady = call(&owned);
+    assert_eq!((steady.error_code, steady.member_epoch), (0, 1));
+    assert!(
+        steady.assignment.is_none(),
+        "nothing changed: no assignment repeated"
+    );
+
+    // OffsetCommit v9 carries the member epoch: a stale one is refused.
+    let commit_at = |version: i16, epoch: i32, offset: i64| -> OffsetCommitResponse {
+        let mut r = OffsetCommitRequest::default();
+        r.group_id = GroupId(s("cg"));
+        r.member_id = s("member-1");
+        r.generation_id_or_member_epoch = epoch;
+        let mut t = OffsetCommitRequestTopic::default();
+        t.name = TopicName(s("t"));
+        let mut p = OffsetCommitRequestPartition::default();
+        p.partition_index = 0;
+        p.committed_offset = offset;
+        p.committed_leader_epoch = -1;
+        t.partitions.push(p);
+        r.topics.push(t);
+        rill_testkit::kafka_call(&coordinator, ApiKey::OffsetCommit, version, &r)
+    };
+    let commit = |epoch: i32, offset: i64| commit_at(9, epoch, offset);
+    let old = commit_at(8, 1, 5);
+    assert_eq!(
+        old.topics[0].partitions[0].error_code, 35,
+        "UNSUPPORTED_VERSION below v9"
+    );
+    assert_eq!(
+        commit(0, 5).topics[0].partitions[0].error_code,
+        113,
+        "STALE_MEMBER_EPOCH"
+    );
+    assert_eq!(commit(1, 5).topics[0].partitions[0].error_code, 0);
+    let fetch = |epoch: i32| -> OffsetFetchResponse {
+        let mut r = OffsetFetchRequest::default();
+        let mut g = OffsetFetchRequestGroup::default();
+        g.group_id = GroupId(s("cg"));
+        g.member_id = Some(s("member-1"));
+        g.member_epoch = epoch;
+        let mut t = OffsetFetchRequestTopics::default();
+        t.name = TopicName(s("t"));
+        t.partition_indexes = vec![0];
+        g.topics = Some(vec![t]);
+        r.groups.push(g);
+        rill_testkit::kafka_call(&coordinator, ApiKey::OffsetFetch, 9, &r)
+    };
+    let f = fetch(1);
+    assert_eq!(f.groups[0].error_code, 0);
+    assert_eq!(f.groups[0].topics[0].partitions[0].committed_offset, 5);
+    assert_eq!(fetch(3).groups[0].error_code, 113, "STALE_MEMBER_EPOCH");
+
+    // Described and listed as a consumer group.
+    let mut describe = ConsumerGroupDescribeRequest::default();
+    describe.group_ids = vec![GroupId(s("cg")), GroupId(s("classic"))];
+    let d: ConsumerGroupDescribeResponse =
+        rill_testkit::kafka_call(&coordinator, ApiKey::ConsumerGroupDescribe, 0, &describe);
+    let cg = &d.groups[0];
+    assert_eq!(cg.error_code, 0);
+    assert_eq!(
+        (cg.group_state.as_str(), cg.group_epoch, cg.assignment_epoch),
+        ("Stable", 1, 1)
+    );
+    assert_eq!(cg.assignor_name.as_str(), "uniform");
+    assert_eq!(cg.members.len(), 1);
+    assert_eq!(cg.members[0].member_id.as_str(), "member-1");
+    assert_eq!(
+        cg.members[0].assignment.topic_partitions[0].partitions,
+        vec![0, 1]
+    );
+    assert_eq!(d.groups[1].error_code, 69, "GROUP_ID_NOT_FOUND");
+    let list = |types: &[&str]| -> Vec<(String, String)> {
+        let mut r = ListGroupsRequest::default();
+        r.types_filter = types.iter().map(|t| s(t)).collect();
+        let l: ListGroupsResponse = rill_testkit::kafka_call(&kafka, ApiKey::ListGroups, 5, &r);
+        l.groups
+            .iter()
+            .map(|g| (g.group_id.0.to_string(), g.group_type.to_string()))
+            .collect()
+    };
+    assert_eq!(
+        list(&["consumer"]),
+        vec![("cg".to_string(), "consumer".to_string())]
+    );
+    assert!(list(&["classic"]).is_empty());
+    let dg: DescribeGroupsResponse = {
+        let mut r = DescribeGroupsRequest::default();
+        r.groups = vec![GroupId(s("cg"))];
+        rill_testkit::kafka_call(&coordinator, ApiKey::DescribeGroups, 5, &r)
+    };
+    assert_eq!(
+        dg.groups[0].group_state.as_str(),
+        "Dead",
+        "not a classic group"
+    );
+
+    // A classic group with members refuses consumer-protocol members.
+    let classic_coordinator = kafka_coordinator(&kafka, "classic");
+    let mut join = JoinGroupRequest::default();
+    join.group_id = GroupId(s("classic"));
+    join.session_timeout_ms = 10_000;
+    join.rebalance_timeout_ms = 10_000;
+    join.protocol_type = s("consumer");
+    let mut proto =
+        kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol::default();
+    proto.name = s("range");
+    join.protocols.push(proto);
+    let mut r: JoinGroupResponse =
+        rill_testkit::kafka_call(&classic_coordinator, ApiKey::JoinGroup, 5, &join);
+    if r.error_code == 79 {
+        // MEMBER_ID_REQUIRED (v4+): join again with the id handed out.
+        join.member_id = r.member_id.clone();
+        r = rill_testkit::kafka_call(&classic_coordinator, ApiKey::JoinGroup, 5, &join);
+    }
+    assert_eq!(r.error_code, 0);
+    let mut to_classic = heartbeat(0, Some(vec![]));
+    to_classic.group_id = GroupId(s("classic"));
+    let refused: ConsumerGroupHeartbeatResponse = rill_testkit::kafka_call(
+        &classic_coordinator,
+        ApiKey::ConsumerGroupHeartbeat,
+        1,
+        &to_classic,
+    );
+    assert_eq!(refused.error_code, 69, "GROUP_ID_NOT_FOUND");
+
+    // Non-empty consumer groups are not deleted; once the member left, the group is.
+    let delete = || -> i16 {
+        let mut r = DeleteGroupsRequest::default();
+        r.groups_names = vec![GroupId(s("cg"))];
+        let d: DeleteGroupsResponse =
+            rill_testkit::kafka_call(&coordinator, ApiKey::DeleteGroups, 2, &r);
+        d.results[0].error_code
+    };
+    assert_eq!(delete(), 68, "NON_EMPTY_GROUP");
+    let left = call(&heartbeat(-1, None));
+    assert_eq!((left.error_code, left.member_epoch), (0, -1));
+    assert_eq!(delete(), 0);
+    assert_eq!(
+        fetch(-1).groups[0].topics[0].partitions[0].committed_offset,
+        -1
+    );
+    assert!(list(&["consumer"]).is_empty());
+}
+
+/// A KIP-848 regular expression subscription through librdkafka (`^` topics): the broker
+/// resolves it, and a topic created later that matches joins the assignment.
+#[test]
+fn kip848_regex_subscription_follows_new_topics() {
+    let b = TestBroker::start_kafka(1, &["--group-consumer-heartbeat-interval-ms", "500"]);
+    let mut c = b.client();
+    c.create_topic("re-a", 2, 1, vec![]).unwrap();
+    c.create_topic("re-b", 1, 1, vec![]).unwrap();
+    c.create_topic("other", 1, 1, vec![]).unwrap();
+    let member = PythonMember::start(&b.kafka_bootstrap(), "^re-.*", "kip848-re", "consumer");
+    let tp = |t: &str, p: u32| (t.to_string(), p);
+    wait_until("the matching topics assigned", || {
+        member.assignment() == vec![tp("re-a", 0), tp("re-a", 1), tp("re-b", 0)]
+    });
+    // The broker holds the pattern (librdkafka sends it, it does not resolve it itself).
+    let coordinator = kafka_coordinator(&b.kafka_bootstrap(), "kip848-re");
+    let mut describe = kafka_protocol::messages::ConsumerGroupDescribeRequest::default();
+    describe.group_ids = vec![kafka_protocol::messages::GroupId(
+        kafka_protocol::protocol::StrBytes::from_static_str("kip848-re"),
+    )];
+    let d: kafka_protocol::messages::ConsumerGroupDescribeResponse = rill_testkit::kafka_call(
+        &coordinator,
+        kafka_protocol::messages::ApiKey::ConsumerGroupDescribe,
+        0,
+        &describe,
+    );
+    let regex = d.groups[0].members[0].subscribed_topic_regex.clone();
+    assert!(regex.is_some_and(|r| r.contains("re-")), "{d:?}");
+    c.create_topic("re-c", 2, 1, vec![]).unwrap();
+    wait_until("the new matching topic assigned", || {
+        member.assignment()
+            == vec![
+                tp("re-a", 0),
+                tp("re-a", 1),
+                tp("re-b", 0),
+                tp("re-c", 0),
+                tp("re-c", 1),
+            ]
+    });
+    rill_testkit::produce_values(&b, "re-c", 1, ["new".to_string()]);
+    rill_testkit::produce_values(&b, "other", 0, ["not mine".to_string()]);
+    wait_until("the record of the new topic read", || {
+        member.values().contains(&(1, "new".to_string()))
+    });
+    assert!(member.values().iter().all(|(_, v)| v != "not mine"));
 }

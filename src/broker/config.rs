@@ -150,6 +150,16 @@ pub struct BrokerConfig {
     /// An empty group's first generation waits this long for more members after each join
     /// (`--group-initial-rebalance-delay-ms`, Kafka's `group.initial.rebalance.delay.ms`).
     pub group_initial_rebalance_delay: Duration,
+    /// A KIP-848 consumer group member not heard from this long is removed
+    /// (`--group-consumer-session-timeout-ms`, Kafka's `group.consumer.session.timeout.ms`).
+    pub group_consumer_session_timeout: Duration,
+    /// How often KIP-848 members are told to heartbeat
+    /// (`--group-consumer-heartbeat-interval-ms`, Kafka's
+    /// `group.consumer.heartbeat.interval.ms`).
+    pub group_consumer_heartbeat_interval: Duration,
+    /// The server-side assignors KIP-848 groups may ask for, the first the default
+    /// (`--group-consumer-assignors`, Kafka's `group.consumer.assignors`).
+    pub group_consumer_assignors: Vec<String>,
     /// Groups one shard coordinates at once (`--max-groups-per-shard`).
     pub max_groups_per_shard: usize,
     /// Partitions one group may hold committed offsets for (`--max-offsets-per-group`).
@@ -241,6 +251,9 @@ impl BrokerConfig {
             transaction_state_compact_every: 10_000,
             group_max_size: 1_000,
             group_initial_rebalance_delay: Duration::from_secs(3),
+            group_consumer_session_timeout: Duration::from_millis(45_000),
+            group_consumer_heartbeat_interval: Duration::from_millis(5_000),
+            group_consumer_assignors: vec!["uniform".into(), "range".into()],
             max_groups_per_shard: 10_000,
             max_offsets_per_group: 100_000,
             io_memory_bytes: 10 << 20,

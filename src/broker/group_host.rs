@@ -7,11 +7,15 @@ use std::collections::HashMap;
 
 use super::offsets::Position;
 use crate::controller::metadata::ClusterMetadata;
+use crate::group::consumer_group::{
+    ConsumerGroup, ConsumerGroupConfig, ConsumerGroupDescription, Heartbeat, HeartbeatReply, Topics,
+};
 use crate::group::coordinator::{
     Action, Group, GroupConfig, GroupError, JoinRequest, JoinResult, MemberDescription,
     SyncRequest, Token,
 };
 use crate::group::offsets_log::{snapshot, CommitRecord, PartitionOffset};
+use crate::protocol::ErrorCode;
 
 /// The internal topic whose partitions place group coordinators.
 pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
@@ -58,10 +62,30 @@ pub fn place_in(
     })
 }
 
-/// One group as DescribeGroups shows it.
+/// Which protocol a group id is used with (ListGroups' `group_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupType {
+    /// JoinGroup/SyncGroup, or only committed offsets.
+    Classic,
+    /// KIP-848: ConsumerGroupHeartbeat.
+    Consumer,
+}
+
+impl GroupType {
+    pub fn name(self) -> &'static str {
+        match self {
+            GroupType::Classic => "classic",
+            GroupType::Consumer => "consumer",
+        }
+    }
+}
+
+/// One group as DescribeGroups shows it (a consumer group: its state, "consumer", its
+/// assignor and group epoch, members without assignment bytes).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GroupSummary {
     pub group: String,
+    pub group_type: GroupType,
     /// Kafka's state name: Empty, PreparingRebalance, CompletingRebalance, Stable or Dead.
     pub state: String,
     /// e.g. "consumer"; empty when no member ever joined.
@@ -120,7 +144,12 @@ pub struct GroupHost {
     coordination: RefCell<HashMap<u32, Coordination>>,
     /// Fired when a load ends.
     loaded: event_listener::Event,
+    /// Classic groups, and the committed offsets of every group (a consumer group's too:
+    /// its entry here has no members).
     groups: RefCell<HashMap<String, Group>>,
+    consumer_cfg: ConsumerGroupConfig,
+    /// KIP-848 consumer groups. An id is in here or has classic members, never both.
+    consumer_groups: RefCell<HashMap<String, ConsumerGroup>>,
     waiters: RefCell<HashMap<Token, Waiter>>,
     next_token: Cell<Token>,
     /// Per offsets partition and producer id: offsets a transaction committed
@@ -161,10 +190,25 @@ impl GroupHost {
             coordination: RefCell::new(HashMap::new()),
             loaded: event_listener::Event::new(),
             groups: RefCell::new(HashMap::new()),
+            consumer_cfg: ConsumerGroupConfig {
+                max_members: cfg.max_members,
+                ..ConsumerGroupConfig::default()
+            },
+            consumer_groups: RefCell::new(HashMap::new()),
             waiters: RefCell::new(HashMap::new()),
             next_token: Cell::new(1),
             txn_offsets: RefCell::new(HashMap::new()),
         }
+    }
+
+    /// The settings of consumer groups (`--group-consumer-*`); member ids keep this run's
+    /// incarnation.
+    pub fn with_consumer_config(mut self, c: ConsumerGroupConfig) -> GroupHost {
+        self.consumer_cfg = ConsumerGroupConfig {
+            incarnation: self.cfg.incarnation,
+            ..c
+        };
+        self
     }
 
     fn token(&self) -> Token {
@@ -202,6 +246,29 @@ impl GroupHost {
         let token = self.token();
         let waiter = Waiter::Join(group.to_string(), tx);
         self.waiters.borrow_mut().insert(token, waiter);
+        let consumer_members = self
+            .consumer_groups
+            .borrow()
+            .get(group)
+            .map(ConsumerGroup::member_count);
+        match consumer_members {
+            Some(0) => {
+                // An empty consumer group becomes a classic one (Kafka converts it too);
+                // its committed offsets stay.
+                self.consumer_groups.borrow_mut().remove(group);
+            }
+            Some(_) => {
+                let e = GroupError {
+                    code: ErrorCode::InconsistentGroupProtocol,
+                    message: format!(
+                        "group {group:?} is a consumer group (group.protocol=consumer) with members"
+                    ),
+                };
+                self.deliver(vec![Action::JoinReply(token, Err(e))]);
+                return rx;
+            }
+            None => {}
+        }
         if let Err(e) = self.check_room(group) {
             // GROUP_MAX_SIZE_REACHED: the refusal JoinGroup clients report as such, not retry.
             let e = GroupError {
@@ -280,11 +347,18 @@ impl GroupHost {
 
     /// (group, state) of every group this shard coordinates, sorted.
     pub fn list(&self) -> Vec<(String, String)> {
+        let consumer = self.consumer_groups.borrow();
         let mut out: Vec<_> = self
             .groups
             .borrow()
             .values()
+            .filter(|g| !consumer.contains_key(&g.id))
             .map(|g| (g.id.clone(), g.state().name().to_string()))
+            .chain(
+                consumer
+                    .values()
+                    .map(|g| (g.id.clone(), g.state().name().to_string())),
+            )
             .collect();
         out.sort();
         out
@@ -294,10 +368,33 @@ impl GroupHost {
     /// member joined, no offset committed) is described as Kafka does: state "Dead", no
     /// members, no error.
     pub fn describe(&self, group: &str) -> GroupSummary {
+        if let Some(cg) = self.consumer_groups.borrow().get(group) {
+            let d = cg.describe();
+            return GroupSummary {
+                group: group.to_string(),
+                group_type: GroupType::Consumer,
+                state: d.state.name().to_string(),
+                protocol_type: "consumer".into(),
+                protocol: d.assignor,
+                generation: d.group_epoch.max(0) as u32,
+                leader: String::new(),
+                members: d
+                    .members
+                    .into_iter()
+                    .map(|m| MemberDescription {
+                        member_id: m.member_id,
+                        group_instance_id: m.instance_id,
+                        client_id: m.client_id,
+                        assignment: Vec::new(),
+                    })
+                    .collect(),
+            };
+        }
         let groups = self.groups.borrow();
         let Some(g) = groups.get(group) else {
             return GroupSummary {
                 group: group.to_string(),
+                group_type: GroupType::Classic,
                 state: "Dead".into(),
                 protocol_type: String::new(),
                 protocol: String::new(),
@@ -308,6 +405,7 @@ impl GroupHost {
         };
         GroupSummary {
             group: group.to_string(),
+            group_type: GroupType::Classic,
             state: g.state().name().to_string(),
             protocol_type: g.protocol_type().unwrap_or_default().to_string(),
             protocol: g.protocol().unwrap_or_default().to_string(),
@@ -328,6 +426,14 @@ impl GroupHost {
             actions.extend(a);
         }
         self.deliver(actions);
+        for g in self.consumer_groups.borrow_mut().values_mut() {
+            for (id, why) in g.tick(now_ms) {
+                log::info!(
+                    "consumer group {}: member {id} removed ({why:?} timeout)",
+                    g.id
+                );
+            }
+        }
     }
 
     /// Forgets a waiter whose request gave up (timed out), so it does not pile up.
@@ -336,6 +442,119 @@ impl GroupHost {
             Waiter::Join(_, tx) => !tx.is_disconnected(),
             Waiter::Sync(_, tx) => !tx.is_disconnected(),
         });
+    }
+}
+
+/// KIP-848 consumer groups.
+impl GroupHost {
+    /// ConsumerGroupHeartbeat. A group id with classic members is refused
+    /// (GROUP_ID_NOT_FOUND, as Kafka); one with only committed offsets becomes a consumer
+    /// group. `partitions` gives a topic's partition count from the metadata.
+    pub fn consumer_heartbeat(
+        &self,
+        now_ms: u64,
+        group: &str,
+        req: Heartbeat,
+        topics: &dyn Topics,
+    ) -> Result<HeartbeatReply, GroupError> {
+        if self
+            .groups
+            .borrow()
+            .get(group)
+            .is_some_and(|g| !g.member_ids().is_empty())
+        {
+            return Err(GroupError {
+                code: ErrorCode::GroupIdNotFound,
+                message: format!("Group {group} is not a consumer group"),
+            });
+        }
+        let mut consumer = self.consumer_groups.borrow_mut();
+        let created = !consumer.contains_key(group);
+        if created {
+            if req.member_epoch != 0 {
+                // Kafka keeps membership in its log; rill rebuilds it from members
+                // rejoining (after a restart or a coordinator move): a member of a group
+                // this coordinator does not know rejoins.
+                return Err(GroupError {
+                    code: ErrorCode::UnknownMemberId,
+                    message: format!(
+                        "Member {} is not a member of group {group}: rejoin",
+                        req.member_id
+                    ),
+                });
+            }
+            drop(consumer);
+            self.check_room(group).map_err(|e| GroupError {
+                code: ErrorCode::GroupMaxSizeReached,
+                ..e
+            })?;
+            consumer = self.consumer_groups.borrow_mut();
+        }
+        let g = consumer
+            .entry(group.to_string())
+            .or_insert_with(|| ConsumerGroup::new(group, self.consumer_cfg.clone()));
+        let out = g.heartbeat(now_ms, req, topics);
+        // A refused first heartbeat leaves nothing behind.
+        if created && g.is_empty() {
+            consumer.remove(group);
+        }
+        out
+    }
+
+    /// ConsumerGroupDescribe: GROUP_ID_NOT_FOUND for an unknown or classic group.
+    pub fn describe_consumer(&self, group: &str) -> Result<ConsumerGroupDescription, GroupError> {
+        self.consumer_groups
+            .borrow()
+            .get(group)
+            .map(ConsumerGroup::describe)
+            .ok_or_else(|| GroupError {
+                code: ErrorCode::GroupIdNotFound,
+                message: if self.groups.borrow().contains_key(group) {
+                    format!("Group {group} is not a consumer group")
+                } else {
+                    format!("Group {group} not found.")
+                },
+            })
+    }
+
+    /// Whether `group` is a consumer group here.
+    pub fn group_type(&self, group: &str) -> GroupType {
+        if self.consumer_groups.borrow().contains_key(group) {
+            GroupType::Consumer
+        } else {
+            GroupType::Classic
+        }
+    }
+
+    /// DeleteGroups of an empty consumer group: its membership record goes (its offsets go
+    /// through `remove_offsets`).
+    pub fn forget_empty_consumer_group(&self, group: &str) {
+        let mut consumer = self.consumer_groups.borrow_mut();
+        if consumer.get(group).is_some_and(ConsumerGroup::is_empty) {
+            consumer.remove(group);
+        }
+    }
+
+    /// OffsetFetch v9+ with a member id and epoch: checked against a consumer group
+    /// (Kafka's `validateOffsetFetch`); classic groups are not checked.
+    pub fn check_fetch(
+        &self,
+        group: &str,
+        member_id: Option<&str>,
+        member_epoch: i32,
+    ) -> Result<(), GroupError> {
+        match self.consumer_groups.borrow().get(group) {
+            Some(cg) => cg.validate_offset_fetch(member_id, member_epoch),
+            None => Ok(()),
+        }
+    }
+
+    /// Topic metadata changed: every consumer group re-reads its subscribed topics (new
+    /// partitions, created or deleted topics bump its epoch and recompute its target).
+    pub fn topics_changed(&self, topics: &dyn Topics) {
+        for g in self.consumer_groups.borrow_mut().values_mut() {
+            g.topics_changed(topics);
+        }
     }
 }
 
@@ -358,6 +577,17 @@ impl GroupHost {
         generation: i32,
         offsets: &[PartitionOffset],
     ) -> Result<(), GroupError> {
+        if let Some(cg) = self.consumer_groups.borrow().get(group) {
+            // A consumer group: the generation field carries the member epoch (KIP-848).
+            cg.validate_offset_commit(member_id, generation)?;
+            return match self.groups.borrow().get(group) {
+                Some(g) => g.check_offset_limits(offsets),
+                None => {
+                    Group::new(group, self.cfg.clone()).check_offset_limits(offsets)?;
+                    self.check_room(group)
+                }
+            };
+        }
         match self.groups.borrow().get(group) {
             Some(g) => g.check_commit(member_id, instance, generation, offsets),
             None => {
@@ -374,7 +604,10 @@ impl GroupHost {
     /// INVALID_COMMIT_OFFSET_SIZE; a join turns it into GROUP_MAX_SIZE_REACHED.
     fn check_room(&self, group: &str) -> Result<(), GroupError> {
         let groups = self.groups.borrow();
-        if groups.contains_key(group) || groups.len() < self.max_groups {
+        let consumer = self.consumer_groups.borrow();
+        // Ids held: classic or offsets entries, plus consumer groups without offsets yet.
+        let held = groups.len() + consumer.keys().filter(|g| !groups.contains_key(*g)).count();
+        if groups.contains_key(group) || consumer.contains_key(group) || held < self.max_groups {
             return Ok(());
         }
         Err(GroupError {
@@ -493,6 +726,19 @@ impl GroupHost {
     /// DeleteGroups: the partitions whose offsets go, once the group is checked: known here
     /// (GROUP_ID_NOT_FOUND) and without members (NON_EMPTY_GROUP).
     pub fn deletable(&self, group: &str) -> Result<Vec<(String, u32)>, GroupError> {
+        if let Some(cg) = self.consumer_groups.borrow().get(group) {
+            if !cg.is_empty() {
+                return Err(GroupError {
+                    code: ErrorCode::NonEmptyGroup,
+                    message: format!("group {group:?} has members"),
+                });
+            }
+            return Ok(self
+                .all_committed(group)
+                .into_iter()
+                .map(|o| (o.topic, o.partition))
+                .collect());
+        }
         let groups = self.groups.borrow();
         let g = groups.get(group).ok_or_else(|| GroupError {
             code: crate::protocol::ErrorCode::GroupIdNotFound,
@@ -513,6 +759,9 @@ impl GroupHost {
         &self,
         group: &str,
     ) -> Result<std::collections::BTreeSet<String>, GroupError> {
+        if let Some(cg) = self.consumer_groups.borrow().get(group) {
+            return Ok(cg.subscribed_topics());
+        }
         self.groups
             .borrow()
             .get(group)
@@ -662,6 +911,7 @@ impl GroupHost {
         self.txn_offsets.borrow_mut().remove(&p);
         let of_p = |g: &str| offsets_partition(g, partitions) == p;
         self.groups.borrow_mut().retain(|id, _| !of_p(id));
+        self.consumer_groups.borrow_mut().retain(|id, _| !of_p(id));
         let gone: Vec<Waiter> = {
             let mut waiters = self.waiters.borrow_mut();
             let tokens: Vec<Token> = waiters
@@ -854,6 +1104,111 @@ mod tests {
         host.check_commit("a", "", None, -1, &o).unwrap();
         assert_eq!(host.describe("b").members.len(), 1);
         assert_eq!(host.list().len(), 2);
+    }
+
+    fn consumer_join(member: &str) -> Heartbeat {
+        Heartbeat {
+            member_id: member.into(),
+            member_epoch: 0,
+            rebalance_timeout_ms: 30_000,
+            subscribed_topic_names: Some(vec!["t".into()]),
+            owned: Some(Vec::new()),
+            ..Heartbeat::default()
+        }
+    }
+
+    #[test]
+    fn a_group_id_is_classic_or_consumer_and_empty_ones_convert() {
+        let host = GroupHost::new(no_delay(), 10);
+        let topics = |_: &str| Some(2);
+        // Offsets only (an empty classic group): a consumer member converts it, the offsets
+        // stay.
+        host.store_commit("g", 0, "", vec![PartitionOffset::new("t", 0, 4)]);
+        let r = host
+            .consumer_heartbeat(0, "g", consumer_join("m"), &topics)
+            .unwrap();
+        assert_eq!(r.member_epoch, 1);
+        assert_eq!(host.group_type("g"), GroupType::Consumer);
+        assert_eq!(host.committed("g", "t", 0).map(|p| p.offset), Some(4));
+        assert_eq!(host.list(), vec![("g".to_string(), "Stable".to_string())]);
+        let d = host.describe("g");
+        assert_eq!(
+            (d.group_type, d.protocol_type.as_str(), d.members.len()),
+            (GroupType::Consumer, "consumer", 1)
+        );
+        // Commits carry the member epoch.
+        let o = [PartitionOffset::new("t", 1, 9)];
+        host.check_commit("g", "m", None, 1, &o).unwrap();
+        let e = host.check_commit("g", "m", None, 0, &o).unwrap_err();
+        assert_eq!(e.code, ErrorCode::StaleMemberEpoch);
+        // A classic member cannot join while it has members; nor can it be deleted.
+        let mut req = join_req("");
+        req.group_instance_id = None;
+        let e = host
+            .join(0, "g", req.clone())
+            .try_recv()
+            .unwrap()
+            .unwrap_err();
+        assert_eq!(e.code, ErrorCode::InconsistentGroupProtocol);
+        assert_eq!(
+            host.deletable("g").unwrap_err().code,
+            ErrorCode::NonEmptyGroup
+        );
+        // Once the member left, a classic member converts it back.
+        let mut leave = consumer_join("m");
+        leave.member_epoch = -1;
+        host.consumer_heartbeat(0, "g", leave, &topics).unwrap();
+        assert_eq!(host.deletable("g").unwrap(), vec![("t".to_string(), 0)]);
+        let joined = host.join(0, "g", req).try_recv().unwrap().unwrap();
+        assert_eq!(host.group_type("g"), GroupType::Classic);
+        // A classic group with members refuses consumer members.
+        let e = host
+            .consumer_heartbeat(0, "g", consumer_join("n"), &topics)
+            .unwrap_err();
+        assert_eq!(e.code, ErrorCode::GroupIdNotFound);
+        assert_eq!(
+            host.describe_consumer("g").unwrap_err().code,
+            ErrorCode::GroupIdNotFound
+        );
+        host.leave(0, "g", &joined.member_id).unwrap();
+        // A member of a group this coordinator does not know (a restart) rejoins.
+        let mut lost = consumer_join("m");
+        lost.member_epoch = 3;
+        let e = host
+            .consumer_heartbeat(0, "other", lost, &topics)
+            .unwrap_err();
+        assert_eq!(e.code, ErrorCode::UnknownMemberId);
+        assert_eq!(
+            host.group_type("other"),
+            GroupType::Classic,
+            "nothing created"
+        );
+    }
+
+    #[test]
+    fn consumer_groups_count_against_the_shard_bound_and_unload_with_their_partition() {
+        let host = GroupHost::new(no_delay(), 2);
+        let topics = |_: &str| Some(1);
+        host.consumer_heartbeat(0, "a", consumer_join("m"), &topics)
+            .unwrap();
+        host.store_commit("b", 0, "", vec![PartitionOffset::new("t", 0, 1)]);
+        let e = host
+            .consumer_heartbeat(0, "c", consumer_join("m"), &topics)
+            .unwrap_err();
+        assert_eq!(e.code, ErrorCode::GroupMaxSizeReached);
+        let o = [PartitionOffset::new("t", 0, 1)];
+        assert_eq!(
+            host.check_commit("c", "", None, -1, &o).unwrap_err().code,
+            ErrorCode::InvalidCommitOffsetSize
+        );
+        // Held groups keep working; the consumer group's offsets do not count twice.
+        host.store_commit("a", 0, "", o.to_vec());
+        assert_eq!(host.list().len(), 2);
+        // Sessions expire on the shard's tick.
+        host.tick(45_001);
+        assert_eq!(host.describe("a").state, "Empty");
+        host.unload(offsets_partition("a", 8), 8);
+        assert_eq!(host.group_type("a"), GroupType::Classic);
     }
 
     /// Two groups on different offsets partitions (of 8): the shard leading both loses one.

@@ -4,11 +4,12 @@
 
 use std::time::{Duration, Instant};
 
-use super::group_host::{coordinator_of, Coordination, GroupSummary};
+use super::group_host::{coordinator_of, Coordination, GroupSummary, GroupType};
 use super::internal_topics::{self, InternalTopic};
 use super::{recv_until, OpError, Shard};
 use crate::clock::now_ms;
 use crate::controller::metadata::BrokerInfo;
+use crate::group::consumer_group::{ConsumerGroupDescription, Heartbeat, HeartbeatReply, Topics};
 use crate::group::coordinator::{GroupError, JoinRequest, JoinResult, SyncRequest};
 use crate::protocol::error_code::ErrorCode;
 
@@ -173,4 +174,59 @@ pub fn list(shard: &Shard) -> Vec<GroupSummary> {
         .into_iter()
         .map(|(group, _)| shard.groups.describe(&group))
         .collect()
+}
+
+/// The shard's metadata as consumer groups read it: partition counts, and the topic names
+/// a regular expression subscription may match (internal `__` topics left out, as Kafka
+/// leaves its internal topics out).
+struct ShardTopics<'a>(&'a Shard);
+
+impl Topics for ShardTopics<'_> {
+    fn partitions(&self, topic: &str) -> Option<u32> {
+        self.0
+            .metadata
+            .borrow()
+            .topic(topic)
+            .map(|t| t.partitions.len() as u32)
+    }
+
+    fn names(&self) -> Vec<String> {
+        self.0
+            .metadata
+            .borrow()
+            .topics
+            .keys()
+            .filter(|t| !t.starts_with("__"))
+            .cloned()
+            .collect()
+    }
+}
+
+/// ConsumerGroupHeartbeat (KIP-848): answered at once with the member's epoch and, when it
+/// changed, its assignment.
+pub fn consumer_heartbeat(
+    shard: &Shard,
+    group: &str,
+    req: Heartbeat,
+) -> Result<HeartbeatReply, OpError> {
+    coordinated_here(shard, group)?;
+    Ok(shard
+        .groups
+        .consumer_heartbeat(now(), group, req, &ShardTopics(shard))?)
+}
+
+/// ConsumerGroupDescribe of one group.
+pub fn consumer_describe(shard: &Shard, group: &str) -> Result<ConsumerGroupDescription, OpError> {
+    coordinated_here(shard, group)?;
+    Ok(shard.groups.describe_consumer(group)?)
+}
+
+/// After a metadata change: consumer groups whose subscribed topics changed rebalance.
+pub fn topics_changed(shard: &Shard) {
+    shard.groups.topics_changed(&ShardTopics(shard));
+}
+
+/// Whether `group` is a KIP-848 consumer group on this shard (classic otherwise).
+pub fn group_type(shard: &Shard, group: &str) -> GroupType {
+    shard.groups.group_type(group)
 }

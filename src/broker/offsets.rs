@@ -203,6 +203,7 @@ fn check_producer_epoch(
 pub async fn delete_group(shard: &Rc<Shard>, group: &str) -> Result<(), OpError> {
     coordinated_here(shard, group)?;
     let partitions = shard.groups.deletable(group)?;
+    shard.groups.forget_empty_consumer_group(group);
     remove(shard, group, partitions).await
 }
 
@@ -356,4 +357,16 @@ fn committable_group(shard: &Shard, group: &str) -> Result<(), OpError> {
         ));
     }
     Ok(())
+}
+
+/// OffsetFetch v9+ names the asking member: in a consumer group it must be a member at its
+/// current epoch (UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH), as Kafka checks.
+pub fn check_fetch(
+    shard: &Shard,
+    group: &str,
+    member_id: Option<&str>,
+    member_epoch: i32,
+) -> Result<(), OpError> {
+    coordinated_here(shard, group)?;
+    Ok(shard.groups.check_fetch(group, member_id, member_epoch)?)
 }

@@ -160,7 +160,14 @@ impl Shard {
                 ..crate::group::GroupConfig::default()
             },
             cfg.max_groups_per_shard,
-        );
+        )
+        .with_consumer_config(crate::group::consumer_group::ConsumerGroupConfig {
+            session_timeout_ms: cfg.group_consumer_session_timeout.as_millis() as u64,
+            heartbeat_interval_ms: cfg.group_consumer_heartbeat_interval.as_millis() as u64,
+            assignors: cfg.group_consumer_assignors.clone(),
+            max_members: cfg.group_max_size,
+            incarnation: 0,
+        });
         let txns =
             super::txn_host::TxnHost::new(crate::transactions::coordinator::CoordinatorConfig {
                 max_timeout_ms: cfg.transaction_max_timeout_ms,
@@ -431,6 +438,7 @@ impl Shard {
         self.applied.set(self.id, md.applied_index);
         *self.metadata.borrow_mut() = md;
         super::coordination::sync(self);
+        super::groups::topics_changed(self);
         self.replication_changed.notify(usize::MAX);
     }
 

@@ -613,6 +613,32 @@ pub struct BrokerArgs {
         default_value_t = 3_000
     )]
     pub group_initial_rebalance_delay_ms: u64,
+    /// A member of a consumer group using the KIP-848 protocol (group.protocol=consumer) not
+    /// heard from this long is removed and its partitions reassigned (Kafka's
+    /// group.consumer.session.timeout.ms).
+    #[arg(
+        long,
+        env = "RILL_GROUP_CONSUMER_SESSION_TIMEOUT_MS",
+        default_value_t = 45_000
+    )]
+    pub group_consumer_session_timeout_ms: u64,
+    /// How often KIP-848 consumer group members heartbeat, told to them in every answer
+    /// (Kafka's group.consumer.heartbeat.interval.ms); below the session timeout.
+    #[arg(
+        long,
+        env = "RILL_GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS",
+        default_value_t = 5_000
+    )]
+    pub group_consumer_heartbeat_interval_ms: u64,
+    /// Server-side assignors KIP-848 groups may ask for (server_assignor), the first the
+    /// default: uniform, range (Kafka's group.consumer.assignors).
+    #[arg(
+        long,
+        env = "RILL_GROUP_CONSUMER_ASSIGNORS",
+        default_value = "uniform,range",
+        value_delimiter = ','
+    )]
+    pub group_consumer_assignors: Vec<String>,
     /// Groups (with members or committed offsets) one shard coordinates at once; a join that
     /// would create one more gets GROUP_MAX_SIZE_REACHED, a commit INVALID_COMMIT_OFFSET_SIZE.
     #[arg(long, env = "RILL_MAX_GROUPS_PER_SHARD", default_value_t = 10_000)]

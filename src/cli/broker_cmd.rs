@@ -255,6 +255,34 @@ pub fn config_from_args(a: &BrokerArgs) -> Result<BrokerConfig, String> {
     }
     c.group_max_size = a.group_max_size;
     c.group_initial_rebalance_delay = Duration::from_millis(a.group_initial_rebalance_delay_ms);
+    if a.group_consumer_session_timeout_ms == 0
+        || a.group_consumer_heartbeat_interval_ms == 0
+        || a.group_consumer_heartbeat_interval_ms >= a.group_consumer_session_timeout_ms
+        || a.group_consumer_heartbeat_interval_ms > i32::MAX as u64
+    {
+        return Err(format!(
+            "--group-consumer-heartbeat-interval-ms ({}) must be above 0 and below \
+             --group-consumer-session-timeout-ms ({})",
+            a.group_consumer_heartbeat_interval_ms, a.group_consumer_session_timeout_ms
+        ));
+    }
+    c.group_consumer_session_timeout = Duration::from_millis(a.group_consumer_session_timeout_ms);
+    c.group_consumer_heartbeat_interval =
+        Duration::from_millis(a.group_consumer_heartbeat_interval_ms);
+    let known = crate::group::consumer_group::ASSIGNORS;
+    if a.group_consumer_assignors.is_empty() {
+        return Err("--group-consumer-assignors needs at least one of uniform, range".into());
+    }
+    if let Some(bad) = a
+        .group_consumer_assignors
+        .iter()
+        .find(|n| !known.contains(&n.as_str()))
+    {
+        return Err(format!(
+            "--group-consumer-assignors: unknown assignor {bad:?} (known: uniform, range)"
+        ));
+    }
+    c.group_consumer_assignors = a.group_consumer_assignors.clone();
     c.max_groups_per_shard = a.max_groups_per_shard;
     c.max_offsets_per_group = a.max_offsets_per_group;
     c.io_memory_bytes = a.io_memory_bytes;
@@ -607,6 +635,59 @@ fn sasl_mechanisms(flag: &str, list: &str) -> Result<Vec<String>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn broker_args(flags: &[&str]) -> BrokerArgs {
+        use clap::Parser;
+        let mut argv = vec!["rill", "broker"];
+        argv.extend_from_slice(flags);
+        match super::super::args::Cli::try_parse_from(argv)
+            .unwrap()
+            .command
+        {
+            super::super::args::Command::Broker(a) => *a,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn consumer_group_flags_default_to_kafkas_and_are_checked() {
+        let c = config_from_args(&broker_args(&[])).unwrap();
+        assert_eq!(
+            c.group_consumer_session_timeout,
+            Duration::from_millis(45_000)
+        );
+        assert_eq!(
+            c.group_consumer_heartbeat_interval,
+            Duration::from_millis(5_000)
+        );
+        assert_eq!(c.group_consumer_assignors, vec!["uniform", "range"]);
+        let c = config_from_args(&broker_args(&[
+            "--group-consumer-assignors",
+            "range",
+            "--group-consumer-session-timeout-ms",
+            "10000",
+            "--group-consumer-heartbeat-interval-ms",
+            "1000",
+        ]))
+        .unwrap();
+        assert_eq!(c.group_consumer_assignors, vec!["range"]);
+        assert_eq!(
+            c.group_consumer_session_timeout,
+            Duration::from_millis(10_000)
+        );
+        let e = config_from_args(&broker_args(&[
+            "--group-consumer-assignors",
+            "range,sticky",
+        ]))
+        .unwrap_err();
+        assert!(e.contains("unknown assignor \"sticky\""), "{e}");
+        let e = config_from_args(&broker_args(&[
+            "--group-consumer-heartbeat-interval-ms",
+            "45000",
+        ]))
+        .unwrap_err();
+        assert!(e.contains("--group-consumer-session-timeout-ms"), "{e}");
+    }
     #[test]
     fn cores() {
         assert_eq!(parse_cores("0,2").unwrap(), vec![0, 2]);

@@ -809,6 +809,13 @@ impl Group {
                 ));
             }
         }
+        self.check_offset_limits(offsets)
+    }
+
+    /// The limits every commit meets whoever sends it (a classic member, a consumer-protocol
+    /// member checked by its own group, or an outsider): metadata size and the bound on
+    /// partitions with committed offsets.
+    pub fn check_offset_limits(&self, offsets: &[PartitionOffset]) -> Result<(), GroupError> {
         if let Some(o) = offsets
             .iter()
             .find(|o| o.metadata.len() > self.cfg.max_offset_metadata)

@@ -5,6 +5,7 @@
 //! is in `server::groups` and `server::offsets_log`; the member side is `client::group_consumer`.
 
 pub mod assignor;
+pub mod consumer_group;
 pub mod consumer_protocol;
 pub mod coordinator;
 pub mod offsets_log;

@@ -294,6 +294,48 @@ pub fn check(shard: &Shard, caller: &Caller, version: i16, request: RequestKind)
             out.error_code = GROUP.code();
             answer(ResponseKind::Heartbeat(out))
         }
+        RequestKind::ConsumerGroupHeartbeat(r) => {
+            // Kafka: READ on the group, DESCRIBE on every subscribed topic.
+            let code = if !group_ok(shard, c, Operation::Read, &r.group_id) {
+                GROUP
+            } else if r
+                .subscribed_topic_names
+                .iter()
+                .flatten()
+                .any(|t| !topic_ok(shard, c, Operation::Describe, t))
+            {
+                TOPIC
+            } else {
+                return handle(RequestKind::ConsumerGroupHeartbeat(r), Refused::default());
+            };
+            let mut out = kafka_protocol::messages::ConsumerGroupHeartbeatResponse::default();
+            out.error_code = code.code();
+            out.error_message = msg(code);
+            answer(ResponseKind::ConsumerGroupHeartbeat(out))
+        }
+        RequestKind::ConsumerGroupDescribe(r) => {
+            if r.group_ids
+                .iter()
+                .all(|g| group_ok(shard, c, Operation::Describe, g))
+            {
+                return handle(RequestKind::ConsumerGroupDescribe(r), Refused::default());
+            }
+            let mut out = kafka_protocol::messages::ConsumerGroupDescribeResponse::default();
+            out.groups = r
+                .group_ids
+                .iter()
+                .map(|g| {
+                    let mut x =
+                        kafka_protocol::messages::consumer_group_describe_response::DescribedGroup::default();
+                    x.group_id = g.clone();
+                    x.error_code = GROUP.code();
+                    x.error_message = msg(GROUP);
+                    x.authorized_operations = i32::MIN;
+                    x
+                })
+                .collect();
+            answer(ResponseKind::ConsumerGroupDescribe(out))
+        }
         RequestKind::LeaveGroup(r) => {
             if group_ok(shard, c, Operation::Read, &r.group_id) {
                 return handle(RequestKind::LeaveGroup(r), Refused::default());
@@ -1246,6 +1288,17 @@ mod tests {
                 RequestKind::DescribeGroups(r)
             }
             ApiKey::ListGroups => RequestKind::ListGroups(Default::default()),
+            ApiKey::ConsumerGroupHeartbeat => {
+                let mut r = kafka_protocol::messages::ConsumerGroupHeartbeatRequest::default();
+                r.group_id = g();
+                r.subscribed_topic_names = Some(vec![t()]);
+                RequestKind::ConsumerGroupHeartbeat(r)
+            }
+            ApiKey::ConsumerGroupDescribe => {
+                let mut r = kafka_protocol::messages::ConsumerGroupDescribeRequest::default();
+                r.group_ids = vec![g()];
+                RequestKind::ConsumerGroupDescribe(r)
+            }
             ApiKey::CreatePartitions => {
                 let mut r = CreatePartitionsRequest::default();
                 let mut ct = create_partitions_request::CreatePartitionsTopic::default();

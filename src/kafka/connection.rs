@@ -341,6 +341,8 @@ fn count_errors(shard: &Shard, api: &'static str, response: &ResponseKind) {
         }
         ResponseKind::DescribeGroups(r) => r.groups.iter().for_each(|g| count(g.error_code)),
         ResponseKind::ListGroups(r) => count(r.error_code),
+        ResponseKind::ConsumerGroupHeartbeat(r) => count(r.error_code),
+        ResponseKind::ConsumerGroupDescribe(r) => r.groups.iter().for_each(|g| count(g.error_code)),
         ResponseKind::DeleteGroups(r) => r.results.iter().for_each(|g| count(g.error_code)),
         ResponseKind::OffsetDelete(r) => {
             count(r.error_code);
@@ -562,6 +564,7 @@ fn set_throttle(response: &mut ResponseKind, pause: Duration) {
         ResponseKind::OffsetCommit(r) => r.throttle_time_ms = ms,
         ResponseKind::OffsetFetch(r) => r.throttle_time_ms = ms,
         ResponseKind::Heartbeat(r) => r.throttle_time_ms = ms,
+        ResponseKind::ConsumerGroupHeartbeat(r) => r.throttle_time_ms = ms,
         ResponseKind::FindCoordinator(r) => r.throttle_time_ms = ms,
         _ => {}
     }

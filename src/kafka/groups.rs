@@ -4,6 +4,13 @@
 
 use std::rc::Rc;
 
+use kafka_protocol::messages::consumer_group_describe_response::{
+    Assignment as DescribeAssignment, DescribedGroup as ConsumerDescribedGroup,
+    Member as ConsumerDescribedMember, TopicPartitions as DescribeTopicPartitions,
+};
+use kafka_protocol::messages::consumer_group_heartbeat_response::{
+    Assignment as HeartbeatAssignment, TopicPartitions as HeartbeatTopicPartitions,
+};
 use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
 use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
@@ -21,19 +28,23 @@ use kafka_protocol::messages::offset_fetch_response::{
     OffsetFetchResponseTopic, OffsetFetchResponseTopics,
 };
 use kafka_protocol::messages::{
-    BrokerId, DeleteGroupsRequest, DeleteGroupsResponse, DescribeGroupsRequest,
-    DescribeGroupsResponse, FindCoordinatorRequest, FindCoordinatorResponse, GroupId,
-    HeartbeatRequest, HeartbeatResponse, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest,
-    LeaveGroupResponse, ListGroupsRequest, ListGroupsResponse, OffsetCommitRequest,
-    OffsetCommitResponse, OffsetDeleteRequest, OffsetDeleteResponse, OffsetFetchRequest,
-    OffsetFetchResponse, SyncGroupRequest, SyncGroupResponse, TopicName,
+    BrokerId, ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse,
+    ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, DeleteGroupsRequest,
+    DeleteGroupsResponse, DescribeGroupsRequest, DescribeGroupsResponse, FindCoordinatorRequest,
+    FindCoordinatorResponse, GroupId, HeartbeatRequest, HeartbeatResponse, JoinGroupRequest,
+    JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse, ListGroupsRequest,
+    ListGroupsResponse, OffsetCommitRequest, OffsetCommitResponse, OffsetDeleteRequest,
+    OffsetDeleteResponse, OffsetFetchRequest, OffsetFetchResponse, SyncGroupRequest,
+    SyncGroupResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 
-use super::{authorized_operations, node_id};
+use super::{authorized_operations, node_id, topic_uuid};
+use crate::broker::group_host::GroupType;
 use crate::broker::groups::{self, coordinated_here, Leaving};
 use crate::broker::offsets::{self, Committed, Position};
 use crate::broker::{OpError, Shard};
+use crate::group::consumer_group::Heartbeat;
 use crate::group::coordinator::{JoinRequest, SyncRequest};
 use crate::group::offsets_log::PartitionOffset;
 use crate::protocol::ErrorCode;
@@ -262,8 +273,17 @@ pub fn leave(shard: &Shard, version: i16, req: LeaveGroupRequest) -> LeaveGroupR
     r
 }
 
-pub async fn commit(shard: &Rc<Shard>, req: OffsetCommitRequest) -> OffsetCommitResponse {
+pub async fn commit(
+    shard: &Rc<Shard>,
+    version: i16,
+    req: OffsetCommitRequest,
+) -> OffsetCommitResponse {
     let group = req.group_id.0.to_string();
+    // Kafka: a member of a consumer-protocol group commits with v9+, whose
+    // generation field is its member epoch.
+    let old_version_member = version < 9
+        && req.generation_id_or_member_epoch >= 0
+        && groups::group_type(shard, &group) == GroupType::Consumer;
     let mut offsets = Vec::new();
     let mut bad = Vec::new();
     for t in &req.topics {
@@ -280,15 +300,22 @@ pub async fn commit(shard: &Rc<Shard>, req: OffsetCommitRequest) -> OffsetCommit
             }
         }
     }
-    let outcome = offsets::commit(
-        shard,
-        &group,
-        &req.member_id,
-        req.group_instance_id.as_ref().map(|i| i.as_str()),
-        req.generation_id_or_member_epoch,
-        offsets,
-    )
-    .await;
+    let outcome = if old_version_member {
+        Err(OpError::new(
+            ErrorCode::UnsupportedVersion,
+            "OffsetCommit version 9 or above must be used by members using the consumer group protocol",
+        ))
+    } else {
+        offsets::commit(
+            shard,
+            &group,
+            &req.member_id,
+            req.group_instance_id.as_ref().map(|i| i.as_str()),
+            req.generation_id_or_member_epoch,
+            offsets,
+        )
+        .await
+    };
     let code = match &outcome {
         Ok(()) => ErrorCode::None,
         Err(e) => e.code,
@@ -382,7 +409,14 @@ pub fn fetch_offsets(shard: &Shard, version: i16, req: OffsetFetchRequest) -> Of
                     .map(|t| (t.name.0.to_string(), t.partition_indexes.clone()))
                     .collect()
             });
-            let found = match committed(shard, &group, asked) {
+            // v9: a consumer group's member asks with its id and epoch (Kafka checks them).
+            let checked = offsets::check_fetch(
+                shard,
+                &group,
+                g.member_id.as_ref().map(|m| m.as_str()),
+                g.member_epoch,
+            );
+            let found = match checked.and_then(|()| committed(shard, &group, asked)) {
                 Ok(found) => found,
                 Err(e) => {
                     gr.error_code = e.code.code();
@@ -471,6 +505,13 @@ pub fn describe(shard: &Shard, version: i16, req: DescribeGroupsRequest) -> Desc
             }
         };
         dg.authorized_operations = authorized_operations::group(req.include_authorized_operations);
+        if d.group_type == GroupType::Consumer {
+            // Kafka's DescribeGroups describes classic groups only: a consumer group reads
+            // as Dead there (ConsumerGroupDescribe describes it).
+            dg.group_state = text("Dead");
+            r.groups.push(dg);
+            continue;
+        }
         dg.group_state = text(&d.state);
         dg.protocol_type = text(&d.protocol_type);
         dg.protocol_data = text(&d.protocol);
@@ -494,19 +535,19 @@ pub fn describe(shard: &Shard, version: i16, req: DescribeGroupsRequest) -> Desc
 pub fn list(shard: &Shard, req: ListGroupsRequest) -> ListGroupsResponse {
     let mut r = ListGroupsResponse::default();
     for g in groups::list(shard) {
-        // Filters (v4 states, v5 types) match case-insensitively, as Kafka's do. Every rill
-        // group is a classic one (no KIP-848 groups yet).
+        // Filters (v4 states, v5 types) match case-insensitively, as Kafka's do.
         let wanted = |filter: &[StrBytes], value: &str| {
             filter.is_empty() || filter.iter().any(|f| f.eq_ignore_ascii_case(value))
         };
-        if !wanted(&req.states_filter, &g.state) || !wanted(&req.types_filter, "classic") {
+        let group_type = g.group_type.name();
+        if !wanted(&req.states_filter, &g.state) || !wanted(&req.types_filter, group_type) {
             continue;
         }
         let mut lg = ListedGroup::default();
         lg.group_id = GroupId(text(&g.group));
         lg.protocol_type = text(&g.protocol_type);
         lg.group_state = text(&g.state);
-        lg.group_type = text("classic");
+        lg.group_type = text(group_type);
         r.groups.push(lg);
     }
     r
@@ -587,4 +628,161 @@ pub(super) fn commit_record(
         leader_epoch: (leader_epoch >= 0).then_some(leader_epoch),
         metadata: metadata.map(|m| m.to_string()).unwrap_or_default(),
     })
+}
+
+/// ConsumerGroupHeartbeat 0-1 (KIP-848): topic ids resolved to names through the
+/// metadata (owned partitions of topics it no longer knows are dropped: they are gone),
+/// the broker operation called, the assignment's names turned back into ids.
+pub fn consumer_heartbeat(
+    shard: &Shard,
+    client_id: &str,
+    req: ConsumerGroupHeartbeatRequest,
+) -> ConsumerGroupHeartbeatResponse {
+    let mut r = ConsumerGroupHeartbeatResponse::default();
+    r.member_epoch = req.member_epoch;
+    let md = shard.metadata.borrow().clone();
+    let owned = req.topic_partitions.as_ref().map(|tps| {
+        tps.iter()
+            .filter_map(|t| {
+                md.topics
+                    .values()
+                    .find(|i| topic_uuid(i.id) == t.topic_id)
+                    .map(|i| (i.name.clone(), &t.partitions))
+            })
+            .flat_map(|(name, parts)| {
+                parts
+                    .iter()
+                    .filter_map(move |p| u32::try_from(*p).ok().map(|p| (name.clone(), p)))
+            })
+            .collect()
+    });
+    let hb = Heartbeat {
+        member_id: req.member_id.to_string(),
+        member_epoch: req.member_epoch,
+        instance_id: req.instance_id.as_ref().map(|s| s.to_string()),
+        rack_id: req.rack_id.as_ref().map(|s| s.to_string()),
+        rebalance_timeout_ms: req.rebalance_timeout_ms,
+        subscribed_topic_names: req
+            .subscribed_topic_names
+            .as_ref()
+            .map(|ts| ts.iter().map(|t| t.0.to_string()).collect()),
+        subscribed_topic_regex: req.subscribed_topic_regex.as_ref().map(|s| s.to_string()),
+        server_assignor: req.server_assignor.as_ref().map(|s| s.to_string()),
+        owned,
+        client_id: client_id.to_string(),
+        client_host: String::new(),
+    };
+    match groups::consumer_heartbeat(shard, &req.group_id.0, hb) {
+        Ok(reply) => {
+            r.member_id = Some(text(&reply.member_id));
+            r.member_epoch = reply.member_epoch;
+            r.heartbeat_interval_ms = reply.heartbeat_interval_ms;
+            r.assignment = reply.assignment.map(|tps| {
+                let mut a = HeartbeatAssignment::default();
+                a.topic_partitions = by_topic_id(&md, &tps)
+                    .into_iter()
+                    .map(|(id, _, parts)| {
+                        let mut t = HeartbeatTopicPartitions::default();
+                        t.topic_id = id;
+                        t.partitions = parts;
+                        t
+                    })
+                    .collect();
+                a
+            });
+        }
+        Err(e) => {
+            r.error_code = e.code.code();
+            r.error_message = Some(text(&e.message));
+        }
+    }
+    r
+}
+
+/// Partitions grouped per topic, named by topic id (topics gone from the metadata dropped).
+fn by_topic_id(
+    md: &crate::controller::metadata::ClusterMetadata,
+    tps: &[(String, u32)],
+) -> Vec<(uuid::Uuid, String, Vec<i32>)> {
+    let mut out: Vec<(uuid::Uuid, String, Vec<i32>)> = Vec::new();
+    for (topic, p) in tps {
+        let Some(info) = md.topic(topic) else {
+            continue;
+        };
+        let id = topic_uuid(info.id);
+        match out.last_mut() {
+            Some((last, _, parts)) if *last == id => parts.push(*p as i32),
+            _ => out.push((id, topic.clone(), vec![*p as i32])),
+        }
+    }
+    out
+}
+
+/// ConsumerGroupDescribe 0: each group from its coordinator (NOT_COORDINATOR elsewhere),
+/// GROUP_ID_NOT_FOUND for a classic or unknown group, as Kafka answers.
+pub fn consumer_describe(
+    shard: &Shard,
+    version: i16,
+    req: ConsumerGroupDescribeRequest,
+) -> ConsumerGroupDescribeResponse {
+    let md = shard.metadata.borrow().clone();
+    let assignment = |tps: &[(String, u32)]| {
+        let mut a = DescribeAssignment::default();
+        a.topic_partitions = by_topic_id(&md, tps)
+            .into_iter()
+            .map(|(id, name, parts)| {
+                let mut t = DescribeTopicPartitions::default();
+                t.topic_id = id;
+                t.topic_name = TopicName(text(&name));
+                t.partitions = parts;
+                t
+            })
+            .collect();
+        a
+    };
+    let mut r = ConsumerGroupDescribeResponse::default();
+    for g in &req.group_ids {
+        let mut dg = ConsumerDescribedGroup::default();
+        dg.group_id = g.clone();
+        dg.authorized_operations = authorized_operations::group(req.include_authorized_operations);
+        match groups::consumer_describe(shard, &g.0) {
+            Ok(d) => {
+                dg.group_state = text(d.state.name());
+                dg.group_epoch = d.group_epoch;
+                dg.assignment_epoch = d.assignment_epoch;
+                dg.assignor_name = text(&d.assignor);
+                dg.members = d
+                    .members
+                    .iter()
+                    .map(|m| {
+                        let mut dm = ConsumerDescribedMember::default();
+                        dm.member_id = text(&m.member_id);
+                        dm.instance_id = m.instance_id.as_deref().map(text);
+                        dm.rack_id = m.rack_id.as_deref().map(text);
+                        dm.member_epoch = m.member_epoch;
+                        dm.client_id = text(&m.client_id);
+                        dm.client_host = text(&m.client_host);
+                        dm.subscribed_topic_regex = m.subscribed_regex.as_deref().map(text);
+                        dm.subscribed_topic_names = m
+                            .subscribed_topics
+                            .iter()
+                            .map(|t| TopicName(text(t)))
+                            .collect();
+                        dm.assignment = assignment(&m.assigned);
+                        dm.target_assignment = assignment(&m.target);
+                        if version >= 1 {
+                            dm.member_type = 1; // uses the consumer protocol
+                        }
+                        dm
+                    })
+                    .collect();
+            }
+            Err(e) => {
+                dg.error_code = e.code.code();
+                dg.error_message = Some(text(&e.message));
+            }
+        }
+        r.groups.push(dg);
+    }
+    r
 }

@@ -74,7 +74,9 @@ pub async fn handle(
         RequestKind::SyncGroup(r) => ResponseKind::SyncGroup(groups::sync(shard, r).await),
         RequestKind::Heartbeat(r) => ResponseKind::Heartbeat(groups::heartbeat(shard, r)),
         RequestKind::LeaveGroup(r) => ResponseKind::LeaveGroup(groups::leave(shard, version, r)),
-        RequestKind::OffsetCommit(r) => ResponseKind::OffsetCommit(groups::commit(shard, r).await),
+        RequestKind::OffsetCommit(r) => {
+            ResponseKind::OffsetCommit(groups::commit(shard, version, r).await)
+        }
         RequestKind::OffsetFetch(r) => {
             ResponseKind::OffsetFetch(groups::fetch_offsets(shard, version, r))
         }
@@ -82,6 +84,12 @@ pub async fn handle(
             ResponseKind::DescribeGroups(groups::describe(shard, version, r))
         }
         RequestKind::ListGroups(r) => ResponseKind::ListGroups(groups::list(shard, r)),
+        RequestKind::ConsumerGroupHeartbeat(r) => ResponseKind::ConsumerGroupHeartbeat(
+            groups::consumer_heartbeat(shard, client_id.unwrap_or_default(), r),
+        ),
+        RequestKind::ConsumerGroupDescribe(r) => {
+            ResponseKind::ConsumerGroupDescribe(groups::consumer_describe(shard, version, r))
+        }
         RequestKind::DeleteGroups(r) => {
             ResponseKind::DeleteGroups(groups::delete_groups(shard, &r).await)
         }

@@ -86,6 +86,11 @@ pub enum ErrorCode {
     InvalidUpdateVersion = 95,
     DuplicateBrokerRegistration = 101,
     IneligibleReplica = 107,
+    FencedMemberEpoch = 110,
+    UnreleasedInstanceId = 111,
+    UnsupportedAssignor = 112,
+    StaleMemberEpoch = 113,
+    InvalidRegularExpression = 128,
 }
 
 impl ErrorCode {
@@ -167,6 +172,11 @@ impl ErrorCode {
         ErrorCode::InvalidUpdateVersion,
         ErrorCode::DuplicateBrokerRegistration,
         ErrorCode::IneligibleReplica,
+        ErrorCode::FencedMemberEpoch,
+        ErrorCode::UnreleasedInstanceId,
+        ErrorCode::UnsupportedAssignor,
+        ErrorCode::StaleMemberEpoch,
+        ErrorCode::InvalidRegularExpression,
     ];
 
     pub fn code(self) -> i16 {
@@ -286,6 +296,11 @@ impl ErrorCode {
             ErrorCode::InvalidUpdateVersion => "INVALID_UPDATE_VERSION",
             ErrorCode::DuplicateBrokerRegistration => "DUPLICATE_BROKER_REGISTRATION",
             ErrorCode::IneligibleReplica => "INELIGIBLE_REPLICA",
+            ErrorCode::FencedMemberEpoch => "FENCED_MEMBER_EPOCH",
+            ErrorCode::UnreleasedInstanceId => "UNRELEASED_INSTANCE_ID",
+            ErrorCode::UnsupportedAssignor => "UNSUPPORTED_ASSIGNOR",
+            ErrorCode::StaleMemberEpoch => "STALE_MEMBER_EPOCH",
+            ErrorCode::InvalidRegularExpression => "INVALID_REGULAR_EXPRESSION",
         }
     }
 }

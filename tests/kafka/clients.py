@@ -5,12 +5,20 @@
   consume BOOTSTRAP TOPIC PARTITIONS COUNT    assigns every partition from the beginning, reads
                                               COUNT messages; prints one JSON object per message
   group BOOTSTRAP TOPIC GROUP STRATEGY MAX IDLE_S
-                                              subscribes as a member of GROUP (assignor STRATEGY),
-                                              reads until MAX messages or IDLE_S seconds without
-                                              one, committing what it printed (every 200 and
-                                              at the end, synchronously);
+                                              subscribes as a member of GROUP (assignor STRATEGY;
+                                              "consumer" or "consumer:ASSIGNOR": the KIP-848
+                                              protocol, group.protocol=consumer, with that
+                                              server-side assignor), reads until MAX messages,
+                                              IDLE_S seconds without one or SIGTERM, committing
+                                              what it printed (every 200 and at the end,
+                                              synchronously) before it closes;
                                               prints {"assigned"|"revoked": [[topic, p], ...]}
                                               events and one JSON object per message
+  describe-group BOOTSTRAP GROUP              AdminClient.describe_consumer_groups and
+                                              list_consumer_groups: prints one JSON object
+                                              {"type", "state", "assignor", "members":
+                                              [{"member_id", "assignment": [[topic, p], ...]}],
+                                              "listed_type"}
   produce-until-error BOOTSTRAP TOPIC TIMEOUT_MS
                                               produces 1 KiB values to partition 0 (delivery
                                               timeout TIMEOUT_MS, no retries) until one
@@ -30,6 +38,7 @@ KAFKA_CLIENT_CONFIG (JSON object, optional) adds settings to every client, e.g. 
 """
 import json
 import os
+import signal
 import sys
 import time
 
@@ -199,14 +208,24 @@ def group(bootstrap, topic, group_id, strategy, max_messages, idle_s):
             print(json.dumps({kind: [[p.topic, p.partition] for p in partitions]}), flush=True)
         return cb
 
-    c = ck.Consumer({**connection(bootstrap), "group.id": group_id,
-                     "partition.assignment.strategy": strategy,
-                     "auto.offset.reset": "earliest", "enable.auto.commit": False,
-                     "session.timeout.ms": 6000, "heartbeat.interval.ms": 300})
-    c.subscribe([topic], on_assign=event("assigned"), on_revoke=event("revoked"))
+    settings = {**connection(bootstrap), "group.id": group_id,
+                "auto.offset.reset": "earliest", "enable.auto.commit": False}
+    if strategy.startswith("consumer"):
+        # KIP-848: the broker assigns and sets the session and heartbeat timing.
+        settings["group.protocol"] = "consumer"
+        if ":" in strategy:
+            settings["group.remote.assignor"] = strategy.split(":", 1)[1]
+    else:
+        settings.update({"partition.assignment.strategy": strategy,
+                         "session.timeout.ms": 6000, "heartbeat.interval.ms": 300})
+    c = ck.Consumer(settings)
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
+    c.subscribe([topic], on_assign=event("assigned"), on_revoke=event("revoked"),
+                on_lost=event("revoked"))
     got = 0
     last = time.time()
-    while got < max_messages and time.time() - last < idle_s:
+    while got < max_messages and time.time() - last < idle_s and not stop:
         m = c.poll(0.2)
         if m is None:
             continue
@@ -227,6 +246,24 @@ def group(bootstrap, topic, group_id, strategy, max_messages, idle_s):
     c.close()
 
 
+def describe_group(bootstrap, group_id):
+    from confluent_kafka.admin import AdminClient
+    admin = AdminClient(connection(bootstrap))
+    d = admin.describe_consumer_groups([group_id], request_timeout=30)[group_id].result()
+    listed = admin.list_consumer_groups(request_timeout=30).result()
+    listed_type = [str(g.type.name) for g in listed.valid if g.group_id == group_id]
+    print(json.dumps({
+        "type": d.type.name,
+        "state": d.state.name,
+        "assignor": d.partition_assignor,
+        "members": [{"member_id": m.member_id,
+                     "assignment": [[tp.topic, tp.partition]
+                                    for tp in m.assignment.topic_partitions]}
+                    for m in d.members],
+        "listed_type": listed_type[0] if listed_type else None,
+    }))
+
+
 if __name__ == "__main__":
     cmd = sys.argv[1]
     if cmd == "produce":
@@ -243,6 +280,8 @@ if __name__ == "__main__":
     elif cmd == "group":
         group(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], int(sys.argv[6]),
               float(sys.argv[7]))
+    elif cmd == "describe-group":
+        describe_group(sys.argv[2], sys.argv[3])
     elif cmd == "consume-to-end":
         consume_to_end(sys.argv[2], sys.argv[3], int(sys.argv[4]))
     elif cmd == "consume":
