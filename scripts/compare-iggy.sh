@@ -50,6 +50,12 @@ IGGY_SERVER=$iggy_dir/iggy-server
 IGGY_BENCH=$iggy_dir/iggy-bench
 [ -x "$IGGY_SERVER" ] && [ -x "$IGGY_BENCH" ] && [ -f "$iggy_dir/server-config.toml" ] \
   || { echo "compare-iggy: $iggy_dir has no iggy-server, iggy-bench and server-config.toml" >&2; exit 1; }
+# Its runtime libraries (libhwloc15, libudev1) are not on every machine: say so before any run.
+if ldd "$IGGY_SERVER" | grep -q 'not found'; then
+  echo "compare-iggy: iggy-server lacks libraries: $(ldd "$IGGY_SERVER" | grep 'not found' | xargs)" >&2
+  echo "  (apt-get install -y libhwloc15 libudev1)" >&2
+  exit 1
+fi
 for tool in python3 fio iperf3; do
   command -v "$tool" >/dev/null 2>&1 || { echo "compare-iggy: $tool is needed (apt-get install $tool)" >&2; exit 1; }
 done
@@ -111,7 +117,7 @@ fio --name=rate64k --directory="$work/fio" --rw=write --bs=64k --size=1G --direc
   --ioengine=sync --runtime=10 --time_based --output-format=json >"$results/fio-rate64k.json"
 rm -rf "$work/fio"
 iperf_port=$(free_port)
-iperf3 -s -B 127.0.0.1 -p "$iperf_port" >/dev/null 2>&1 &
+iperf3 -s -B 127.0.0.1 -p "$iperf_port" >"$results/iperf3-server.log" 2>&1 </dev/null &
 iperf_pid=$!
 pids+=("$iperf_pid")
 # Not probed with a connection (iperf3 takes it for a test): the client retries instead.
@@ -126,12 +132,14 @@ d = sys.argv[1]
 seq = json.load(open(f"{d}/fio-seq1m.json"))["jobs"][0]["write"]
 sync = json.load(open(f"{d}/fio-sync4k.json"))["jobs"][0]["sync"]["lat_ns"]["percentile"]
 rate = json.load(open(f"{d}/fio-rate64k.json"))["jobs"][0]["write"]["clat_ns"]["percentile"]
-ip = json.load(open(f"{d}/iperf3.json"))["end"]["sum_received"]["bits_per_second"]
+# A failed iperf3 run is reported, not fatal: the disk and broker figures still count.
+ipj = json.load(open(f"{d}/iperf3.json"))
+ip = ipj.get("end", {}).get("sum_received", {}).get("bits_per_second")
 print(f"- fio O_DIRECT 1 MiB sequential writes (io_uring, depth 8): {seq['bw'] * 1024 / 1e6:.0f} MB/s")
 print(f"- fio 4 KiB write + fdatasync: p50 {sync['50.000000'] / 1e3:.0f} us, p99 {sync['99.000000'] / 1e3:.0f} us")
 print(f"- fio 64 KiB O_DIRECT writes at 50 MB/s, one at a time: p50 {rate['50.000000'] / 1e3:.0f} us, "
       f"p99 {rate['99.000000'] / 1e3:.0f} us, p99.99 {rate['99.990000'] / 1e3:.0f} us")
-print(f"- iperf3 loopback: {ip / 1e9:.1f} Gbit/s")
+print(f"- iperf3 loopback: {ip / 1e9:.1f} Gbit/s" if ip else f"- iperf3 loopback: n/a ({ipj.get('error', 'no result')})")
 EOF
 
 # --- the two systems -----------------------------------------------------------------------
