@@ -125,6 +125,9 @@ pub struct PartitionLog {
     /// every offset from `written_offset` to the log end, which write caching serves from
     /// memory.
     in_flight: Vec<Bytes>,
+    /// Bytes in `in_flight` and `pending`, kept as they change: write caching asks at every
+    /// append.
+    unwritten: usize,
     /// Offsets below this are written to their segment files.
     written_offset: u64,
     failed: Option<Failure>,
@@ -317,6 +320,7 @@ impl PartitionLog {
                 next_offset: log_end,
                 pending: Vec::new(),
                 in_flight: Vec::new(),
+                unwritten: 0,
                 written_offset: log_end,
                 failed,
                 holes,
@@ -473,6 +477,7 @@ impl PartitionLog {
             "appended offsets must be contiguous"
         );
         self.next_offset += u64::from(record_count);
+        self.unwritten += batch.len();
         self.pending.push(batch);
         Ok(())
     }
@@ -485,11 +490,16 @@ impl PartitionLog {
     /// Bytes appended and not yet written: pending plus the flush in flight (what write
     /// caching acknowledged from memory, at most).
     pub fn unwritten_bytes(&self) -> usize {
-        self.in_flight
-            .iter()
-            .chain(&self.pending)
-            .map(Bytes::len)
-            .sum()
+        debug_assert_eq!(
+            self.unwritten,
+            self.in_flight
+                .iter()
+                .chain(&self.pending)
+                .map(Bytes::len)
+                .sum::<usize>(),
+            "the unwritten count follows the batches"
+        );
+        self.unwritten
     }
 
     /// Whole batches not yet written (from `offset`, at or past the written offset), from the
@@ -786,6 +796,8 @@ pub async fn flush(cell: &RefCell<PartitionLog>) -> Result<Option<Flushed>, LogE
             let mut log = cell.borrow_mut();
             // On a failure they stay: acknowledged under write caching, readable till a reopen.
             log.in_flight.clear();
+            let written: usize = batches.iter().map(Bytes::len).sum();
+            log.unwritten -= written;
             assert!(next >= log.written_offset, "written offset must grow");
             log.written_offset = next;
             Ok(Some(log.end_position()))
