@@ -58,6 +58,8 @@ pub struct BrokerConfig {
     /// (`--max-request-memory-bytes`, per shard); see `server::request_memory`.
     pub max_request_memory_bytes: usize,
     pub tail_cache_bytes: usize,
+    /// Copy reads started ahead of their fetch, in bytes, split over the shards (0: none).
+    pub file_read_ahead_bytes: usize,
     /// Upper bound on how long a fetch may long-poll, whatever the client asks.
     pub max_fetch_wait: Duration,
     /// Stored bytes a filtered fetch reads per partition at most before it answers with the
@@ -208,13 +210,14 @@ impl BrokerConfig {
             hw_checkpoint_interval: Duration::from_secs(5),
             storage_retry_interval: Duration::from_secs(5),
             stray_log_retention: Some(Duration::from_millis(DEFAULT_STRAY_LOG_RETENTION_MS)),
-            file_reads: FileReads::Sendfile,
+            file_reads: FileReads::Copy,
             index_interval_bytes: 4096,
             preallocate: true,
             preallocate_step_bytes: 16 << 20,
             max_frame_bytes: 64 << 20,
             max_request_memory_bytes: DEFAULT_MAX_REQUEST_MEMORY_BYTES,
             tail_cache_bytes: 64 << 20,
+            file_read_ahead_bytes: 64 << 20,
             max_fetch_wait: Duration::from_secs(30),
             max_filter_scan_bytes: 64 << 20,
             max_delay: Duration::from_millis(DEFAULT_MAX_DELAY_MS),

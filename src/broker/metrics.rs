@@ -19,6 +19,13 @@ impl Shard {
         s.fdatasync_latency = Some(gc.fdatasync);
         (s.tail_cache_hits, s.tail_cache_misses) = self.cache.hits_and_misses();
         s.tail_cache_bytes = self.cache.used_bytes() as u64;
+        let ahead = self.cache.read_ahead();
+        (
+            s.read_ahead_started,
+            s.read_ahead_taken,
+            s.read_ahead_evicted,
+        ) = ahead.counts();
+        s.read_ahead_bytes = ahead.used_bytes() as u64;
         s.connections
             .push((Listener::Native, self.native_conns.open() as u64));
         if self.cfg.kafka_listen.is_some() {

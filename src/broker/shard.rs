@@ -178,7 +178,8 @@ impl Shard {
         Rc::new(Shard {
             id,
             count,
-            cache: TailCache::new(cfg.tail_cache_bytes / count.max(1)),
+            cache: TailCache::new(cfg.tail_cache_bytes / count.max(1))
+                .with_read_ahead(cfg.file_read_ahead_bytes / count.max(1)),
             request_memory: crate::net::request_memory::RequestMemory::new(
                 cfg.max_request_memory_bytes,
             ),

@@ -379,10 +379,17 @@ pub struct BrokerArgs {
     /// past it, acknowledgements and visibility wait for the disk (back-pressure).
     #[arg(long, env = "RILL_WRITE_CACHING_MAX_BYTES", default_value_t = crate::topic_config::DEFAULT_WRITE_CACHING_MAX_BYTES)]
     pub write_caching_max_bytes: usize,
-    /// How fetches read data older than the tail cache: sendfile (page cache to socket, off
-    /// the shard's thread; measured 1.7x faster here) or copy (O_DIRECT read, then write).
-    #[arg(long, env = "RILL_FILE_READS", default_value = "sendfile")]
+    /// How fetches read data older than the tail cache: copy (O_DIRECT read into memory,
+    /// then written to the socket; the page cache is never used) or sendfile (page cache to
+    /// socket, off the shard's thread). Copy is the default: on a cold read it measured 2.1x
+    /// sendfile's consume throughput here (bench-harness/RESULTS.md, 2026-12-04).
+    #[arg(long, env = "RILL_FILE_READS", default_value = "copy")]
     pub file_reads: String,
+    /// With copy reads, the bytes a broker may hold in reads started ahead of the fetch that
+    /// will want them (a consumer catching up reads in order), split over the shards; 0: none.
+    /// 64 MiB.
+    #[arg(long, env = "RILL_FILE_READ_AHEAD_BYTES", default_value_t = 64 << 20)]
+    pub file_read_ahead_bytes: usize,
     /// Default `retention.ms` of topics: closed segments whose newest record is older are
     /// deleted (-1: keep forever). 14 days.
     #[arg(long, env = "RILL_RETENTION_MS", default_value_t = 14 * 24 * 3600 * 1000, allow_negative_numbers = true)]

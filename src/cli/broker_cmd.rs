@@ -181,6 +181,7 @@ pub fn config_from_args(a: &BrokerArgs) -> Result<BrokerConfig, String> {
     }
     c.max_request_memory_bytes = a.max_request_memory_bytes;
     c.tail_cache_bytes = a.tail_cache_bytes;
+    c.file_read_ahead_bytes = a.file_read_ahead_bytes;
     c.max_fetch_wait = Duration::from_millis(a.max_fetch_wait_ms);
     c.max_filter_scan_bytes = a.max_filter_scan_bytes.max(1);
     c.max_delay = Duration::from_millis(a.max_delay_ms);

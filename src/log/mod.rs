@@ -16,4 +16,5 @@ mod tests;
 pub use error::LogError;
 pub use fsync::FsyncPolicy;
 pub use partition_log::{FileReads, Flushed, PartitionLog, ReadChunk};
+pub use reader::CopiedBatches;
 pub use segment::SegmentConfig;

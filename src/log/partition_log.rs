@@ -64,11 +64,13 @@ pub struct Flushed {
 /// How fetches read segment files (`--file-reads`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FileReads {
-    /// O_DIRECT read into memory, then written to the socket. Every read goes to the device
-    /// (O_DIRECT bypasses the page cache).
+    /// O_DIRECT read into memory, then written to the socket; the default. Every read goes
+    /// to the device (O_DIRECT bypasses the page cache), which on these machines is cheaper
+    /// than filling the page cache: a cold sendfile costs the reader a first touch of every
+    /// freshly read page (bench-harness/RESULTS.md, 2026-12-04: 2.1x the consume throughput).
     Copy,
-    /// sendfile from the page cache to the socket, never through user space; the default
-    /// (bench-harness/RESULTS.md: 1.7x the consume throughput of `Copy` on this machine).
+    /// sendfile from the page cache to the socket, never through user space. Faster than
+    /// `Copy` only while the data is already in the page cache (a repeated read).
     Sendfile,
 }
 

@@ -31,6 +31,12 @@ pub struct SegmentReader {
     pub(super) scan_bytes: usize,
 }
 
+/// Whole batches read by copy, and the offset after the last of them.
+pub struct CopiedBatches {
+    pub bytes: ReadResult,
+    pub next_offset: u64,
+}
+
 /// A byte range of a segment file to hand to sendfile.
 #[derive(Debug, Clone)]
 pub struct FileRange {
@@ -110,8 +116,8 @@ impl SegmentReader {
         offset: u64,
         max_bytes: usize,
         limit_offset: u64,
-    ) -> Result<Option<ReadResult>, LogError> {
-        let mut scan = self.scan((max_bytes as u64 + 2 * PAGE).max(64 << 10) as usize);
+    ) -> Result<Option<CopiedBatches>, LogError> {
+        let mut scan = self.scan(Self::copy_read_bytes(max_bytes));
         let first = loop {
             match scan.next_batch().await? {
                 Some(b) if b.next_offset <= offset => continue,
@@ -122,15 +128,28 @@ impl SegmentReader {
         if first.base_offset >= limit_offset {
             return Ok(None);
         }
-        let mut stop_at = first.end();
+        let (mut stop_at, mut next_offset) = (first.end(), first.next_offset);
         // Batches after the first are taken while they are already read and fit.
         while let Some(ScanStep::Batch(b)) = scan.next_in_window() {
             if b.base_offset >= limit_offset || (b.end() - first.position) as usize > max_bytes {
                 break;
             }
-            stop_at = b.end();
+            (stop_at, next_offset) = (b.end(), b.next_offset);
         }
-        Ok(scan.slice(first.position, stop_at))
+        Ok(scan
+            .slice(first.position, stop_at)
+            .map(|bytes| CopiedBatches { bytes, next_offset }))
+    }
+
+    /// The bytes a copy read of `max_bytes` holds in memory at most (its read window).
+    pub fn copy_read_bytes(max_bytes: usize) -> usize {
+        (max_bytes as u64 + 2 * PAGE).max(64 << 10) as usize
+    }
+
+    /// The segment file this reader reads: a compaction swap or a reopen (after truncation)
+    /// replaces it, so a read from another file object may be stale.
+    pub fn file(&self) -> &Rc<DirectFile> {
+        &self.file
     }
 
     /// The first (offset, timestamp) of a record at or after `ts` below `limit_offset`.

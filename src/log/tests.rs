@@ -74,7 +74,7 @@ async fn read_back(log: &PartitionLog, start: u64, end: u64) -> Result<u64, LogE
             panic!("no data at offset {at} below {end}");
         };
         let mut buf = rkyv::util::AlignedVec::<16>::new();
-        buf.extend_from_slice(&rr);
+        buf.extend_from_slice(&rr.bytes);
         for b in BatchIter::new(&buf) {
             let b = b.expect("valid batch");
             for r in b.records().expect("records") {
@@ -90,6 +90,10 @@ async fn read_back(log: &PartitionLog, start: u64, end: u64) -> Result<u64, LogE
                 at += 1;
             }
         }
+        assert_eq!(
+            rr.next_offset, at,
+            "a copy read names the offset after its batches"
+        );
     }
     Ok(at)
 }

@@ -200,6 +200,12 @@ pub struct ShardSnapshot {
     pub tail_cache_hits: u64,
     pub tail_cache_misses: u64,
     pub tail_cache_bytes: u64,
+    /// Copy reads started ahead of their fetch: started, taken by a fetch, dropped for the
+    /// bound; and the bytes held now.
+    pub read_ahead_started: u64,
+    pub read_ahead_taken: u64,
+    pub read_ahead_evicted: u64,
+    pub read_ahead_bytes: u64,
     /// Open connections per listener.
     pub connections: Vec<(Listener, u64)>,
     /// (listener, result, count) of TLS handshakes, sorted.
@@ -337,7 +343,7 @@ pub fn render(
         }
     }
 
-    let per_shard: [Family<ShardSnapshot>; 3] = [
+    let per_shard: [Family<ShardSnapshot>; 7] = [
         Family {
             name: "rill_tail_cache_hits_total",
             kind: Kind::Counter,
@@ -355,6 +361,30 @@ pub fn render(
             kind: Kind::Gauge,
             help: "Bytes held by the shard's tail cache.",
             get: |s| s.tail_cache_bytes,
+        },
+        Family {
+            name: "rill_read_ahead_started_total",
+            kind: Kind::Counter,
+            help: "Copy reads started ahead of the fetch expected to want them.",
+            get: |s| s.read_ahead_started,
+        },
+        Family {
+            name: "rill_read_ahead_taken_total",
+            kind: Kind::Counter,
+            help: "Read-aheads a fetch took (the rest were replaced or dropped).",
+            get: |s| s.read_ahead_taken,
+        },
+        Family {
+            name: "rill_read_ahead_evicted_total",
+            kind: Kind::Counter,
+            help: "Read-aheads dropped to keep within --file-read-ahead-bytes.",
+            get: |s| s.read_ahead_evicted,
+        },
+        Family {
+            name: "rill_read_ahead_bytes",
+            kind: Kind::Gauge,
+            help: "Bytes held by the shard's read-aheads.",
+            get: |s| s.read_ahead_bytes,
         },
     ];
     for f in per_shard {

@@ -10,6 +10,9 @@ pub mod group_commit;
 mod idempotence;
 pub mod producer_snapshot;
 pub mod producer_state;
+pub mod read_ahead;
+#[cfg(test)]
+mod read_ahead_tests;
 pub mod replica;
 pub mod tail_cache;
 #[cfg(test)]
@@ -26,10 +29,12 @@ use futures_util::future::join_all;
 
 use crate::batch::BatchView;
 use crate::log::partition_log::{self, PartitionLog};
+use crate::log::segment::SegmentReader;
 use crate::log::{FileReads, Flushed, FsyncPolicy, LogError, ReadChunk};
 use crate::protocol::ErrorCode;
 use crate::replication::LeaderEpochs;
 use crate::topic_config::TopicSettings;
+use rill_shards::rt::ReadResult;
 use tail_cache::TailCache;
 
 /// A producer waiting for its batch to reach the high watermark.
@@ -91,6 +96,8 @@ pub struct Partition {
     /// While the producer state is rebuilt from the log: how many rebuilds run, and the
     /// producer batches appended meanwhile (each rebuild replays those from its start).
     replay_journal: RefCell<(usize, Vec<(producer_state::ProducerBatch, u64)>)>,
+    /// The copy read started for this partition's next fetch, if any.
+    read_ahead: read_ahead::ReadAheadSlot,
 }
 
 /// What `DescribePartitions` reports about one partition.
@@ -151,6 +158,7 @@ impl Partition {
             roll_snapshot: RefCell::new(None),
             flushed_segments: Cell::new(0),
             replay_journal: RefCell::new((0, Vec::new())),
+            read_ahead: Rc::new(RefCell::new(None)),
         }
     }
 
@@ -723,8 +731,7 @@ impl Partition {
                     .await?
                     .map(ReadChunk::Sendfile)
             } else {
-                reader
-                    .read(at, limits.max_bytes, hw)
+                self.copy_read(reader, at, limits.max_bytes, hw, written.offset, cache)
                     .await?
                     .map(ReadChunk::File)
             };
@@ -736,6 +743,45 @@ impl Partition {
                 _ => return Ok(Vec::new()),
             }
         }
+    }
+
+    /// A copy read of `reader`'s segment from `offset` below `limit`: taken from the read
+    /// started ahead for it, if there is one, and when more is on disk past it (below
+    /// `written`), the next read is started ahead ([`read_ahead`]).
+    async fn copy_read(
+        &self,
+        reader: SegmentReader,
+        offset: u64,
+        max_bytes: usize,
+        limit: u64,
+        written: u64,
+        cache: &TailCache,
+    ) -> Result<Option<ReadResult>, LogError> {
+        let ahead = self.read_ahead.borrow_mut().take();
+        let got = match ahead {
+            Some(a) if a.answers(&reader, offset, max_bytes, limit) => {
+                a.take(cache.read_ahead()).await?
+            }
+            _ => reader.read(offset, max_bytes, limit).await?,
+        };
+        let Some(got) = got else {
+            return Ok(None);
+        };
+        let next = got.next_offset;
+        if next < written.min(limit) && !self.deleted.get() {
+            let reader = self.log.borrow().reader_for_offset(next);
+            if let Ok(reader) = reader {
+                read_ahead::ReadAhead::start(
+                    cache.read_ahead(),
+                    &self.read_ahead,
+                    reader,
+                    next,
+                    max_bytes,
+                    limit,
+                );
+            }
+        }
+        Ok(Some(got.bytes))
     }
 
     /// The first offset with a timestamp at or after `ts` (below the high watermark).

@@ -1,6 +1,7 @@
 //! The per-shard cache of recently appended batches, so caught-up consumers are served
 //! from memory without a disk read. Bounded in bytes (`--tail-cache-bytes`); the oldest
-//! batches of the shard are evicted first.
+//! batches of the shard are evicted first. It also carries the shard's budget for copy reads
+//! started ahead of their fetch ([`super::read_ahead`]): both are the shard's memory for reads.
 
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
@@ -23,6 +24,7 @@ struct Inner {
 
 pub struct TailCache {
     budget: usize,
+    read_ahead: std::rc::Rc<super::read_ahead::ReadAheadBudget>,
     inner: RefCell<Inner>,
     /// Reads it served, and reads it did not reach back to (metrics).
     hits: Cell<u64>,
@@ -33,10 +35,22 @@ impl TailCache {
     pub fn new(budget_bytes: usize) -> TailCache {
         TailCache {
             budget: budget_bytes,
+            read_ahead: super::read_ahead::ReadAheadBudget::new(0),
             inner: RefCell::new(Inner::default()),
             hits: Cell::new(0),
             misses: Cell::new(0),
         }
+    }
+
+    /// With up to `bytes` of copy reads started ahead of their fetch (none by default).
+    pub fn with_read_ahead(mut self, bytes: usize) -> TailCache {
+        self.read_ahead = super::read_ahead::ReadAheadBudget::new(bytes);
+        self
+    }
+
+    /// The shard's read-ahead budget.
+    pub fn read_ahead(&self) -> &std::rc::Rc<super::read_ahead::ReadAheadBudget> {
+        &self.read_ahead
     }
 
     pub fn used_bytes(&self) -> usize {

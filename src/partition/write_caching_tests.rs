@@ -18,7 +18,12 @@ use crate::log::{FileReads, FsyncPolicy, PartitionLog, ReadChunk};
 use crate::test_shard::on_shard;
 use crate::topic_config::{TopicDefaults, TopicSettings};
 
-async fn open(dir: &std::path::Path, topic: &str, caching: bool, max_bytes: usize) -> Partition {
+pub(super) async fn open(
+    dir: &std::path::Path,
+    topic: &str,
+    caching: bool,
+    max_bytes: usize,
+) -> Partition {
     let (log, _) = PartitionLog::open(dir.to_path_buf(), seg_config())
         .await
         .expect("open");
@@ -34,7 +39,7 @@ async fn open(dir: &std::path::Path, topic: &str, caching: bool, max_bytes: usiz
 
 /// Appends one batch of `n` records of `len`-byte values (each naming its offset); returns
 /// the log end after it.
-fn append(p: &Partition, cache: &TailCache, n: u32, len: usize) -> u64 {
+pub(super) fn append(p: &Partition, cache: &TailCache, n: u32, len: usize) -> u64 {
     let first = p.log_end_offset();
     let mut b = BatchBuilder::new();
     for i in 0..u64::from(n) {
@@ -53,7 +58,7 @@ fn acked_now(p: &Partition, offset: u64) -> bool {
 }
 
 /// One group-commit round for this partition: the write, then the advance.
-async fn flush(p: &Partition) {
+pub(super) async fn flush(p: &Partition) {
     if let Some(to) = p.flush().await.expect("flush") {
         p.advance(to);
     }
