@@ -1,5 +1,6 @@
 //! The client library against real brokers: ordering and delivery reports across a broker
-//! restart, back-pressure against a stopped broker, and use from tokio and from threads.
+//! restart, back-pressure against a stopped broker, keyless records spread over partitions,
+//! and use from tokio and from threads.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -103,6 +104,59 @@ fn per_key_order_and_delivery_reports_hold_across_a_broker_restart() {
                 place.1 > prev.1,
                 "key {key}: {value} stored before an earlier record"
             );
+        }
+    }
+}
+
+/// Kafka's sticky partitioner: keyless records fill a batch on one partition, then move on to
+/// the next, whether the batch ends because the next record does not fit or because it was
+/// sent. (The producer once moved on only when a batch filled to exactly its size, which
+/// records of one size never hit: every keyless record of a producer went to one partition,
+/// and `rill-bench produce` loaded one shard of two.)
+#[test]
+fn keyless_records_spread_over_every_partition_batch_by_batch() {
+    let b = TestBroker::start(2, &[]);
+    b.client().create_topic("spread", 4, 1, vec![]).unwrap();
+    const N: usize = 2_000;
+    // Batches end by overflow (a long linger), then by linger (a short one).
+    for (linger, per_batch) in [(Duration::from_secs(2), 10), (Duration::from_millis(1), 1)] {
+        let producers: Vec<Producer> = (0..2)
+            .map(|_| {
+                Producer::new(
+                    config(&b),
+                    ProducerConfig {
+                        linger,
+                        batch_bytes: 10 * 1_100,
+                        ..ProducerConfig::default()
+                    },
+                )
+                .unwrap()
+            })
+            .collect();
+        for p in &producers {
+            let mut reports = Vec::with_capacity(N);
+            for i in 0..N {
+                let value = vec![b'v'; 1_000 + i % 7];
+                reports.push(p.send(ProducerRecord::new("spread", &value)).unwrap());
+                if per_batch == 1 && i % 50 == 49 {
+                    // Let the linger send what is open.
+                    p.flush().unwrap();
+                }
+            }
+            p.flush().unwrap();
+            let mut per_partition = [0usize; 4];
+            for r in reports {
+                per_partition[r.wait().unwrap().partition as usize] += 1;
+            }
+            assert_eq!(per_partition.iter().sum::<usize>(), N);
+            for (partition, n) in per_partition.iter().enumerate() {
+                // Batch by batch in turn: no partition is short of its share by more than a
+                // few batches.
+                assert!(
+                    *n >= N / 4 - 60,
+                    "linger {linger:?}: partition {partition} got {n} of {N}: {per_partition:?}"
+                );
+            }
         }
     }
 }

@@ -346,6 +346,11 @@ struct OpenBatch {
 
 impl OpenBatch {
     /// Encodes the batch for sending; on failure hands back what its records need to fail.
+    /// Whether a record of `size` bytes may join this batch: an empty batch takes any record.
+    fn fits(&self, size: usize, cfg: &ProducerConfig) -> bool {
+        self.builder.is_empty() || self.builder.estimated_bytes() + size <= cfg.batch_bytes
+    }
+
     fn seal(self, now: Instant) -> Result<SealedBatch, (Arc<BatchSlot>, usize, String)> {
         let records = self.builder.len() as u32;
         match self.builder.build() {
@@ -370,6 +375,9 @@ impl OpenBatch {
         }
     }
 }
+
+/// Counts the producers made in this process (each starts its sticky choices elsewhere).
+static NEXT_PRODUCER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
 /// Names sealed batches (unique in the process): a request's answer finds its batches by it.
 static NEXT_BATCH_ID: AtomicU64 = AtomicU64::new(1);
@@ -412,6 +420,26 @@ struct PartitionQueue {
     /// Batches of `ready` in flight, and the requests carrying them.
     in_flight_batches: usize,
     in_flight_requests: usize,
+}
+
+/// Seals `q`'s open batch into its send queue; a batch that cannot be built fails (its slot
+/// and why are returned, its bytes and count released).
+fn seal_open(
+    q: &mut PartitionQueue,
+    buffered: &mut usize,
+    outstanding: &mut usize,
+) -> Option<(Arc<BatchSlot>, String)> {
+    match q.open.take()?.seal(Instant::now()) {
+        Ok(b) => {
+            q.ready.push_back(b);
+            None
+        }
+        Err((slot, bytes, why)) => {
+            *buffered -= bytes;
+            *outstanding -= 1;
+            Some((slot, why))
+        }
+    }
 }
 
 impl PartitionQueue {
@@ -566,7 +594,10 @@ impl Producer {
             client_cfg,
             state: Mutex::new(State {
                 metadata: Arc::new(client.metadata().clone()),
-                sticky_turn: std::process::id(),
+                // Producers of one process start on different partitions, as Kafka's pick at
+                // random.
+                sticky_turn: std::process::id()
+                    .wrapping_add(NEXT_PRODUCER.fetch_add(1, Ordering::Relaxed)),
                 identity,
                 txn,
                 ..State::default()
@@ -645,6 +676,10 @@ impl Producer {
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
         }
+        let topic: Arc<str> = Arc::from(record.topic);
+        let mut full = false;
+        // Batches that could not be built (at most two: the sticky partition's, this one's).
+        let mut failed = Vec::new();
         let partition = match record.partition {
             Some(p) if p < n => p,
             Some(p) => {
@@ -665,24 +700,52 @@ impl Producer {
                 (_, Some(k)) => {
                     keyed_partition(k, n, &st.metadata.writable_partitions(record.topic))
                 }
-                (_, None) => match st.sticky.get(record.topic) {
-                    Some(p) => *p,
-                    None => {
-                        // Each new sticky choice moves on from the last one.
-                        st.sticky_turn = st.sticky_turn.wrapping_add(1);
-                        let writable = st.metadata.writable_partitions(record.topic);
-                        let p = sticky_partition(st.sticky_turn, n, &writable);
-                        st.sticky.insert(record.topic.to_string(), p);
-                        p
+                (_, None) => {
+                    let State {
+                        sticky,
+                        queues,
+                        buffered,
+                        outstanding,
+                        ..
+                    } = &mut *st;
+                    // Kafka's sticky partitioner moves on whenever the partition's batch is
+                    // done: sent (linger) or too full for this record, which then opens a
+                    // batch on the next partition (KIP-480). Moving on only when a batch
+                    // filled exactly left every keyless record of a producer on one
+                    // partition: a record that does not fit seals the batch first.
+                    let done = sticky.get(record.topic).and_then(|p| {
+                        let q = queues.get_mut(&(topic.clone(), *p));
+                        match q {
+                            Some(q) if q.open.as_ref().is_some_and(|o| !o.fits(size, cfg)) => {
+                                Some(Some(q))
+                            }
+                            Some(q) if q.open.is_some() => None,
+                            _ => Some(None),
+                        }
+                    });
+                    if let Some(q) = done {
+                        if let Some(q) = q {
+                            failed.extend(seal_open(q, buffered, outstanding));
+                            full = true;
+                        }
+                        sticky.remove(record.topic);
                     }
-                },
+                    match st.sticky.get(record.topic) {
+                        Some(p) => *p,
+                        None => {
+                            // Each new sticky choice moves on from the last one.
+                            st.sticky_turn = st.sticky_turn.wrapping_add(1);
+                            let writable = st.metadata.writable_partitions(record.topic);
+                            let p = sticky_partition(st.sticky_turn, n, &writable);
+                            st.sticky.insert(record.topic.to_string(), p);
+                            p
+                        }
+                    }
+                }
             },
         };
         let timestamp_ms = record.timestamp_ms.unwrap_or_else(crate::clock::now_ms);
-        let topic: Arc<str> = Arc::from(record.topic);
-        let mut full = false;
         let created;
-        let mut failed = None;
         let fut = {
             let State {
                 queues,
@@ -694,19 +757,9 @@ impl Producer {
             let q = queues.entry((topic.clone(), partition)).or_default();
             // A record that would push the open batch past `batch_bytes` starts a new one:
             // batches never outgrow the dial (nor the broker's frame limit).
-            let overflows = q.open.as_ref().is_some_and(|o| {
-                !o.builder.is_empty() && o.builder.estimated_bytes() + size > cfg.batch_bytes
-            });
-            if overflows {
+            if q.open.as_ref().is_some_and(|o| !o.fits(size, cfg)) {
                 full = true;
-                match q.open.take().expect("checked").seal(Instant::now()) {
-                    Ok(b) => q.ready.push_back(b),
-                    Err((slot, bytes, why)) => {
-                        *buffered -= bytes;
-                        *outstanding -= 1;
-                        failed = Some((slot, why));
-                    }
-                }
+                failed.extend(seal_open(q, buffered, outstanding));
             }
             // A new batch wakes the sender, which may sleep with no batch due (up to its
             // 100 ms tick): it learns when this one is due (an open-loop run at 5,000 msg/s
@@ -742,7 +795,7 @@ impl Producer {
         };
         st.buffered += size;
         drop(st);
-        if let Some((slot, why)) = failed {
+        for (slot, why) in failed {
             slot.complete(Err(DeliveryFailure {
                 code: None,
                 message: why,
