@@ -108,9 +108,9 @@ fn per_key_order_and_delivery_reports_hold_across_a_broker_restart() {
     }
 }
 
-/// Kafka's sticky partitioner: keyless records fill a batch on one partition, then move on to
-/// the next, whether the batch ends because the next record does not fit or because it was
-/// sent. (The producer once moved on only when a batch filled to exactly its size, which
+/// Kafka's sticky partitioner: keyless records go to one partition until a batch's worth went
+/// there (in one batch, or in several sent by the linger), then move on to the next. (The
+/// producer once moved on only when a batch filled to exactly its size, which
 /// records of one size never hit: every keyless record of a producer went to one partition,
 /// and `rill-bench produce` loaded one shard of two.)
 #[test]

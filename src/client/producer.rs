@@ -506,7 +506,8 @@ pub(super) struct State {
     buffered: usize,
     /// Batches sent and not yet answered, plus batches queued.
     outstanding: usize,
-    sticky: HashMap<String, u32>,
+    /// Per topic, the partition keyless records go to now and the bytes sent there so far.
+    sticky: HashMap<String, (u32, usize)>,
     /// Advances at every new sticky choice (seeded from the process id).
     sticky_turn: u32,
     metadata: Arc<MetadataCache>,
@@ -680,6 +681,7 @@ impl Producer {
         let mut full = false;
         // Batches that could not be built (at most two: the sticky partition's, this one's).
         let mut failed = Vec::new();
+        let mut sticky_placed = false;
         let partition = match record.partition {
             Some(p) if p < n => p,
             Some(p) => {
@@ -701,43 +703,51 @@ impl Producer {
                     keyed_partition(k, n, &st.metadata.writable_partitions(record.topic))
                 }
                 (_, None) => {
+                    sticky_placed = true;
                     let State {
                         sticky,
+                        sticky_turn,
+                        metadata,
                         queues,
                         buffered,
                         outstanding,
                         ..
                     } = &mut *st;
-                    // Kafka's sticky partitioner moves on whenever the partition's batch is
-                    // done: sent (linger) or too full for this record, which then opens a
-                    // batch on the next partition (KIP-480). Moving on only when a batch
-                    // filled exactly left every keyless record of a producer on one
-                    // partition: a record that does not fit seals the batch first.
-                    let done = sticky.get(record.topic).and_then(|p| {
-                        let q = queues.get_mut(&(topic.clone(), *p));
-                        match q {
-                            Some(q) if q.open.as_ref().is_some_and(|o| !o.fits(size, cfg)) => {
-                                Some(Some(q))
-                            }
-                            Some(q) if q.open.is_some() => None,
-                            _ => Some(None),
-                        }
+                    // Kafka's sticky partitioner (KIP-794): keyless records stay on one
+                    // partition until a batch's worth went there, then move on to the next;
+                    // a record that does not fit the partition's open batch moves on at once
+                    // and the batch, full, goes out. Moving on only when a batch filled to
+                    // exactly its size left every keyless record of a producer on one
+                    // partition; moving on whenever a batch was sent put records, with
+                    // linger 0, behind the partition whose request was still in flight.
+                    let moving_on = sticky.get(record.topic).is_some_and(|&(p, produced)| {
+                        let open = queues
+                            .get(&(topic.clone(), p))
+                            .and_then(|q| q.open.as_ref());
+                        produced + size > cfg.batch_bytes
+                            || open.is_some_and(|o| !o.fits(size, cfg))
                     });
-                    if let Some(q) = done {
-                        if let Some(q) = q {
-                            failed.extend(seal_open(q, buffered, outstanding));
-                            full = true;
+                    if moving_on {
+                        if let Some((p, _)) = sticky.remove(record.topic) {
+                            if let Some(q) = queues.get_mut(&(topic.clone(), p)) {
+                                if q.open.as_ref().is_some_and(|o| !o.fits(size, cfg)) {
+                                    failed.extend(seal_open(q, buffered, outstanding));
+                                    full = true;
+                                }
+                            }
                         }
-                        sticky.remove(record.topic);
                     }
-                    match st.sticky.get(record.topic) {
-                        Some(p) => *p,
+                    match sticky.get_mut(record.topic) {
+                        Some((p, produced)) => {
+                            *produced += size;
+                            *p
+                        }
                         None => {
                             // Each new sticky choice moves on from the last one.
-                            st.sticky_turn = st.sticky_turn.wrapping_add(1);
-                            let writable = st.metadata.writable_partitions(record.topic);
-                            let p = sticky_partition(st.sticky_turn, n, &writable);
-                            st.sticky.insert(record.topic.to_string(), p);
+                            *sticky_turn = sticky_turn.wrapping_add(1);
+                            let writable = metadata.writable_partitions(record.topic);
+                            let p = sticky_partition(*sticky_turn, n, &writable);
+                            sticky.insert(record.topic.to_string(), (p, size));
                             p
                         }
                     }
@@ -779,8 +789,8 @@ impl Producer {
             open.bytes += size;
             if open.builder.estimated_bytes() >= cfg.batch_bytes {
                 full = true;
-                // Kafka's sticky partitioner moves on once a batch fills.
-                if record.key.is_none() && record.partition.is_none() {
+                // The sticky partition's batch is full: the next keyless record moves on.
+                if sticky_placed {
                     sticky.remove(record.topic);
                 }
             }
