@@ -287,6 +287,15 @@ fn a_scrape_counts_what_both_listeners_were_sent() {
         rounds
     );
     assert!(s.sum("rill_fdatasync_duration_seconds_count", &[shard0]) >= 1.0);
+    // Every round wrote, and its writes were timed once.
+    assert_eq!(
+        s.sum("rill_group_commit_write_duration_seconds_count", &[shard0]),
+        rounds
+    );
+    assert!(s.sum("rill_group_commit_write_duration_seconds_sum", &[shard0]) > 0.0);
+    // Read-ahead is per shard, reported even when idle.
+    assert!(s.has("rill_read_ahead_started_total", &[shard0]));
+    assert!(s.has("rill_read_ahead_bytes", &[shard0]));
     // The consumer read the tail it had just written.
     assert!(s.sum("rill_tail_cache_hits_total", &[shard0]) >= 1.0);
     assert!(s.has("rill_tail_cache_misses_total", &[shard0]));

@@ -16,6 +16,7 @@ impl Shard {
         let gc = self.group_commit.stats();
         s.commit_round_bytes = Some(gc.round_bytes);
         s.commit_round_partitions = Some(gc.round_partitions);
+        s.commit_write_latency = Some(gc.write);
         s.fdatasync_latency = Some(gc.fdatasync);
         (s.tail_cache_hits, s.tail_cache_misses) = self.cache.hits_and_misses();
         s.tail_cache_bytes = self.cache.used_bytes() as u64;

@@ -197,6 +197,8 @@ pub struct ShardSnapshot {
     pub commit_round_partitions: Option<HistogramSnapshot>,
     /// One partition's fdatasync of its touched files (they run together).
     pub fdatasync_latency: Option<HistogramSnapshot>,
+    /// Each group-commit round's writes.
+    pub commit_write_latency: Option<HistogramSnapshot>,
     pub tail_cache_hits: u64,
     pub tail_cache_misses: u64,
     pub tail_cache_bytes: u64,
@@ -302,7 +304,7 @@ pub fn render(
             );
         }
     }
-    let histograms: [HistogramFamily; 5] = [
+    let histograms: [HistogramFamily; 6] = [
         HistogramFamily {
             name: "rill_produce_duration_seconds",
             help: "Produce requests, from read to answer ready (acknowledgement wait included), both listeners.",
@@ -326,6 +328,12 @@ pub fn render(
             help: "Partitions written by each group-commit round of the shard.",
             get: |s| s.commit_round_partitions.as_ref(),
             unit: text::WHOLE,
+        },
+        HistogramFamily {
+            name: "rill_group_commit_write_duration_seconds",
+            help: "The writes of each group-commit round (every partition's DMA writes, run together).",
+            get: |s| s.commit_write_latency.as_ref(),
+            unit: text::SECONDS_FROM_NS,
         },
         HistogramFamily {
             name: "rill_fdatasync_duration_seconds",

@@ -26,6 +26,8 @@ pub struct GroupCommit {
     /// Bytes and partitions each round wrote, and each partition's fdatasync (metrics).
     round_bytes: Histogram,
     round_partitions: Histogram,
+    /// Each round's writes (every partition's DMA writes, run together).
+    write: Histogram,
     fdatasync: Histogram,
 }
 
@@ -33,6 +35,7 @@ pub struct GroupCommit {
 pub struct GroupCommitStats {
     pub round_bytes: HistogramSnapshot,
     pub round_partitions: HistogramSnapshot,
+    pub write: HistogramSnapshot,
     pub fdatasync: HistogramSnapshot,
 }
 
@@ -46,6 +49,7 @@ impl GroupCommit {
             idle: Event::new(),
             round_bytes: Histogram::bytes(),
             round_partitions: Histogram::count(),
+            write: Histogram::latency(),
             fdatasync: Histogram::latency(),
         })
     }
@@ -54,6 +58,7 @@ impl GroupCommit {
         GroupCommitStats {
             round_bytes: self.round_bytes.snapshot(),
             round_partitions: self.round_partitions.snapshot(),
+            write: self.write.snapshot(),
             fdatasync: self.fdatasync.snapshot(),
         }
     }
@@ -103,7 +108,9 @@ impl GroupCommit {
         let bytes: usize = dirty.iter().map(|p| p.pending_bytes()).sum();
         self.round_bytes.observe(bytes as u64);
         self.round_partitions.observe(dirty.len() as u64);
+        let started = std::time::Instant::now();
         let results = join_all(dirty.iter().map(|p| p.flush())).await;
+        self.write.observe_duration(started.elapsed());
         let mut written = Vec::with_capacity(dirty.len());
         for (p, r) in dirty.iter().zip(results) {
             match r {
