@@ -3,14 +3,15 @@
 //! rill's own client (`--driver native`) or librdkafka (`--driver kafka`, `kafka_driver.rs`).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use clap::{Args, ValueEnum};
 use hdrhistogram::Histogram;
 use rill::client::{
     Acks, Client, ClientConfig, Consumer, ConsumerConfig, DeliveryFuture, Producer, ProducerConfig,
-    ProducerRecord, StartFrom, TransactionConfig, TransactionalProducer,
+    ProducerRecord, RequestObserver, RequestTiming, StartFrom, TransactionConfig,
+    TransactionalProducer,
 };
 
 use crate::kafka_driver;
@@ -203,6 +204,9 @@ pub fn read_stamp(value: &[u8], base: Instant) -> Option<Instant> {
 pub struct ProducerResult {
     pub sent: u64,
     pub ack_latency: Histogram<u64>,
+    /// Per produce request, from its write to the socket to its response (requests written
+    /// after warm-up); `None` where the driver cannot tell (Kafka).
+    pub request_latency: Option<Histogram<u64>>,
     /// When the last acknowledgement was in (before the client was torn down).
     pub finished: Instant,
 }
@@ -215,6 +219,11 @@ pub trait MessageSink {
         -> Result<bool, String>;
     /// Waits for every acknowledgement; the latencies of those intended after warm-up.
     fn finish(&mut self) -> Result<Histogram<u64>, String>;
+    /// After `finish`: the round trip of each produce request written after warm-up, if the
+    /// driver sees its requests (librdkafka's are not visible per request: `None`).
+    fn request_latency(&mut self) -> Option<Histogram<u64>> {
+        None
+    }
 }
 
 /// rill's producer, plain or in transactions of `per_txn` messages.
@@ -238,8 +247,11 @@ pub fn transactional_id() -> String {
 }
 
 impl NativeProducer {
-    fn new(a: &LoadArgs) -> Result<NativeProducer, String> {
-        let cfg = a.producer_config()?;
+    fn new(a: &LoadArgs, observer: Option<RequestObserver>) -> Result<NativeProducer, String> {
+        let cfg = ProducerConfig {
+            request_observer: observer,
+            ..a.producer_config()?
+        };
         if a.records_per_txn == 0 {
             return Producer::new(a.client_config()?, cfg)
                 .map(NativeProducer::Plain)
@@ -303,11 +315,26 @@ struct NativeSink {
     topic: String,
     tx: Option<flume::Sender<(Instant, DeliveryFuture)>>,
     waiter: Option<std::thread::JoinHandle<Result<Histogram<u64>, String>>>,
+    /// Filled by the producer's request observer on its connections' reader threads (one
+    /// lock per request, never per record; uncontended but for the producer's few shards).
+    requests: Arc<Mutex<Histogram<u64>>>,
+}
+
+/// An observer recording each answered request's round trip, if written after `warmup_end`.
+fn request_recorder(h: Arc<Mutex<Histogram<u64>>>, warmup_end: Instant) -> RequestObserver {
+    RequestObserver(Arc::new(move |t: RequestTiming| {
+        if t.written >= warmup_end {
+            let mut h = h.lock().unwrap_or_else(|e| e.into_inner());
+            record(&mut h, t.answered.saturating_duration_since(t.written));
+        }
+    }))
 }
 
 impl NativeSink {
     fn new(a: &LoadArgs, warmup_end: Instant) -> Result<NativeSink, String> {
-        let producer = NativeProducer::new(a)?;
+        let requests = Arc::new(Mutex::new(new_histogram()));
+        let observer = request_recorder(requests.clone(), warmup_end);
+        let producer = NativeProducer::new(a, Some(observer))?;
         let (tx, rx) = flume::bounded::<(Instant, DeliveryFuture)>(1 << 16);
         let waiter = std::thread::spawn(move || -> Result<Histogram<u64>, String> {
             let mut h = new_histogram();
@@ -324,6 +351,7 @@ impl NativeSink {
             topic: a.topic.clone(),
             tx: Some(tx),
             waiter: Some(waiter),
+            requests,
         })
     }
 }
@@ -350,6 +378,12 @@ impl MessageSink for NativeSink {
             .ok_or("finished twice")?
             .join()
             .map_err(|_| "waiter thread panicked".to_string())?
+    }
+
+    fn request_latency(&mut self) -> Option<Histogram<u64>> {
+        // After the flush every request is answered: no observer call is still to come.
+        let mut h = self.requests.lock().unwrap_or_else(|e| e.into_inner());
+        Some(std::mem::replace(&mut *h, new_histogram()))
     }
 }
 
@@ -401,10 +435,12 @@ pub fn run_producer(
     }
     let ack_latency = sink.finish()?;
     let finished = Instant::now();
+    let request_latency = sink.request_latency();
     drop(sink);
     Ok(ProducerResult {
         sent,
         ack_latency,
+        request_latency,
         finished,
     })
 }

@@ -24,6 +24,13 @@ pub struct Report {
     pub msgs_per_sec: f64,
     pub mb_per_sec: f64,
     pub latency_us: Latency,
+    /// Produce only, native driver: per request, from its write to the socket to its response
+    /// (the figure Iggy's bench gives per batch); absent where not measured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_latency_us: Option<Latency>,
+    /// Produce requests answered (written after warm-up): the count behind `request_latency_us`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub requests: Option<u64>,
     /// The settings the run used, for RESULTS.md.
     pub settings: serde_json::Value,
 }
@@ -38,7 +45,30 @@ pub fn record(h: &mut Histogram<u64>, d: Duration) {
     h.saturating_record(us);
 }
 
+impl Latency {
+    pub fn of(h: &Histogram<u64>) -> Latency {
+        let q = |x: f64| h.value_at_quantile(x) as f64;
+        Latency {
+            p50: q(0.5),
+            p99: q(0.99),
+            p999: q(0.999),
+            p9999: q(0.9999),
+            max: h.max() as f64,
+        }
+    }
+}
+
 impl Report {
+    /// Adds the per-request latencies (nothing when not measured or no request was answered,
+    /// e.g. acks=0).
+    pub fn with_request_latency(mut self, h: Option<&Histogram<u64>>) -> Report {
+        if let Some(h) = h.filter(|h| !h.is_empty()) {
+            self.request_latency_us = Some(Latency::of(h));
+            self.requests = Some(h.len());
+        }
+        self
+    }
+
     pub fn new(
         workload: &str,
         messages: u64,
@@ -48,7 +78,6 @@ impl Report {
         settings: serde_json::Value,
     ) -> Report {
         let seconds = elapsed.as_secs_f64().max(1e-9);
-        let q = |x: f64| h.value_at_quantile(x) as f64;
         Report {
             workload: workload.to_string(),
             messages,
@@ -56,20 +85,24 @@ impl Report {
             seconds,
             msgs_per_sec: messages as f64 / seconds,
             mb_per_sec: bytes as f64 / seconds / 1e6,
-            latency_us: Latency {
-                p50: q(0.5),
-                p99: q(0.99),
-                p999: q(0.999),
-                p9999: q(0.9999),
-                max: h.max() as f64,
-            },
+            latency_us: Latency::of(h),
+            request_latency_us: None,
+            requests: None,
             settings,
         }
     }
 
     pub fn print(&self) {
+        // Per-request figures, when measured, close the same line (scripts read it whole).
+        let requests = match (&self.request_latency_us, self.requests) {
+            (Some(l), Some(n)) => format!(
+                "; {n} requests, request latency us p50 {:.0} p99 {:.0} p99.9 {:.0} p99.99 {:.0} max {:.0}",
+                l.p50, l.p99, l.p999, l.p9999, l.max
+            ),
+            _ => String::new(),
+        };
         println!(
-            "{}: {} messages, {:.1} MB in {:.2} s: {:.0} msg/s, {:.1} MB/s; latency us p50 {:.0} p99 {:.0} p99.9 {:.0} p99.99 {:.0} max {:.0}",
+            "{}: {} messages, {:.1} MB in {:.2} s: {:.0} msg/s, {:.1} MB/s; latency us p50 {:.0} p99 {:.0} p99.9 {:.0} p99.99 {:.0} max {:.0}{requests}",
             self.workload,
             self.messages,
             self.bytes as f64 / 1e6,

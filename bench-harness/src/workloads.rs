@@ -44,11 +44,22 @@ fn finish_outputs(
     Ok(())
 }
 
+/// What the producer threads of a run did together.
+struct Produced {
+    sent: u64,
+    /// Per message, intended send time to delivery report.
+    ack_latency: Histogram<u64>,
+    /// Per produce request, write to response; `None` if a driver cannot tell.
+    request_latency: Option<Histogram<u64>>,
+    /// Start to the last acknowledgement.
+    seconds: f64,
+}
+
 fn produce_threads(
     a: &LoadArgs,
     base: Instant,
     progress: &Arc<Progress>,
-) -> Result<(u64, Histogram<u64>, f64), String> {
+) -> Result<Produced, String> {
     let producers = a.producers.max(1);
     let per = a.messages / producers as u64;
     let count = if a.duration_secs.is_some() {
@@ -69,6 +80,7 @@ fn produce_threads(
         })
         .collect();
     let mut h = new_histogram();
+    let mut requests: Option<Histogram<u64>> = None;
     let mut sent = 0;
     // The run ends with the last acknowledgement, not with the clients' teardown.
     let mut end = start;
@@ -79,8 +91,19 @@ fn produce_threads(
         sent += r.sent;
         end = end.max(r.finished);
         h.add(&r.ack_latency).map_err(|e| e.to_string())?;
+        if let Some(rh) = &r.request_latency {
+            requests
+                .get_or_insert_with(new_histogram)
+                .add(rh)
+                .map_err(|e| e.to_string())?;
+        }
     }
-    Ok((sent, h, end.duration_since(start).as_secs_f64()))
+    Ok(Produced {
+        sent,
+        ack_latency: h,
+        request_latency: requests,
+        seconds: end.duration_since(start).as_secs_f64(),
+    })
 }
 
 pub fn produce(a: LoadArgs) -> Result<Report, String> {
@@ -89,19 +112,24 @@ pub fn produce(a: LoadArgs) -> Result<Report, String> {
         "produce",
         a.duration_secs.is_none().then_some(a.messages),
     ));
-    let (sent, h, secs) = produce_threads(&a, Instant::now(), &progress)?;
+    let p = produce_threads(&a, Instant::now(), &progress)?;
     Arc::try_unwrap(progress).map(Progress::finish).ok();
-    finish_outputs(&a, "produce ack latency", &h, secs)?;
+    finish_outputs(&a, "produce ack latency", &p.ack_latency, p.seconds)?;
     let mut settings = a.settings();
     settings["latency"] = "per message, from its intended send time to its delivery report".into();
+    settings["request_latency"] = match &p.request_latency {
+        Some(_) => "per produce request, from its write to the socket to its response".into(),
+        None => "not measured: the kafka driver does not see librdkafka's requests".into(),
+    };
     Ok(Report::new(
         "produce",
-        sent,
-        sent * a.message_bytes as u64,
-        std::time::Duration::from_secs_f64(secs),
-        &h,
+        p.sent,
+        p.sent * a.message_bytes as u64,
+        std::time::Duration::from_secs_f64(p.seconds),
+        &p.ack_latency,
         settings,
-    ))
+    )
+    .with_request_latency(p.request_latency.as_ref()))
 }
 
 pub fn consume(a: LoadArgs) -> Result<Report, String> {
@@ -229,8 +257,8 @@ pub fn e2e(a: LoadArgs) -> Result<Report, String> {
         a.duration_secs.is_none().then_some(a.messages),
     ));
     let produced = produce_threads(&a, base, &progress);
-    let (sent, _, secs) = match produced {
-        Ok(p) => p,
+    let (sent, secs) = match produced {
+        Ok(p) => (p.sent, p.seconds),
         Err(e) => {
             stop.store(true, Ordering::Relaxed);
             return Err(e);

@@ -34,3 +34,79 @@ fn produce_writes_the_documented_json_shape() {
     let q = percentiles(&v);
     assert!(q[0] >= 1.0, "p50 must be a real latency");
 }
+
+/// The broker's count of native Produce requests (over its shards), from `--metrics-listen`.
+fn produce_requests_served(metrics: &str) -> Option<u64> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(metrics).ok()?;
+    s.write_all(format!("GET /metrics HTTP/1.0\r\nHost: {metrics}\r\n\r\n").as_bytes())
+        .ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    let total = text
+        .lines()
+        .filter(|l| {
+            l.starts_with("rill_requests_total{")
+                && l.contains("listener=\"native\"")
+                && l.contains("api=\"Produce\"")
+        })
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum::<f64>();
+    Some(total as u64)
+}
+
+#[test]
+fn produce_times_every_produce_request_the_broker_answered() {
+    let metrics = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().to_string()
+    };
+    let broker = Broker::start_with(false, &["--metrics-listen", &metrics]);
+    // Small batches and a short linger: hundreds of requests over both shards.
+    let v = bench_ok(
+        broker.dir.path(),
+        "requests",
+        &[
+            "produce",
+            "--messages",
+            "50000",
+            "-b",
+            &broker.bootstrap,
+            "--message-bytes",
+            "200",
+            "--batch-bytes",
+            "16384",
+            "--linger-ms",
+            "1",
+            "--producers",
+            "2",
+        ],
+    );
+    let requests = v["requests"].as_u64().expect("requests in the report");
+    // 10 MB in batches of at most 16 KiB (several may share a request, at most 5 per
+    // partition with idempotence): far more than a handful of requests.
+    assert!(requests >= 50_000 * 200 / (5 * 2 * 16384), "{requests}");
+    // Only rill-bench produced: the broker served exactly the requests it timed.
+    let served = produce_requests_served(&metrics).expect("metrics scrape");
+    assert_eq!(
+        requests, served,
+        "requests timed vs Produce requests served"
+    );
+    let l = &v["request_latency_us"];
+    let q: Vec<f64> = ["p50", "p99", "p999", "p9999", "max"]
+        .iter()
+        .map(|k| {
+            l[k].as_f64()
+                .unwrap_or_else(|| panic!("request_latency_us.{k}"))
+        })
+        .collect();
+    assert!(q[0] >= 1.0, "a round trip takes time: {q:?}");
+    assert!(q.windows(2).all(|w| w[0] <= w[1]), "{q:?}");
+    // Each request was written and answered within the run.
+    let wall_us = v["seconds"].as_f64().unwrap() * 1e6;
+    assert!(q[4] <= wall_us, "max {} us > the run's {wall_us} us", q[4]);
+    assert_eq!(
+        v["settings"]["request_latency"],
+        "per produce request, from its write to the socket to its response"
+    );
+}

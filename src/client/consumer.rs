@@ -792,7 +792,7 @@ impl Fetcher {
             };
             let meta = meta.map_err(|e| ClientError::Invalid(e.to_string()))?;
             let tx = self.responses_tx.clone();
-            let completion: Completion = Box::new(move |r| {
+            let completion: Completion = Box::new(move |r, _written| {
                 let _ = tx.send((addr, r));
             });
             self.shards

@@ -37,6 +37,7 @@ pub use group_consumer::{
 };
 pub use producer::{
     Acks, DeliveryFuture, Producer, ProducerConfig, ProducerRecord, RecordMetadata,
+    RequestObserver, RequestTiming,
 };
 pub use transactional::{GroupMetadata, TransactionConfig, TransactionalProducer};
 

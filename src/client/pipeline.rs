@@ -9,7 +9,7 @@ use std::io::IoSlice;
 use std::net::{Shutdown, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::error::ClientError;
 use super::socket::Socket;
@@ -18,8 +18,11 @@ use crate::protocol::frame::{
 };
 use crate::protocol::{ApiKey, FrameError};
 
-/// Called with the response to a request (on the connection's reader thread; keep it short).
-pub type Completion = Box<dyn FnOnce(Result<ResponseFrame, ClientError>) + Send>;
+/// Called with the response to a request (on the connection's reader thread; keep it short)
+/// and when the request went out: the writer's clock right before it wrote the request to the
+/// socket (`None` if it never was), so a caller can time the round trip alone, without the
+/// wait in the submit queue.
+pub type Completion = Box<dyn FnOnce(Result<ResponseFrame, ClientError>, Option<Instant>) + Send>;
 
 /// Requests queued to the writer before `submit` blocks.
 const SUBMIT_QUEUE: usize = 1024;
@@ -42,7 +45,8 @@ fn write_request(socket: &mut Socket, out: &Outgoing) -> std::io::Result<()> {
     socket.write_all_vectored(&mut slices)
 }
 
-type InFlight = Arc<Mutex<VecDeque<(u32, Completion)>>>;
+/// Requests awaiting an answer: correlation id, completion, when the request was written.
+type InFlight = Arc<Mutex<VecDeque<(u32, Completion, Instant)>>>;
 
 /// A connection to one broker shard that keeps up to `max_in_flight` requests awaiting answers.
 pub struct PipelinedConnection {
@@ -189,11 +193,14 @@ fn fail_all(addr: SocketAddr, inflight: &InFlight, why: &str) {
         .lock()
         .map(|mut q| q.drain(..).collect())
         .unwrap_or_default();
-    for (_, c) in drained {
-        c(Err(ClientError::Io {
-            addr: addr.to_string(),
-            source: std::io::Error::new(std::io::ErrorKind::ConnectionAborted, why.to_string()),
-        }));
+    for (_, c, written) in drained {
+        c(
+            Err(ClientError::Io {
+                addr: addr.to_string(),
+                source: std::io::Error::new(std::io::ErrorKind::ConnectionAborted, why.to_string()),
+            }),
+            Some(written),
+        );
     }
 }
 
@@ -208,18 +215,20 @@ fn write_loop(
     for mut out in rx.iter() {
         if dead.load(Ordering::Acquire) {
             if let Some(c) = out.completion {
-                c(Err(closed(addr)));
+                c(Err(closed(addr)), None);
             }
             continue;
         }
         if let Some(c) = out.completion.take() {
             // Waits while max_in_flight requests are unanswered; fails if the reader is gone.
             if slots.send(()).is_err() {
-                c(Err(closed(addr)));
+                c(Err(closed(addr)), None);
                 continue;
             }
+            // Stamped after the wait for a slot: the round trip starts with the write.
+            let written = Instant::now();
             if let Ok(mut q) = inflight.lock() {
-                q.push_back((out.correlation_id, c));
+                q.push_back((out.correlation_id, c, written));
             }
         }
         if let Err(e) = write_request(&mut socket, &out) {
@@ -266,11 +275,14 @@ fn read_loop(
         };
         let next = inflight.lock().ok().and_then(|mut q| q.pop_front());
         let _ = slots.try_recv();
-        let Some((correlation_id, completion)) = next else {
+        let Some((correlation_id, completion, written)) = next else {
             dead.store(true, Ordering::Release);
             let _ = socket.shutdown(Shutdown::Both);
             return;
         };
-        completion(super::connection::parse_response(addr, buf, correlation_id));
+        completion(
+            super::connection::parse_response(addr, buf, correlation_id),
+            Some(written),
+        );
     }
 }

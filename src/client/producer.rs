@@ -104,6 +104,33 @@ pub struct ProducerConfig {
     /// Producer id and sequences, so retries are never stored twice (`enable.idempotence`;
     /// applies with acks 1 and all).
     pub idempotence: bool,
+    /// Told of every produce request the broker answers (none by default): a per-request
+    /// latency for benchmarks, at no per-record cost.
+    pub request_observer: Option<RequestObserver>,
+}
+
+/// One produce request's round trip, as a [`RequestObserver`] sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestTiming {
+    /// When the connection's writer started writing the request to the socket (after any wait
+    /// for an in-flight slot).
+    pub written: Instant,
+    /// When its response had been read, before the delivery reports were settled.
+    pub answered: Instant,
+    /// Batches the request carried (of one or more partitions).
+    pub batches: usize,
+}
+
+/// Called once per produce request that got a response (whatever the response says), on the
+/// connection's reader thread: keep it short. Not called with acks=0 (the broker does not
+/// answer) nor for a request that failed without a response (its connection broke).
+#[derive(Clone)]
+pub struct RequestObserver(pub Arc<dyn Fn(RequestTiming) + Send + Sync>);
+
+impl std::fmt::Debug for RequestObserver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RequestObserver(..)")
+    }
 }
 
 impl Default for ProducerConfig {
@@ -121,6 +148,7 @@ impl Default for ProducerConfig {
             max_block: Duration::from_secs(60),
             metadata_max_age: Duration::from_secs(60),
             idempotence: true,
+            request_observer: None,
         }
     }
 }
@@ -1245,13 +1273,23 @@ impl Sender {
             }
             let shared = self.shared.clone();
             let chunks = payload();
+            let batches = group.iter().map(|s| s.batches.len()).sum();
             let group = Arc::new(Mutex::new(Some(group)));
             let g2 = group.clone();
-            let completion: Completion = Box::new(move |r: Result<ResponseFrame, ClientError>| {
-                if let Some(group) = g2.lock().ok().and_then(|mut g| g.take()) {
-                    finish(&shared, group, r.map(Some));
-                }
-            });
+            let observer = self.shared.cfg.request_observer.clone();
+            let completion: Completion =
+                Box::new(move |r: Result<ResponseFrame, ClientError>, written| {
+                    if let (Some(o), Some(written), Ok(_)) = (&observer, written, &r) {
+                        (o.0)(RequestTiming {
+                            written,
+                            answered: Instant::now(),
+                            batches,
+                        });
+                    }
+                    if let Some(group) = g2.lock().ok().and_then(|mut g| g.take()) {
+                        finish(&shared, group, r.map(Some));
+                    }
+                });
             if let Err(e) = conn.submit(ApiKey::Produce, &meta, chunks, Some(completion)) {
                 if let Some(group) = group.lock().ok().and_then(|mut g| g.take()) {
                     finish(&self.shared, group, Err(e));

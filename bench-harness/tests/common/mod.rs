@@ -62,6 +62,11 @@ fn wait_listening(port: u16, deadline: Instant) {
 impl Broker {
     /// Two shards, `--fsync never`, with or without the Kafka listener.
     pub fn start(kafka: bool) -> Broker {
+        Self::start_with(kafka, &[])
+    }
+
+    /// As [`Broker::start`], with more broker flags.
+    pub fn start_with(kafka: bool, extra: &[&str]) -> Broker {
         let dir = tempfile::tempdir().unwrap();
         let port = free_port_pair(&[]);
         let kafka_port = kafka.then(|| free_port_pair(&[port]));
@@ -74,6 +79,7 @@ impl Broker {
             .args(["--listen", &bootstrap, "--kafka-listen", &kafka_listen])
             .arg("--data-dir")
             .arg(dir.path().join("data"))
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
