@@ -901,7 +901,7 @@ struct Sent {
 }
 
 /// Bytes of batches of one partition that may share a request.
-const MAX_PARTITION_REQUEST_BYTES: usize = 8 << 20;
+pub(crate) const MAX_PARTITION_REQUEST_BYTES: usize = 8 << 20;
 /// Batches of one partition an idempotent request carries at most: the broker remembers a
 /// producer's last 5 per partition, so a retry of the whole request is recognised.
 const MAX_IDEMPOTENT_BATCHES: usize = 5;
