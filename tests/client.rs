@@ -145,8 +145,12 @@ fn keyless_records_spread_over_every_partition_batch_by_batch() {
             }
             p.flush().unwrap();
             let mut per_partition = [0usize; 4];
+            let flushed = Instant::now();
             for r in reports {
-                per_partition[r.wait().unwrap().partition as usize] += 1;
+                let (meta, settled) = r.wait_settled();
+                // Settled by the flush that returned before, not when looked at.
+                assert!(settled <= flushed);
+                per_partition[meta.unwrap().partition as usize] += 1;
             }
             assert_eq!(per_partition.iter().sum::<usize>(), N);
             for (partition, n) in per_partition.iter().enumerate() {

@@ -276,6 +276,8 @@ struct DeliveryFailure {
 /// The outcome of one batch, shared by the delivery reports of its records.
 struct BatchSlot {
     result: OnceLock<Result<BatchAck, DeliveryFailure>>,
+    /// When the result was settled (set before it).
+    settled_at: OnceLock<Instant>,
     done: Event,
 }
 
@@ -283,10 +285,12 @@ impl BatchSlot {
     fn new() -> Arc<BatchSlot> {
         Arc::new(BatchSlot {
             result: OnceLock::new(),
+            settled_at: OnceLock::new(),
             done: Event::new(),
         })
     }
     fn complete(&self, r: Result<BatchAck, DeliveryFailure>) {
+        let _ = self.settled_at.set(Instant::now());
         let _ = self.result.set(r);
         self.done.notify(usize::MAX);
     }
@@ -325,6 +329,21 @@ impl DeliveryFuture {
     /// The report, if it is in.
     pub fn try_get(&self) -> Option<Result<RecordMetadata, ClientError>> {
         self.slot.result.get().map(|r| self.resolve(r))
+    }
+
+    /// When the report was settled (the batch acknowledged or failed), once it is: a latency
+    /// measured from it does not depend on when the report is looked at.
+    pub fn settled_at(&self) -> Option<Instant> {
+        self.slot.settled_at.get().copied()
+    }
+
+    /// [`wait`](Self::wait), and when the report was settled.
+    pub fn wait_settled(self) -> (Result<RecordMetadata, ClientError>, Instant) {
+        let slot = self.slot.clone();
+        let result = self.wait();
+        // Set before the result that `wait` returned.
+        let at = slot.settled_at.get().copied().unwrap_or_else(Instant::now);
+        (result, at)
     }
 
     /// Blocks until the record is acknowledged or failed.
