@@ -31,6 +31,10 @@ pub struct Report {
     /// Produce requests answered (written after warm-up): the count behind `request_latency_us`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub requests: Option<u64>,
+    /// e2e only: the producers' side of the same run, per message from its intended send time
+    /// to its delivery report (with `request_latency_us`, the hops before the consumer's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ack_latency_us: Option<Latency>,
     /// The settings the run used, for RESULTS.md.
     pub settings: serde_json::Value,
 }
@@ -87,6 +91,7 @@ impl Report {
             mb_per_sec: bytes as f64 / seconds / 1e6,
             latency_us: Latency::of(h),
             request_latency_us: None,
+            ack_latency_us: None,
             requests: None,
             settings,
         }
@@ -94,6 +99,13 @@ impl Report {
 
     pub fn print(&self) {
         // Per-request figures, when measured, close the same line (scripts read it whole).
+        let acks = match &self.ack_latency_us {
+            Some(l) => format!(
+                "; ack latency us p50 {:.0} p99 {:.0} p99.9 {:.0} p99.99 {:.0} max {:.0}",
+                l.p50, l.p99, l.p999, l.p9999, l.max
+            ),
+            None => String::new(),
+        };
         let requests = match (&self.request_latency_us, self.requests) {
             (Some(l), Some(n)) => format!(
                 "; {n} requests, request latency us p50 {:.0} p99 {:.0} p99.9 {:.0} p99.99 {:.0} max {:.0}",
@@ -102,7 +114,7 @@ impl Report {
             _ => String::new(),
         };
         println!(
-            "{}: {} messages, {:.1} MB in {:.2} s: {:.0} msg/s, {:.1} MB/s; latency us p50 {:.0} p99 {:.0} p99.9 {:.0} p99.99 {:.0} max {:.0}{requests}",
+            "{}: {} messages, {:.1} MB in {:.2} s: {:.0} msg/s, {:.1} MB/s; latency us p50 {:.0} p99 {:.0} p99.9 {:.0} p99.99 {:.0} max {:.0}{acks}{requests}",
             self.workload,
             self.messages,
             self.bytes as f64 / 1e6,

@@ -13,7 +13,7 @@ use crate::histogram_log::HistogramLog;
 use crate::load::{run_consumer, run_producer, shared_flag, split_partitions, LoadArgs};
 use crate::plot::{latency_distribution_svg, sweep_svg, write_svg, SweepPoint};
 use crate::progress::Progress;
-use crate::report::{new_histogram, Report};
+use crate::report::{new_histogram, Latency, Report};
 use crate::sweep_table::sweep_table_markdown;
 
 fn finish_outputs(
@@ -257,8 +257,8 @@ pub fn e2e(a: LoadArgs) -> Result<Report, String> {
         a.duration_secs.is_none().then_some(a.messages),
     ));
     let produced = produce_threads(&a, base, &progress);
-    let (sent, secs) = match produced {
-        Ok(p) => (p.sent, p.seconds),
+    let (sent, secs, acks, requests) = match produced {
+        Ok(p) => (p.sent, p.seconds, p.ack_latency, p.request_latency),
         Err(e) => {
             stop.store(true, Ordering::Relaxed);
             return Err(e);
@@ -290,14 +290,17 @@ pub fn e2e(a: LoadArgs) -> Result<Report, String> {
     let mut settings = a.settings();
     settings["latency"] = "end to end: receive time minus the intended send time".into();
     settings["sent"] = sent.into();
-    Ok(Report::new(
+    let mut report = Report::new(
         "e2e",
         received,
         bytes,
         std::time::Duration::from_secs_f64(secs),
         &h,
         settings,
-    ))
+    )
+    .with_request_latency(requests.as_ref());
+    report.ack_latency_us = (!acks.is_empty()).then(|| Latency::of(&acks));
+    Ok(report)
 }
 
 #[derive(Args, Debug, Clone)]
