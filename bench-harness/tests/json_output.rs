@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{bench_ok, percentiles, Broker};
+use common::{bench_ok, percentiles, percentiles_of, Broker};
 
 #[test]
 fn produce_writes_the_documented_json_shape() {
@@ -92,16 +92,8 @@ fn produce_times_every_produce_request_the_broker_answered() {
         requests, served,
         "requests timed vs Produce requests served"
     );
-    let l = &v["request_latency_us"];
-    let q: Vec<f64> = ["p50", "p99", "p999", "p9999", "max"]
-        .iter()
-        .map(|k| {
-            l[k].as_f64()
-                .unwrap_or_else(|| panic!("request_latency_us.{k}"))
-        })
-        .collect();
+    let q = percentiles_of(&v, "request_latency_us");
     assert!(q[0] >= 1.0, "a round trip takes time: {q:?}");
-    assert!(q.windows(2).all(|w| w[0] <= w[1]), "{q:?}");
     // Each request was written and answered within the run.
     let wall_us = v["seconds"].as_f64().unwrap() * 1e6;
     assert!(q[4] <= wall_us, "max {} us > the run's {wall_us} us", q[4]);

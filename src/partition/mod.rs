@@ -757,12 +757,20 @@ impl Partition {
         written: u64,
         cache: &TailCache,
     ) -> Result<Option<ReadResult>, LogError> {
-        let ahead = self.read_ahead.borrow_mut().take();
+        let ahead = self
+            .read_ahead
+            .borrow_mut()
+            .take()
+            .filter(|a| a.answers(&reader, offset, max_bytes, limit));
         let got = match ahead {
-            Some(a) if a.answers(&reader, offset, max_bytes, limit) => {
-                a.take(cache.read_ahead()).await?
-            }
-            _ => reader.read(offset, max_bytes, limit).await?,
+            Some(a) => a.take(cache.read_ahead()).await?,
+            None => None,
+        };
+        // Nothing from a read-ahead (none, or it found nothing) is never an answer on its own:
+        // the log is read now.
+        let got = match got {
+            Some(g) => Some(g),
+            None => reader.read(offset, max_bytes, limit).await?,
         };
         let Some(got) = got else {
             return Ok(None);

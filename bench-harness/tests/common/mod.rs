@@ -148,13 +148,15 @@ pub fn bench_ok(dir: &Path, name: &str, args: &[&str]) -> serde_json::Value {
 
 /// The latency percentiles of a report, checked present and non-decreasing.
 pub fn percentiles(v: &serde_json::Value) -> Vec<f64> {
-    let l = &v["latency_us"];
+    percentiles_of(v, "latency_us")
+}
+
+/// The percentiles of the report's latency object `key`, checked present and non-decreasing.
+pub fn percentiles_of(v: &serde_json::Value, key: &str) -> Vec<f64> {
+    let l = &v[key];
     let q: Vec<f64> = ["p50", "p99", "p999", "p9999", "max"]
         .iter()
-        .map(|k| {
-            l[k].as_f64()
-                .unwrap_or_else(|| panic!("latency_us.{k} missing"))
-        })
+        .map(|k| l[k].as_f64().unwrap_or_else(|| panic!("{key}.{k} missing")))
         .collect();
     assert!(
         q.windows(2).all(|w| w[0] <= w[1]),
