@@ -331,13 +331,8 @@ impl DeliveryFuture {
         self.slot.result.get().map(|r| self.resolve(r))
     }
 
-    /// When the report was settled (the batch acknowledged or failed), once it is: a latency
-    /// measured from it does not depend on when the report is looked at.
-    pub fn settled_at(&self) -> Option<Instant> {
-        self.slot.settled_at.get().copied()
-    }
-
-    /// [`wait`](Self::wait), and when the report was settled.
+    /// [`wait`](Self::wait), and when the report was settled (the batch acknowledged or
+    /// failed): a latency measured to it does not depend on when the report is looked at.
     pub fn wait_settled(self) -> (Result<RecordMetadata, ClientError>, Instant) {
         let slot = self.slot.clone();
         let result = self.wait();
@@ -767,21 +762,18 @@ impl Producer {
                     // exactly its size left every keyless record of a producer on one
                     // partition; moving on whenever a batch was sent put records, with
                     // linger 0, behind the partition whose request was still in flight.
-                    let moving_on = sticky.get(record.topic).is_some_and(|&(p, produced)| {
-                        let open = queues
-                            .get(&(topic.clone(), p))
-                            .and_then(|q| q.open.as_ref());
-                        produced + size > cfg.batch_bytes
-                            || open.is_some_and(|o| !o.fits(size, cfg))
-                    });
-                    if moving_on {
-                        if let Some((p, _)) = sticky.remove(record.topic) {
-                            if let Some(q) = queues.get_mut(&(topic.clone(), p)) {
-                                if q.open.as_ref().is_some_and(|o| !o.fits(size, cfg)) {
-                                    failed.extend(seal_open(q, buffered, outstanding));
-                                    full = true;
-                                }
-                            }
+                    if let Some(&(p, produced)) = sticky.get(record.topic) {
+                        let q = queues.get_mut(&(topic.clone(), p));
+                        let overflows = q
+                            .as_ref()
+                            .and_then(|q| q.open.as_ref())
+                            .is_some_and(|o| !o.fits(size, cfg));
+                        if overflows || produced + size > cfg.batch_bytes {
+                            sticky.remove(record.topic);
+                        }
+                        if let (true, Some(q)) = (overflows, q) {
+                            failed.extend(seal_open(q, buffered, outstanding));
+                            full = true;
                         }
                     }
                     match sticky.get_mut(record.topic) {

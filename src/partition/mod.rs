@@ -762,12 +762,12 @@ impl Partition {
             .borrow_mut()
             .take()
             .filter(|a| a.answers(&reader, offset, max_bytes, limit));
+        // A read-ahead that found nothing or failed is no answer on its own: the log is read
+        // now (a lasting fault shows there, a passing one is not served).
         let got = match ahead {
-            Some(a) => a.take(cache.read_ahead()).await?,
+            Some(a) => a.take(cache.read_ahead()).await.ok().flatten(),
             None => None,
         };
-        // Nothing from a read-ahead (none, or it found nothing) is never an answer on its own:
-        // the log is read now.
         let got = match got {
             Some(g) => Some(g),
             None => reader.read(offset, max_bytes, limit).await?,

@@ -1,6 +1,7 @@
 //! Read-ahead of copy reads: a reader catching up gets exactly the log, every next read taken
 //! from the one started ahead; a read-ahead is never served past a lower limit nor from a
-//! segment file that was replaced; the shard's bound holds, dropping the oldest read-aheads.
+//! segment file that was replaced, and one that failed is read again; the shard's bound holds,
+//! dropping the oldest read-aheads.
 
 use std::rc::Rc;
 
@@ -188,5 +189,32 @@ fn the_shard_bound_drops_the_oldest_read_ahead() {
         assert_eq!(budget.counts().0, 3);
         slots.iter().for_each(|s| drop(s.borrow_mut().take()));
         assert_eq!(budget.used_bytes(), 0, "dropping releases");
+    });
+}
+
+#[test]
+fn a_failed_read_ahead_is_read_again_not_served() {
+    use rill_shards::file::faults::{self, FileOp};
+    on_shard(|dir| async move {
+        let cache = TailCache::new(0).with_read_ahead(8 << 20);
+        let p = open(&dir, "t", false, 16 << 20).await;
+        for _ in 0..100 {
+            append(&p, &cache, 1, 1_000);
+        }
+        flush(&p).await;
+        // A read-ahead for offset 10 whose one read fails.
+        let key = dir.to_string_lossy().to_string();
+        faults::inject(&key, FileOp::Read, libc::EIO, 1);
+        let reader = p.log.borrow().reader_for_offset(10).expect("reader");
+        ReadAhead::start(cache.read_ahead(), &p.read_ahead, reader, 10, 16 << 10, 100);
+        let chunks = p.read(10, copy(16 << 10), &cache).await;
+        faults::clear(&key);
+        let got = offsets(&chunks.expect("read again after the failed read-ahead"), 10);
+        assert_eq!(got.first(), Some(&10));
+        assert_eq!(
+            cache.read_ahead().counts().1,
+            1,
+            "the read-ahead was taken, and failed"
+        );
     });
 }
