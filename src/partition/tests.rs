@@ -33,13 +33,13 @@ pub(super) fn seg_config() -> SegmentConfig {
     }
 }
 
-struct Fixture {
-    p: Rc<Partition>,
-    gc: Rc<GroupCommit>,
-    cache: TailCache,
+pub(super) struct Fixture {
+    pub(super) p: Rc<Partition>,
+    pub(super) gc: Rc<GroupCommit>,
+    pub(super) cache: TailCache,
 }
 
-async fn open(dir: &std::path::Path, fsync: FsyncPolicy) -> Fixture {
+pub(super) async fn open(dir: &std::path::Path, fsync: FsyncPolicy) -> Fixture {
     let (log, _) = PartitionLog::open(dir.to_path_buf(), seg_config())
         .await
         .expect("open");
@@ -56,7 +56,7 @@ async fn open(dir: &std::path::Path, fsync: FsyncPolicy) -> Fixture {
 }
 
 /// Appends `n` records (one batch of ~2 KiB values) and waits for the acknowledgement.
-async fn produce(f: &Fixture, n: u32) -> Result<u64, ErrorCode> {
+pub(super) async fn produce(f: &Fixture, n: u32) -> Result<u64, ErrorCode> {
     let mut b = BatchBuilder::new();
     let first = f.p.log_end_offset();
     for i in 0..u64::from(n) {
