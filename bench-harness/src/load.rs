@@ -188,15 +188,24 @@ impl LoadArgs {
 }
 
 /// Epoch-relative nanoseconds, stamped into each message for end-to-end latency.
-pub fn stamp(value: &mut [u8], base: Instant, at: Instant) {
+/// Where a value carries a time: the intended send time, then the time `send` was called.
+#[derive(Clone, Copy)]
+pub enum Stamp {
+    Intended = 0,
+    Sent = 8,
+}
+
+/// Writes `at` (nanoseconds after `base`) into the value's `which` slot, if it has room.
+pub fn stamp(value: &mut [u8], which: Stamp, base: Instant, at: Instant) {
     let nanos = at.saturating_duration_since(base).as_nanos() as u64;
-    if value.len() >= 8 {
-        value[..8].copy_from_slice(&nanos.to_le_bytes());
+    if let Some(slot) = value.get_mut(which as usize..which as usize + 8) {
+        slot.copy_from_slice(&nanos.to_le_bytes());
     }
 }
 
-pub fn read_stamp(value: &[u8], base: Instant) -> Option<Instant> {
-    let nanos = u64::from_le_bytes(value.get(..8)?.try_into().ok()?);
+pub fn read_stamp(value: &[u8], which: Stamp, base: Instant) -> Option<Instant> {
+    let at = which as usize;
+    let nanos = u64::from_le_bytes(value.get(at..at + 8)?.try_into().ok()?);
     Some(base + Duration::from_nanos(nanos))
 }
 
@@ -439,8 +448,11 @@ pub fn run_producer(
         if deadline.is_some_and(|d| intended >= d) {
             break;
         }
-        stamp(&mut value, base, intended);
+        stamp(&mut value, Stamp::Intended, base, intended);
         let key = a.keyed.then(|| format!("k{id}-{}", sent % 1024));
+        // The time of the call too: latency from it is what a bench without coordinated
+        // omission correction (Iggy's) reports.
+        stamp(&mut value, Stamp::Sent, base, Instant::now());
         if !sink.send(key.as_deref().map(str::as_bytes), &value, intended)? {
             break;
         }
@@ -467,6 +479,8 @@ pub struct ConsumerResult {
     pub bytes: u64,
     /// End to end: receive time minus the intended send time stamped in the value.
     pub latency: Histogram<u64>,
+    /// End to end from the `send` call instead (no coordinated omission correction).
+    pub latency_from_send: Histogram<u64>,
     /// When the last record arrived.
     pub last_record: Option<Instant>,
 }
@@ -476,6 +490,7 @@ pub struct Tally {
     received: u64,
     bytes: u64,
     latency: Histogram<u64>,
+    latency_from_send: Histogram<u64>,
     last_record: Option<Instant>,
     /// (stamp base, warm-up end) when end-to-end latency is measured.
     base: Option<(Instant, Instant)>,
@@ -487,6 +502,7 @@ impl Tally {
             received: 0,
             bytes: 0,
             latency: new_histogram(),
+            latency_from_send: new_histogram(),
             last_record: None,
             base,
         }
@@ -502,9 +518,15 @@ impl Tally {
         self.bytes += value.len() as u64;
         self.last_record = Some(now);
         if let Some((base, warmup_end)) = self.base {
-            if let Some(intended) = read_stamp(value, base) {
+            if let Some(intended) = read_stamp(value, Stamp::Intended, base) {
                 if intended >= warmup_end {
                     record(&mut self.latency, now.saturating_duration_since(intended));
+                    if let Some(sent) = read_stamp(value, Stamp::Sent, base) {
+                        record(
+                            &mut self.latency_from_send,
+                            now.saturating_duration_since(sent),
+                        );
+                    }
                 }
             }
         }
@@ -515,6 +537,7 @@ impl Tally {
             received: self.received,
             bytes: self.bytes,
             latency: self.latency,
+            latency_from_send: self.latency_from_send,
             last_record: self.last_record,
         }
     }

@@ -35,6 +35,11 @@ pub struct Report {
     /// to its delivery report (with `request_latency_us`, the hops before the consumer's).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ack_latency_us: Option<Latency>,
+    /// e2e only: end to end from each message's `send` call rather than its intended send
+    /// time: without coordinated omission correction, as benches that pace by sleeping
+    /// (Iggy's) report it. `latency_us` stays the corrected figure.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latency_from_send_us: Option<Latency>,
     /// The settings the run used, for RESULTS.md.
     pub settings: serde_json::Value,
 }
@@ -92,6 +97,7 @@ impl Report {
             latency_us: Latency::of(h),
             request_latency_us: None,
             ack_latency_us: None,
+            latency_from_send_us: None,
             requests: None,
             settings,
         }
@@ -106,6 +112,13 @@ impl Report {
             ),
             None => String::new(),
         };
+        let from_send = match &self.latency_from_send_us {
+            Some(l) => format!(
+                "; from send us p50 {:.0} p99 {:.0} p99.9 {:.0} p99.99 {:.0} max {:.0}",
+                l.p50, l.p99, l.p999, l.p9999, l.max
+            ),
+            None => String::new(),
+        };
         let requests = match (&self.request_latency_us, self.requests) {
             (Some(l), Some(n)) => format!(
                 "; {n} requests, request latency us p50 {:.0} p99 {:.0} p99.9 {:.0} p99.99 {:.0} max {:.0}",
@@ -114,7 +127,7 @@ impl Report {
             _ => String::new(),
         };
         println!(
-            "{}: {} messages, {:.1} MB in {:.2} s: {:.0} msg/s, {:.1} MB/s; latency us p50 {:.0} p99 {:.0} p99.9 {:.0} p99.99 {:.0} max {:.0}{acks}{requests}",
+            "{}: {} messages, {:.1} MB in {:.2} s: {:.0} msg/s, {:.1} MB/s; latency us p50 {:.0} p99 {:.0} p99.9 {:.0} p99.99 {:.0} max {:.0}{acks}{from_send}{requests}",
             self.workload,
             self.messages,
             self.bytes as f64 / 1e6,

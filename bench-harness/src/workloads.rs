@@ -271,7 +271,7 @@ pub fn e2e(a: LoadArgs) -> Result<Report, String> {
         std::thread::sleep(Duration::from_millis(20));
     }
     stop.store(true, Ordering::Relaxed);
-    let mut h = new_histogram();
+    let (mut h, mut from_send) = (new_histogram(), new_histogram());
     let (mut received, mut bytes) = (0, 0);
     for t in consumers {
         let r = t
@@ -280,6 +280,9 @@ pub fn e2e(a: LoadArgs) -> Result<Report, String> {
         received += r.received;
         bytes += r.bytes;
         h.add(&r.latency).map_err(|e| e.to_string())?;
+        from_send
+            .add(&r.latency_from_send)
+            .map_err(|e| e.to_string())?;
     }
     if received < sent {
         return Err(format!(
@@ -300,6 +303,7 @@ pub fn e2e(a: LoadArgs) -> Result<Report, String> {
     )
     .with_request_latency(requests.as_ref());
     report.ack_latency_us = (!acks.is_empty()).then(|| Latency::of(&acks));
+    report.latency_from_send_us = (!from_send.is_empty()).then(|| Latency::of(&from_send));
     Ok(report)
 }
 

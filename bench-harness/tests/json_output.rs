@@ -102,3 +102,39 @@ fn produce_times_every_produce_request_the_broker_answered() {
         "per produce request, from its write to the socket to its response"
     );
 }
+
+/// e2e reports its latency two ways: from each message's intended send time (corrected for
+/// coordinated omission) and from its `send` call. A message is never sent before it was
+/// intended, so every percentile of the second is at most the first's.
+#[test]
+fn e2e_reports_latency_from_the_intended_time_and_from_the_send_call() {
+    let broker = Broker::start(false);
+    let v = bench_ok(
+        broker.dir.path(),
+        "e2e",
+        &[
+            "e2e",
+            "-b",
+            &broker.bootstrap,
+            "--rate",
+            "5000",
+            "--messages",
+            "5000",
+            "--linger-ms",
+            "0",
+            "--message-bytes",
+            "100",
+        ],
+    );
+    assert_eq!(v["workload"], "e2e");
+    assert_eq!(v["messages"], 5000);
+    let corrected = percentiles(&v);
+    let from_send = percentiles_of(&v, "latency_from_send_us");
+    assert!(from_send[0] >= 1.0, "p50 must be a real latency");
+    for (s, c) in from_send.iter().zip(&corrected) {
+        assert!(
+            s <= c,
+            "from send {from_send:?} above intended {corrected:?}"
+        );
+    }
+}
