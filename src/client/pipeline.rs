@@ -1,13 +1,15 @@
 //! A pipelined connection to one shard, driven by two I/O threads of its own: a writer that
 //! sends requests in submission order (at most `max_in_flight` awaiting an answer) and a
 //! reader that hands each response to the completion registered with its request. Responses
-//! come back in request order (the broker serves a connection's requests one at a time).
+//! come back in request order (the broker answers a connection's requests in order).
+//! A submit finding nothing queued and a slot free writes the request itself: the hand-off
+//! to the writer thread is a wake-up on the latency path, the dearer on a loaded machine.
 //! Threads, not an async runtime: the client works the same under tokio, glommio or none.
 
 use std::collections::VecDeque;
 use std::io::IoSlice;
 use std::net::{Shutdown, SocketAddr};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -26,6 +28,12 @@ pub type Completion = Box<dyn FnOnce(Result<ResponseFrame, ClientError>, Option<
 
 /// Requests queued to the writer before `submit` blocks.
 const SUBMIT_QUEUE: usize = 1024;
+
+/// Requests up to this size may be written by the submitting thread: small ones are where the
+/// hand-off to the writer thread is a large share of the latency, and they fit a socket's send
+/// buffer, so the submitter (a producer's sender, serving every shard) rarely waits in the
+/// write. Larger ones go through the writer thread.
+const INLINE_WRITE_MAX: usize = 256 << 10;
 
 /// A piece of request payload shared with its owner (a producer's encoded batch).
 pub type PayloadChunk = Arc<dyn AsRef<[u8]> + Send + Sync>;
@@ -48,10 +56,70 @@ fn write_request(socket: &mut Socket, out: &Outgoing) -> std::io::Result<()> {
 /// Requests awaiting an answer: correlation id, completion, when the request was written.
 type InFlight = Arc<Mutex<VecDeque<(u32, Completion, Instant)>>>;
 
+/// The writing half, shared by the writer thread and submits that write inline. A request is
+/// registered in [`InFlight`] and written under the socket lock, so the in-flight order is
+/// the order on the wire.
+struct WriteSide {
+    socket: Mutex<Socket>,
+    /// Requests queued to the writer thread and not yet written by it: a submit writes
+    /// inline only when there are none (it would overtake them).
+    queued: AtomicUsize,
+    inflight: InFlight,
+    /// One token per request awaiting an answer (bounded by `max_in_flight`).
+    slots: flume::Sender<()>,
+    dead: Arc<AtomicBool>,
+    addr: SocketAddr,
+}
+
+impl WriteSide {
+    /// Registers `out` (if it expects an answer) and writes it; on a failed write the
+    /// connection dies and every request waiting on it fails. The caller holds the lock.
+    fn write(&self, socket: &mut Socket, mut out: Outgoing) {
+        if let Some(c) = out.completion.take() {
+            // Stamped after the wait for a slot: the round trip starts with the write.
+            let written = Instant::now();
+            if let Ok(mut q) = self.inflight.lock() {
+                q.push_back((out.correlation_id, c, written));
+            }
+        }
+        if let Err(e) = write_request(socket, &out) {
+            self.dead.store(true, Ordering::Release);
+            let _ = socket.shutdown(Shutdown::Both);
+            fail_all(self.addr, &self.inflight, &e.to_string());
+        }
+    }
+
+    /// Writes `out` on the caller's thread when nothing is queued before it, the socket is
+    /// free and (for a request expecting an answer) a slot is; else hands it back.
+    fn try_write_inline(&self, out: Outgoing) -> Option<Outgoing> {
+        let len = out.head.len()
+            + out
+                .payload
+                .iter()
+                .map(|p| (**p).as_ref().len())
+                .sum::<usize>();
+        if len > INLINE_WRITE_MAX {
+            return Some(out);
+        }
+        let Ok(mut socket) = self.socket.try_lock() else {
+            return Some(out);
+        };
+        if self.queued.load(Ordering::Acquire) != 0 {
+            return Some(out);
+        }
+        if out.completion.is_some() && self.slots.try_send(()).is_err() {
+            return Some(out);
+        }
+        self.write(&mut socket, out);
+        None
+    }
+}
+
 /// A connection to one broker shard that keeps up to `max_in_flight` requests awaiting answers.
 pub struct PipelinedConnection {
     addr: SocketAddr,
     tx: Option<flume::Sender<Outgoing>>,
+    write_side: Arc<WriteSide>,
     next_correlation: AtomicU32,
     dead: Arc<AtomicBool>,
     client_id: String,
@@ -90,11 +158,19 @@ impl PipelinedConnection {
         let (slots_tx, slots_rx) = flume::bounded::<()>(max_in_flight.max(1));
         let inflight: InFlight = Arc::new(Mutex::new(VecDeque::new()));
         let dead = Arc::new(AtomicBool::new(false));
+        let write_side = Arc::new(WriteSide {
+            socket: Mutex::new(writer),
+            queued: AtomicUsize::new(0),
+            inflight: inflight.clone(),
+            slots: slots_tx,
+            dead: dead.clone(),
+            addr,
+        });
         {
-            let (inflight, dead) = (inflight.clone(), dead.clone());
+            let write_side = write_side.clone();
             std::thread::Builder::new()
                 .name(format!("rill-client-w-{addr}"))
-                .spawn(move || write_loop(addr, writer, rx, slots_tx, inflight, dead))
+                .spawn(move || write_loop(&write_side, rx))
                 .map_err(io_err)?;
         }
         {
@@ -109,6 +185,7 @@ impl PipelinedConnection {
         Ok(PipelinedConnection {
             addr,
             tx: Some(tx),
+            write_side,
             next_correlation: AtomicU32::new(1),
             dead,
             client_id: cfg.client_id.clone(),
@@ -163,13 +240,21 @@ impl PipelinedConnection {
             return Err(closed());
         }
         let tx = self.tx.as_ref().ok_or_else(closed)?;
-        tx.send(Outgoing {
+        let out = Outgoing {
             correlation_id,
             head,
             payload,
             completion,
+        };
+        let Some(out) = self.write_side.try_write_inline(out) else {
+            return Ok(());
+        };
+        self.write_side.queued.fetch_add(1, Ordering::AcqRel);
+        tx.send(out).map_err(|e| {
+            self.write_side.queued.fetch_sub(1, Ordering::AcqRel);
+            drop(e);
+            closed()
         })
-        .map_err(|_| closed())
     }
 }
 
@@ -204,40 +289,35 @@ fn fail_all(addr: SocketAddr, inflight: &InFlight, why: &str) {
     }
 }
 
-fn write_loop(
-    addr: SocketAddr,
-    mut socket: Socket,
-    rx: flume::Receiver<Outgoing>,
-    slots: flume::Sender<()>,
-    inflight: InFlight,
-    dead: Arc<AtomicBool>,
-) {
-    for mut out in rx.iter() {
-        if dead.load(Ordering::Acquire) {
-            if let Some(c) = out.completion {
-                c(Err(closed(addr)), None);
-            }
-            continue;
-        }
-        if let Some(c) = out.completion.take() {
-            // Waits while max_in_flight requests are unanswered; fails if the reader is gone.
-            if slots.send(()).is_err() {
-                c(Err(closed(addr)), None);
-                continue;
-            }
-            // Stamped after the wait for a slot: the round trip starts with the write.
-            let written = Instant::now();
-            if let Ok(mut q) = inflight.lock() {
-                q.push_back((out.correlation_id, c, written));
-            }
-        }
-        if let Err(e) = write_request(&mut socket, &out) {
-            dead.store(true, Ordering::Release);
-            let _ = socket.shutdown(Shutdown::Both);
-            fail_all(addr, &inflight, &e.to_string());
-        }
+fn write_loop(w: &WriteSide, rx: flume::Receiver<Outgoing>) {
+    for out in rx.iter() {
+        write_queued(w, out);
+        w.queued.fetch_sub(1, Ordering::AcqRel);
     }
-    let _ = socket.shutdown(Shutdown::Both);
+    if let Ok(socket) = w.socket.lock() {
+        let _ = socket.shutdown(Shutdown::Both);
+    }
+}
+
+/// The writer thread's part for one queued request: wait for a slot (outside the socket lock,
+/// so that it never blocks a reader of the lock), then register and write it.
+fn write_queued(w: &WriteSide, out: Outgoing) {
+    let fail = |out: Outgoing| {
+        if let Some(c) = out.completion {
+            c(Err(closed(w.addr)), None);
+        }
+    };
+    if w.dead.load(Ordering::Acquire) {
+        return fail(out);
+    }
+    // Waits while max_in_flight requests are unanswered; fails if the reader is gone.
+    if out.completion.is_some() && w.slots.send(()).is_err() {
+        return fail(out);
+    }
+    match w.socket.lock() {
+        Ok(mut socket) => w.write(&mut socket, out),
+        Err(_) => fail(out),
+    }
 }
 
 fn read_loop(
