@@ -393,7 +393,7 @@ impl OpenBatch {
         self.builder.is_empty() || self.builder.estimated_bytes() + size <= cfg.batch_bytes
     }
 
-    fn seal(self, now: Instant) -> Result<SealedBatch, (Arc<BatchSlot>, usize, String)> {
+    fn seal(mut self, now: Instant) -> Result<SealedBatch, (Arc<BatchSlot>, usize, String)> {
         let records = self.builder.len() as u32;
         match self.builder.build() {
             Ok(encoded) => Ok(SealedBatch {
@@ -817,7 +817,10 @@ impl Producer {
             let open = q.open.get_or_insert_with(|| {
                 *outstanding += 1;
                 OpenBatch {
-                    builder: BatchBuilder::new(),
+                    // Room for a full batch (the dial plus the array padding and header and
+                    // tag structs its estimate leaves out), so the batch's buffer, written
+                    // in place, is not moved as it grows.
+                    builder: BatchBuilder::with_capacity(cfg.batch_bytes + cfg.batch_bytes / 8),
                     slot: BatchSlot::new(),
                     created: Instant::now(),
                     bytes: 0,
