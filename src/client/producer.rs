@@ -277,7 +277,8 @@ struct DeliveryFailure {
 struct BatchSlot {
     /// Where the batch's records go: kept here once per batch, not in each record's
     /// [`DeliveryFuture`] (an `Arc<str>` allocated per record and freed on the thread that
-    /// took the report was a tenth of a producing thread's time).
+    /// took the report was a tenth of a producing thread's time). The batch's own copy: the
+    /// reports' clones of it do not contend with the producing thread's use of its name.
     topic: Arc<str>,
     partition: u32,
     result: OnceLock<Result<BatchAck, DeliveryFailure>>,
@@ -857,7 +858,7 @@ impl Producer {
                     // tag structs its estimate leaves out), so the batch's buffer, written
                     // in place, is not moved as it grows.
                     builder: BatchBuilder::with_capacity(cfg.batch_bytes + cfg.batch_bytes / 8),
-                    slot: BatchSlot::new(topic.clone(), partition),
+                    slot: BatchSlot::new(Arc::from(&*topic), partition),
                     created: Instant::now(),
                     bytes: 0,
                 }
