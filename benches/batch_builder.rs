@@ -45,7 +45,8 @@ struct Shape {
     records_per_batch: usize,
 }
 
-/// How a batch is built: the builder fresh per batch (as the producer does), the builder
+/// How a batch is built: the builder fresh per batch with room for the whole batch (as the
+/// producer does, from its batch-bytes dial), the builder
 /// reused with `clear`, or the path before the one-buffer builder (each record copied into
 /// owned `Vec`s/`String`s, `RecordBody` archived by its derive, then the body CRC).
 #[derive(Clone, Copy, PartialEq)]
@@ -112,7 +113,11 @@ fn run(shape: &Shape, mode: Mode) {
         if mode == Mode::Reuse {
             builder.clear();
         } else {
-            *builder = BatchBuilder::new();
+            // The producer's reservation: its dial (the size estimate of a full batch) + 1/8.
+            let estimate = HEADER_LEN
+                + shape.records_per_batch
+                    * (key.len() + value.len() + shape.headers * ("trace-id".len() + 16) + 48);
+            *builder = BatchBuilder::with_capacity(estimate + estimate / 8);
         }
         for i in 0..shape.records_per_batch {
             let ts = 1_700_000_000_000 + (batch * shape.records_per_batch + i) as i64;

@@ -216,8 +216,61 @@ pub fn add_flags(batch: &mut [u8], flags: u16) {
 }
 
 /// Bodies from this size on have their CRC updated rather than recomputed after a header
-/// change: the update costs about as much as a CRC of 64 KiB, whatever the size.
+/// change ([`shift_crc`] costs a few hundred ns whatever the size, a 64 KiB CRC a few us).
 const UPDATE_CRC_FROM: usize = 64 << 10;
+
+/// The CRC32C polynomial, bit-reflected as the CRC is computed.
+const CRC32C_POLY: u32 = 0x82f6_3b78;
+
+/// `a * b` modulo the CRC32C polynomial, both bit-reflected (bit 31 is x^0), as zlib's
+/// `multmodp`.
+const fn mul_mod_poly(a: u32, mut b: u32) -> u32 {
+    let mut product = 0;
+    let mut bit = 1u32 << 31;
+    while bit != 0 {
+        if a & bit != 0 {
+            product ^= b;
+        }
+        bit >>= 1;
+        b = if b & 1 != 0 {
+            (b >> 1) ^ CRC32C_POLY
+        } else {
+            b >> 1
+        };
+    }
+    product
+}
+
+/// `X_POW_2K[k]` is x^(2^k) modulo the polynomial (`k` up to 63 covers any `usize` bit count).
+const X_POW_2K: [u32; 64] = {
+    let mut table = [0; 64];
+    let mut x = 1u32 << 30; // x^1
+    let mut k = 0;
+    while k < 64 {
+        table[k] = x;
+        x = mul_mod_poly(x, x);
+        k += 1;
+    }
+    table
+};
+
+/// `crc32c_combine(crc, 0, len)`: `crc` shifted past `len` zero bytes, i.e. multiplied by
+/// x^(8 len). The `crc32c` crate squares a 32x32 bit matrix per bit of `len` (about as
+/// long as a CRC of the whole 1 MiB batch, 5% of a producer's time); this multiplies
+/// precomputed powers of x, one per set bit of `8 len`.
+fn shift_crc(crc: u32, len: usize) -> u32 {
+    let mut shift = 1u32 << 31; // x^0
+    let bits = len as u128 * 8;
+    for (k, x) in X_POW_2K.iter().enumerate() {
+        if bits >> k == 0 {
+            break;
+        }
+        if (bits >> k) & 1 != 0 {
+            shift = mul_mod_poly(*x, shift);
+        }
+    }
+    mul_mod_poly(shift, crc)
+}
 
 /// CRC32C of the header bytes the body CRC covers.
 fn header_part_checksum(batch: &[u8]) -> u32 {
@@ -227,14 +280,14 @@ fn header_part_checksum(batch: &[u8]) -> u32 {
 /// Recomputes the body CRC and the header CRC of an encoded batch after fields in its
 /// body-checksummed header bytes changed (`before`: those bytes' CRC before the change).
 /// CRC32C is linear, so for a large body the old CRC is updated by the change in the header
-/// part alone, shifted past the body (`crc32c_combine`), and the body is not read again (the
+/// part alone, shifted past the body ([`shift_crc`]), and the body is not read again (the
 /// producer numbers every batch it sends: reading a 1 MiB body again was 8% of its CPU). A
 /// body damaged before keeps failing its check (a recomputed CRC would cover the damage).
 fn reseal(batch: &mut [u8], before: u32) {
     let body_len = batch.len() - HEADER_LEN;
     let crc = if body_len >= UPDATE_CRC_FROM {
         let change = before ^ header_part_checksum(batch);
-        u32_at(batch, 4) ^ crc32c::crc32c_combine(change, 0, body_len)
+        u32_at(batch, 4) ^ shift_crc(change, body_len)
     } else {
         checksum(batch)
     };
@@ -268,6 +321,27 @@ mod tests {
     use super::super::test_support::Rng;
     use super::super::{BatchBuilder, BatchView};
     use super::*;
+
+    /// The shift agrees with the `crc32c` crate's combine, for lengths from 0 to 4 GiB.
+    #[test]
+    fn shift_crc_is_crc32c_combine_with_nothing_appended() {
+        let mut rng = Rng(0x5eed_c3c3);
+        for round in 0..2_000 {
+            let crc = rng.next() as u32;
+            let len = match round % 4 {
+                0 => rng.below(64) as usize,
+                1 => rng.below(1 << 20) as usize,
+                2 => 1usize << rng.below(33),
+                _ => rng.below(1 << 32) as usize,
+            };
+            assert_eq!(
+                shift_crc(crc, len),
+                crc32c::crc32c_combine(crc, 0, len),
+                "crc {crc:#x}, len {len}"
+            );
+        }
+        assert_eq!(shift_crc(0, 1 << 20), 0);
+    }
 
     /// Numbering a batch (and marking it transactional or delayed) leaves CRCs that check, for
     /// bodies on both sides of the update threshold; a body damaged before stays refused.

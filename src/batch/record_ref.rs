@@ -1,22 +1,23 @@
-//! Borrowed views of records that archive to exactly the types of [`super::record`] (format
-//! version 3/4 body): the builder archives these straight from its byte buffer instead of
-//! first copying each record into owned `Vec`s and `String`s.
+//! What the builder archives with: borrowed views that resolve to exactly the archived types
+//! of [`super::record`] (format version 3/4 body), and placeholders for parts already written.
 //!
-//! Each wrapper archives through the same rkyv routine its owned counterpart uses
-//! (`ArchivedVec::serialize_from_slice`, `ArchivedString::serialize_from_str`), and the
-//! structs archive as the owned types' archived types, serializing fields in the same order, so serializer calls, and therefore bytes, are the same as archiving
-//! [`super::RecordBody`]. `builder::tests::same_bytes_as_owned_records` checks it.
+//! The builder writes each record's byte strings and its header and tag arrays into the
+//! output buffer when the record is pushed, in the order and at the positions archiving
+//! [`super::RecordBody`] puts them (rkyv writes a struct's out-of-line data field by field,
+//! then the struct; a non-copy slice's elements' data, then the aligned array). At build time
+//! only the record array and the root are left, and they point at what is already there
+//! ([`Written`]). `builder::tests` check the bytes against archiving owned records.
+
+use std::marker::PhantomData;
 
 use rkyv::munge::munge;
-use rkyv::rancor::{Fallible, Source};
-use rkyv::ser::{Allocator, Writer};
 use rkyv::string::{ArchivedString, StringResolver};
 use rkyv::vec::{ArchivedVec, VecResolver};
-use rkyv::{Archive, Place, Serialize};
+use rkyv::{Archive, Place, Portable};
 
 use super::record::{ArchivedHeader, ArchivedRecord, ArchivedRecordBody};
 
-/// Archives as `Vec<u8>` does.
+/// Resolves as `Vec<u8>` does.
 #[derive(Debug, Clone, Copy)]
 pub struct BytesRef<'a>(pub &'a [u8]);
 
@@ -29,13 +30,7 @@ impl Archive for BytesRef<'_> {
     }
 }
 
-impl<S: Fallible + Allocator + Writer + ?Sized> Serialize<S> for BytesRef<'_> {
-    fn serialize(&self, serializer: &mut S) -> Result<VecResolver, S::Error> {
-        ArchivedVec::<u8>::serialize_from_slice(self.0, serializer)
-    }
-}
-
-/// Archives as `String` does (short strings inline).
+/// Resolves as `String` does (short strings inline).
 #[derive(Debug, Clone, Copy)]
 pub struct StrRef<'a>(pub &'a str);
 
@@ -45,38 +40,6 @@ impl Archive for StrRef<'_> {
 
     fn resolve(&self, resolver: StringResolver, out: Place<Self::Archived>) {
         ArchivedString::resolve_from_str(self.0, resolver, out);
-    }
-}
-
-impl<S: Fallible + Writer + ?Sized> Serialize<S> for StrRef<'_>
-where
-    S::Error: Source,
-{
-    fn serialize(&self, serializer: &mut S) -> Result<StringResolver, S::Error> {
-        ArchivedString::serialize_from_str(self.0, serializer)
-    }
-}
-
-/// Archives as `Vec<T>` does, for a slice of `T`.
-#[derive(Debug, Clone, Copy)]
-pub struct SliceRef<'a, T>(pub &'a [T]);
-
-impl<T: Archive> Archive for SliceRef<'_, T> {
-    type Archived = ArchivedVec<T::Archived>;
-    type Resolver = VecResolver;
-
-    fn resolve(&self, resolver: VecResolver, out: Place<Self::Archived>) {
-        ArchivedVec::resolve_from_slice(self.0, resolver, out);
-    }
-}
-
-impl<T, S> Serialize<S> for SliceRef<'_, T>
-where
-    T: Serialize<S>,
-    S: Fallible + Allocator + Writer + ?Sized,
-{
-    fn serialize(&self, serializer: &mut S) -> Result<VecResolver, S::Error> {
-        ArchivedVec::<T::Archived>::serialize_from_slice(self.0, serializer)
     }
 }
 
@@ -98,84 +61,78 @@ impl Archive for HeaderRef<'_> {
     }
 }
 
-impl<S: Fallible + Allocator + Writer + ?Sized> Serialize<S> for HeaderRef<'_>
-where
-    S::Error: Source,
-{
-    // Fields in declaration order, as the derive on `Header` serializes them.
-    fn serialize(&self, s: &mut S) -> Result<Self::Resolver, S::Error> {
-        Ok((self.key.serialize(s)?, self.value.serialize(s)?))
+/// `len` elements (bytes, headers, strings, records) already written at `pos` in the output:
+/// resolves as a `Vec` of them pointing there.
+#[derive(Debug)]
+pub struct Written<T> {
+    pub pos: usize,
+    pub len: usize,
+    elements: PhantomData<fn() -> T>,
+}
+
+impl<T> Written<T> {
+    pub fn new(pos: usize, len: usize) -> Self {
+        Written {
+            pos,
+            len,
+            elements: PhantomData,
+        }
     }
 }
 
-/// A [`super::Record`], borrowed.
+// By hand: a derive would require `T: Clone`/`Copy`, which the archived types are not.
+impl<T> Clone for Written<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for Written<T> {}
+
+impl<T: Portable> Archive for Written<T> {
+    type Archived = ArchivedVec<T>;
+    type Resolver = ();
+
+    fn resolve(&self, (): (), out: Place<Self::Archived>) {
+        ArchivedVec::resolve_from_len(self.len, VecResolver::from_pos(self.pos), out);
+    }
+}
+
+/// A [`super::Record`] whose key, value, headers and tags are already written.
 #[derive(Debug, Clone, Copy)]
-pub struct RecordRef<'a> {
+pub struct WrittenRecord {
     pub timestamp_delta: i64,
-    pub key: Option<BytesRef<'a>>,
-    pub value: Option<BytesRef<'a>>,
-    pub headers: SliceRef<'a, HeaderRef<'a>>,
-    pub tags: SliceRef<'a, StrRef<'a>>,
+    pub key: Option<Written<u8>>,
+    pub value: Option<Written<u8>>,
+    pub headers: Written<ArchivedHeader>,
+    pub tags: Written<ArchivedString>,
 }
 
-/// The resolvers of a [`RecordRef`]'s out-of-line fields.
-pub struct RecordRefResolver {
-    key: Option<VecResolver>,
-    value: Option<VecResolver>,
-    headers: VecResolver,
-    tags: VecResolver,
-}
-
-impl Archive for RecordRef<'_> {
+impl Archive for WrittenRecord {
     type Archived = ArchivedRecord;
-    type Resolver = RecordRefResolver;
+    type Resolver = ();
 
-    fn resolve(&self, r: RecordRefResolver, out: Place<ArchivedRecord>) {
+    fn resolve(&self, (): (), out: Place<ArchivedRecord>) {
         munge!(let ArchivedRecord { timestamp_delta, key, value, headers, tags } = out);
         self.timestamp_delta.resolve((), timestamp_delta);
-        self.key.resolve(r.key, key);
-        self.value.resolve(r.value, value);
-        self.headers.resolve(r.headers, headers);
-        self.tags.resolve(r.tags, tags);
+        self.key.resolve(self.key.map(|_| ()), key);
+        self.value.resolve(self.value.map(|_| ()), value);
+        self.headers.resolve((), headers);
+        self.tags.resolve((), tags);
     }
 }
 
-impl<S: Fallible + Allocator + Writer + ?Sized> Serialize<S> for RecordRef<'_>
-where
-    S::Error: Source,
-{
-    // Fields in declaration order, as the derive on `Record` serializes them.
-    fn serialize(&self, s: &mut S) -> Result<RecordRefResolver, S::Error> {
-        Ok(RecordRefResolver {
-            key: self.key.serialize(s)?,
-            value: self.value.serialize(s)?,
-            headers: self.headers.serialize(s)?,
-            tags: self.tags.serialize(s)?,
-        })
-    }
-}
-
-/// A [`super::RecordBody`], borrowed.
+/// A [`super::RecordBody`] whose record array is already written.
 #[derive(Debug, Clone, Copy)]
-pub struct BodyRef<'a> {
-    pub records: SliceRef<'a, RecordRef<'a>>,
+pub struct WrittenBody {
+    pub records: Written<ArchivedRecord>,
 }
 
-impl Archive for BodyRef<'_> {
+impl Archive for WrittenBody {
     type Archived = ArchivedRecordBody;
-    type Resolver = VecResolver;
+    type Resolver = ();
 
-    fn resolve(&self, r: VecResolver, out: Place<ArchivedRecordBody>) {
+    fn resolve(&self, (): (), out: Place<ArchivedRecordBody>) {
         munge!(let ArchivedRecordBody { records } = out);
-        self.records.resolve(r, records);
-    }
-}
-
-impl<S: Fallible + Allocator + Writer + ?Sized> Serialize<S> for BodyRef<'_>
-where
-    S::Error: Source,
-{
-    fn serialize(&self, s: &mut S) -> Result<VecResolver, S::Error> {
-        self.records.serialize(s)
+        self.records.resolve((), records);
     }
 }

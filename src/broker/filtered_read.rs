@@ -110,7 +110,7 @@ fn rebuild_matching(
     let append_time = batch.header().append_time_ms;
     let mut run: Option<(u64, BatchBuilder)> = None;
     let mut flush = |run: Option<(u64, BatchBuilder)>| -> Result<(), crate::batch::BatchError> {
-        if let Some((base, b)) = run {
+        if let Some((base, mut b)) = run {
             let mut bytes = b.build()?;
             stamp_batch(&mut bytes, base, append_time);
             out.extend_from_slice(&bytes);

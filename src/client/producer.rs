@@ -275,6 +275,12 @@ struct DeliveryFailure {
 
 /// The outcome of one batch, shared by the delivery reports of its records.
 struct BatchSlot {
+    /// Where the batch's records go: kept here once per batch, not in each record's
+    /// [`DeliveryFuture`] (an `Arc<str>` allocated per record and freed on the thread that
+    /// took the report was a tenth of a producing thread's time). The batch's own copy: the
+    /// reports' clones of it do not contend with the producing thread's use of its name.
+    topic: Arc<str>,
+    partition: u32,
     result: OnceLock<Result<BatchAck, DeliveryFailure>>,
     /// When the result was settled (set before it).
     settled_at: OnceLock<Instant>,
@@ -282,8 +288,10 @@ struct BatchSlot {
 }
 
 impl BatchSlot {
-    fn new() -> Arc<BatchSlot> {
+    fn new(topic: Arc<str>, partition: u32) -> Arc<BatchSlot> {
         Arc::new(BatchSlot {
+            topic,
+            partition,
             result: OnceLock::new(),
             settled_at: OnceLock::new(),
             done: Event::new(),
@@ -300,8 +308,6 @@ impl BatchSlot {
 pub struct DeliveryFuture {
     slot: Arc<BatchSlot>,
     index: u32,
-    topic: Arc<str>,
-    partition: u32,
     timestamp_ms: i64,
     listener: Option<EventListener>,
 }
@@ -313,8 +319,8 @@ impl DeliveryFuture {
     ) -> Result<RecordMetadata, ClientError> {
         match r {
             Ok(ack) => Ok(RecordMetadata {
-                topic: self.topic.clone(),
-                partition: self.partition,
+                topic: self.slot.topic.clone(),
+                partition: self.slot.partition,
                 offset: ack.base_offset.map(|b| b + u64::from(self.index)),
                 timestamp_ms: self.timestamp_ms,
                 append_time_ms: ack.timestamp_ms,
@@ -334,15 +340,23 @@ impl DeliveryFuture {
     /// [`wait`](Self::wait), and when the report was settled (the batch acknowledged or
     /// failed): a latency measured to it does not depend on when the report is looked at.
     pub fn wait_settled(self) -> (Result<RecordMetadata, ClientError>, Instant) {
-        let slot = self.slot.clone();
-        let result = self.wait();
-        // Set before the result that `wait` returned.
-        let at = slot.settled_at.get().copied().unwrap_or_else(Instant::now);
+        let result = self.wait_here();
+        // Set before the result that `wait_here` returned.
+        let at = self
+            .slot
+            .settled_at
+            .get()
+            .copied()
+            .unwrap_or_else(Instant::now);
         (result, at)
     }
 
     /// Blocks until the record is acknowledged or failed.
     pub fn wait(self) -> Result<RecordMetadata, ClientError> {
+        self.wait_here()
+    }
+
+    fn wait_here(&self) -> Result<RecordMetadata, ClientError> {
         loop {
             if let Some(r) = self.try_get() {
                 return r;
@@ -393,7 +407,7 @@ impl OpenBatch {
         self.builder.is_empty() || self.builder.estimated_bytes() + size <= cfg.batch_bytes
     }
 
-    fn seal(self, now: Instant) -> Result<SealedBatch, (Arc<BatchSlot>, usize, String)> {
+    fn seal(mut self, now: Instant) -> Result<SealedBatch, (Arc<BatchSlot>, usize, String)> {
         let records = self.builder.len() as u32;
         match self.builder.build() {
             Ok(encoded) => Ok(SealedBatch {
@@ -545,6 +559,9 @@ pub(super) struct Identity {
 #[derive(Default)]
 pub(super) struct State {
     queues: HashMap<(Arc<str>, u32), PartitionQueue>,
+    /// The topic of the last send, shared: its records' queue keys and batches reuse it
+    /// rather than allocate a name per record.
+    last_topic: Option<Arc<str>>,
     buffered: usize,
     /// Batches sent and not yet answered, plus batches queued.
     outstanding: usize,
@@ -565,6 +582,16 @@ pub(super) struct State {
     pub(super) identity: Option<Identity>,
     /// Present for a transactional producer.
     pub(super) txn: Option<Txn>,
+}
+
+impl State {
+    /// `topic` as a shared name, allocated only when it differs from the last send's.
+    fn topic_name(&mut self, topic: &str) -> Arc<str> {
+        match &self.last_topic {
+            Some(t) if **t == *topic => t.clone(),
+            _ => self.last_topic.insert(Arc::from(topic)).clone(),
+        }
+    }
 }
 
 pub(super) struct Shared {
@@ -695,10 +722,19 @@ impl Producer {
     /// Buffers a record for its partition's next batch. Blocks while buffer memory is full (up
     /// to `max_block`). The returned report resolves when the batch is acknowledged or fails.
     pub fn send(&self, record: ProducerRecord<'_>) -> Result<DeliveryFuture, ClientError> {
-        let n = self.partitions_for(record.topic)?;
         let size = record.size();
         let cfg = &self.shared.cfg;
         let mut st = self.shared.lock();
+        // One lock per record: the topic is known but for a producer's first sends.
+        let n = match st.metadata.partitions(record.topic) {
+            Ok(n) => n,
+            Err(_) => {
+                drop(st);
+                let n = self.partitions_for(record.topic)?;
+                st = self.shared.lock();
+                n
+            }
+        };
         let mut deadline = None;
         while st.buffered > 0 && st.buffered + size > cfg.buffer_memory {
             if st.closed {
@@ -719,7 +755,7 @@ impl Producer {
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
         }
-        let topic: Arc<str> = Arc::from(record.topic);
+        let topic = st.topic_name(record.topic);
         let mut full = false;
         // Batches that could not be built (at most two: the sticky partition's, this one's).
         let mut failed = Vec::new();
@@ -762,25 +798,26 @@ impl Producer {
                     // exactly its size left every keyless record of a producer on one
                     // partition; moving on whenever a batch was sent put records, with
                     // linger 0, behind the partition whose request was still in flight.
-                    if let Some(&(p, produced)) = sticky.get(record.topic) {
-                        let q = queues.get_mut(&(topic.clone(), p));
+                    let mut stays = None;
+                    if let Some((p, produced)) = sticky.get_mut(record.topic) {
+                        let q = queues.get_mut(&(topic.clone(), *p));
                         let overflows = q
                             .as_ref()
                             .and_then(|q| q.open.as_ref())
                             .is_some_and(|o| !o.fits(size, cfg));
-                        if overflows || produced + size > cfg.batch_bytes {
+                        if overflows || *produced + size > cfg.batch_bytes {
                             sticky.remove(record.topic);
+                        } else {
+                            *produced += size;
+                            stays = Some(*p);
                         }
                         if let (true, Some(q)) = (overflows, q) {
                             failed.extend(seal_open(q, buffered, outstanding));
                             full = true;
                         }
                     }
-                    match sticky.get_mut(record.topic) {
-                        Some((p, produced)) => {
-                            *produced += size;
-                            *p
-                        }
+                    match stays {
+                        Some(p) => p,
                         None => {
                             // Each new sticky choice moves on from the last one.
                             *sticky_turn = sticky_turn.wrapping_add(1);
@@ -817,8 +854,11 @@ impl Producer {
             let open = q.open.get_or_insert_with(|| {
                 *outstanding += 1;
                 OpenBatch {
-                    builder: BatchBuilder::new(),
-                    slot: BatchSlot::new(),
+                    // Room for a full batch (the dial plus the array padding and header and
+                    // tag structs its estimate leaves out), so the batch's buffer, written
+                    // in place, is not moved as it grows.
+                    builder: BatchBuilder::with_capacity(cfg.batch_bytes + cfg.batch_bytes / 8),
+                    slot: BatchSlot::new(Arc::from(&*topic), partition),
                     created: Instant::now(),
                     bytes: 0,
                 }
@@ -836,8 +876,6 @@ impl Producer {
             DeliveryFuture {
                 slot: open.slot.clone(),
                 index,
-                topic,
-                partition,
                 timestamp_ms,
                 listener: None,
             }
@@ -1588,7 +1626,7 @@ mod tests {
             refused: state == "refused",
             encoded: Arc::new(rkyv::util::AlignedVec::new()),
             records: 1,
-            slot: BatchSlot::new(),
+            slot: BatchSlot::new("t".into(), 0),
             created: now,
             bytes: 0,
             attempts: 0,

@@ -315,7 +315,7 @@ pub fn clean_segment(
             kept += 1;
         }
         runs.extend(run);
-        for (first, builder) in runs {
+        for (first, mut builder) in runs {
             let mut bytes = builder.build().map_err(&corrupt)?;
             crate::batch::stamp_batch(&mut bytes, first, append_ms);
             let view = BatchView::parse_header(&bytes).map_err(&corrupt)?;
