@@ -391,3 +391,52 @@ fn requests_small_and_large_interleaved_keep_order_and_their_reports() {
         }
     }
 }
+
+/// `partition_request_bytes` bounds what one request carries of a partition: at one batch's
+/// size, every request carries one batch, however many wait behind the one in flight.
+#[test]
+fn a_request_carries_at_most_partition_request_bytes_of_a_partition() {
+    use rill::client::{RequestObserver, RequestTiming};
+    use std::sync::Mutex;
+    let b = TestBroker::start(1, &[]);
+    b.client().create_topic("bounded", 1, 1, vec![]).unwrap();
+    let per_request: Arc<Mutex<Vec<usize>>> = Arc::default();
+    let seen = per_request.clone();
+    let p = Producer::new(
+        config(&b),
+        ProducerConfig {
+            linger: Duration::from_millis(1),
+            batch_bytes: 4 << 10,
+            partition_request_bytes: 5 << 10,
+            max_in_flight: 1,
+            request_observer: Some(RequestObserver(Arc::new(move |t: RequestTiming| {
+                seen.lock().unwrap().push(t.batches)
+            }))),
+            ..ProducerConfig::default()
+        },
+    )
+    .unwrap();
+    const N: usize = 2_000;
+    let reports: Vec<_> = (0..N)
+        .map(|i| {
+            let value = format!("{i:04}").repeat(256);
+            p.send(ProducerRecord::new("bounded", value.as_bytes()).partition(0))
+                .unwrap()
+        })
+        .collect();
+    p.flush().unwrap();
+    for r in reports {
+        r.wait().unwrap();
+    }
+    let per_request = per_request.lock().unwrap().clone();
+    // 1 KiB records in 4 KiB batches: about N / 4 batches, each its own request.
+    assert!(per_request.len() >= N / 5, "{} requests", per_request.len());
+    assert!(
+        per_request.iter().all(|&n| n == 1),
+        "requests of several batches: {per_request:?}"
+    );
+    assert_eq!(
+        consume_exactly(&b, "bounded", StartFrom::Beginning, N).len(),
+        N
+    );
+}

@@ -84,6 +84,11 @@ pub struct LoadArgs {
     /// Requests in flight per connection.
     #[arg(long, default_value_t = 5)]
     pub max_in_flight: usize,
+    /// Bytes of one partition's batches a produce request carries at most (at least one
+    /// batch; native driver). Set it to --batch-bytes for one batch per request, as Iggy's
+    /// bench sends.
+    #[arg(long, default_value_t = 8 << 20)]
+    pub partition_request_bytes: usize,
     /// The idempotent producer (producer id and sequences): on | off. The native client's
     /// default is on; the Kafka driver turns librdkafka's on only with acks=all (it refuses
     /// idempotence with other acks).
@@ -141,6 +146,7 @@ impl LoadArgs {
             linger: Duration::from_millis(self.linger_ms),
             batch_bytes: self.batch_bytes.max(1),
             max_in_flight: self.max_in_flight.max(1),
+            partition_request_bytes: self.partition_request_bytes,
             idempotence: self.idempotent(),
             ..ProducerConfig::default()
         })
@@ -177,6 +183,7 @@ impl LoadArgs {
             "rate": self.rate, "producers": self.producers, "consumers": self.consumers,
             "keyed": self.keyed, "acks": self.acks, "linger_ms": self.linger_ms,
             "batch_bytes": self.batch_bytes, "max_in_flight": self.max_in_flight,
+            "partition_request_bytes": self.partition_request_bytes,
             "idempotence": self.idempotence,
             "warmup_secs": self.warmup_secs, "duration_secs": self.duration_secs,
         });

@@ -86,6 +86,10 @@ pub struct ProducerConfig {
     pub batch_bytes: usize,
     /// Requests awaiting an answer per connection (`max.in.flight.requests.per.connection`).
     pub max_in_flight: usize,
+    /// Bytes of one partition's batches a produce request carries at most (always at least
+    /// one batch). Larger requests cost fewer round trips; smaller ones wait less behind each
+    /// other on a busy shard.
+    pub partition_request_bytes: usize,
     /// Retries of a retriable failure, within `delivery_timeout`.
     pub retries: u32,
     /// How long a failed batch waits before it is retried (`retry.backoff.ms`).
@@ -140,6 +144,7 @@ impl Default for ProducerConfig {
             linger: Duration::from_millis(5),
             batch_bytes: 256 << 10,
             max_in_flight: 5,
+            partition_request_bytes: MAX_PARTITION_REQUEST_BYTES,
             retries: u32::MAX,
             retry_backoff: Duration::from_millis(100),
             delivery_timeout: Duration::from_secs(120),
@@ -949,7 +954,8 @@ struct Sent {
     batches: Vec<(u64, Arc<rkyv::util::AlignedVec<16>>)>,
 }
 
-/// Bytes of batches of one partition that may share a request.
+/// Bytes of batches of one partition that may share a request, by default (and the most the
+/// frame pool keeps buffers for).
 pub(crate) const MAX_PARTITION_REQUEST_BYTES: usize = 8 << 20;
 /// Batches of one partition an idempotent request carries at most: the broker remembers a
 /// producer's last 5 per partition, so a retry of the whole request is recognised.
@@ -1176,7 +1182,7 @@ impl Sender {
             for b in q.ready.range_mut(first..) {
                 let this_kind = b.sequence.map(|_| b.request);
                 let fits = batches.is_empty()
-                    || (bytes + b.encoded.len() <= MAX_PARTITION_REQUEST_BYTES
+                    || (bytes + b.encoded.len() <= cfg.partition_request_bytes
                         && (!idempotent || (batches.len() < room && kind == Some(this_kind))));
                 if !fits || b.not_before > now || b.acked || (paused && !b.maybe_stored) {
                     break;
