@@ -432,9 +432,6 @@ async fn write_replies(
     mut stream: SharedStream,
     replies: &InOrder<Encoded>,
 ) {
-    // Where Fetch answers are converted on their way out: at most `FLUSH_BYTES` plus one
-    // batch, kept for the connection's next answers.
-    let mut buf = BytesMut::new();
     while let Some(response) = replies.next().await {
         let reply = match response {
             Ok(r) => r,
@@ -449,7 +446,7 @@ async fn write_replies(
                     stream.write_all(&bytes).await?;
                     stream.flush().await?;
                 }
-                Reply::Fetch(f) => f.write_to(&mut stream, &mut buf).await?,
+                Reply::Fetch(f) => f.write_to(&mut stream).await?,
             }
             Ok::<(), FetchEncodeError>(())
         };

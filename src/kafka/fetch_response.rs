@@ -289,14 +289,12 @@ impl FetchReply {
         Ok(FetchReply { pieces })
     }
 
-    /// Writes the answer: framing and converted batches gathered in `buf` (cleared first;
-    /// kept by the caller for the next answer) and sent every [`FLUSH_BYTES`].
-    pub async fn write_to<W: AsyncWrite + Unpin>(
-        self,
-        w: &mut W,
-        buf: &mut BytesMut,
-    ) -> Result<(), FetchEncodeError> {
-        buf.clear();
+    /// Writes the answer: framing and converted batches gathered in one buffer and sent
+    /// every [`FLUSH_BYTES`]. The buffer lives only while this answer is written (an idle
+    /// connection holds none; the allocator hands the same memory to the next answer).
+    pub async fn write_to<W: AsyncWrite + Unpin>(self, w: &mut W) -> Result<(), FetchEncodeError> {
+        let mut buf = BytesMut::with_capacity(FLUSH_BYTES + (64 << 10));
+        let buf = &mut buf;
         for piece in self.pieces {
             match piece {
                 Piece::Framing(b) => buf.extend_from_slice(&b),
@@ -357,7 +355,7 @@ pub fn written_and_decoded(
     use kafka_protocol::protocol::Decodable;
     let reply = FetchReply::encode(version, 7, &mut response, SizedRecords::new(records)).unwrap();
     let mut out = Vec::new();
-    futures_lite::future::block_on(reply.write_to(&mut out, &mut BytesMut::new())).unwrap();
+    futures_lite::future::block_on(reply.write_to(&mut out)).unwrap();
     let mut b = Bytes::from(out);
     assert_eq!(b.get_i32() as usize, b.len(), "size prefix");
     let h = ResponseHeader::decode(&mut b, ApiKey::Fetch.response_header_version(version)).unwrap();
@@ -422,6 +420,38 @@ mod tests {
             out.extend_from_slice(&bytes);
         }
         out
+    }
+
+    /// Collects what is written and the largest single write.
+    #[derive(Default)]
+    struct BoundedWrites {
+        bytes: Vec<u8>,
+        largest: usize,
+    }
+
+    impl AsyncWrite for BoundedWrites {
+        fn poll_write(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            b: &[u8],
+        ) -> std::task::Poll<std::io::Result<usize>> {
+            let this = self.get_mut();
+            this.largest = this.largest.max(b.len());
+            this.bytes.extend_from_slice(b);
+            std::task::Poll::Ready(Ok(b.len()))
+        }
+        fn poll_flush(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+        fn poll_close(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
     }
 
     fn chunk(bytes: Vec<u8>) -> ReadChunk {
@@ -536,13 +566,14 @@ mod tests {
             let want = reference(version, &expected);
             let reply =
                 FetchReply::encode(version, 7, &mut response, SizedRecords::new(records)).unwrap();
-            let mut got = Vec::new();
-            let mut buf = BytesMut::new();
-            futures_lite::future::block_on(reply.write_to(&mut got, &mut buf)).unwrap();
+            let mut got = BoundedWrites::default();
+            futures_lite::future::block_on(reply.write_to(&mut got)).unwrap();
             assert!(
-                buf.capacity() < FLUSH_BYTES + (2 << 20),
-                "write buffer bounded"
+                got.largest <= FLUSH_BYTES + (1 << 20),
+                "writes bounded: {}",
+                got.largest
             );
+            let got = got.bytes;
             assert_eq!(got.len(), want.len(), "v{version} round {round}: size");
             assert!(got == want, "v{version} round {round}: bytes differ");
         }
