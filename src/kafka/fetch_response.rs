@@ -16,7 +16,7 @@ use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, Partition
 use kafka_protocol::messages::{ApiKey, FetchResponse, ResponseHeader, TopicName};
 use kafka_protocol::protocol::Encodable;
 
-use super::records::{encode_batch, kafka_batch_len, served_batches, Walk};
+use super::records::{encode_batch, kafka_batch_len, served_batches, ConvertError, Walk};
 use crate::batch::aligned16;
 use crate::log::partition_log::ReadChunk;
 use crate::protocol::ErrorCode;
@@ -100,6 +100,8 @@ pub enum FetchEncodeError {
     TooLarge(usize),
     #[error("records converted to {wrote} bytes, {announced} announced")]
     Size { announced: usize, wrote: usize },
+    #[error(transparent)]
+    Convert(#[from] ConvertError),
     #[error(transparent)]
     Io(#[from] std::io::Error),
 }
@@ -186,17 +188,29 @@ impl FetchReply {
         // Each partition's records, matched by name: the answer may hold partitions the
         // handler did not read (refused by ACLs).
         let mut parts: Vec<Vec<Option<Sized>>> = Vec::with_capacity(response.responses.len());
+        let mut next = 0;
         for t in &mut response.responses {
             let mut of_topic = Vec::with_capacity(t.partitions.len());
             for p in &mut t.partitions {
-                let found = records.iter_mut().find(|r| {
+                let matches = |r: &Option<Sized>| {
                     r.as_ref().is_some_and(|r| {
                         r.records.topic == t.topic
                             && r.records.topic_id == t.topic_id
                             && r.records.partition == p.partition_index
                     })
-                });
-                let sized = found.and_then(Option::take);
+                };
+                // The handler read them in answer order: the next one matches unless the
+                // answer gained a partition since (one refused by ACLs).
+                let sized = match records.get(next).is_some_and(matches) {
+                    true => {
+                        next += 1;
+                        records[next - 1].take()
+                    }
+                    false => records
+                        .iter_mut()
+                        .find(|r| matches(r))
+                        .and_then(Option::take),
+                };
                 if sized.as_ref().is_some_and(|s| s.corrupt) {
                     p.error_code = ErrorCode::CorruptMessage.code();
                 }
@@ -309,7 +323,7 @@ impl FetchReply {
                         let batches = served_batches(&aligned, sized.records.from, Walk::Unchecked);
                         for b in batches.take(n) {
                             let before = buf.len();
-                            encode_batch(&b.map_err(to_io)?, buf).map_err(to_io)?;
+                            encode_batch(&b?, buf)?;
                             wrote += buf.len() - before;
                             if buf.len() >= FLUSH_BYTES {
                                 w.write_all(buf).await?;
@@ -338,10 +352,6 @@ impl FetchReply {
         w.flush().await?;
         Ok(())
     }
-}
-
-fn to_io(e: super::records::ConvertError) -> std::io::Error {
-    std::io::Error::other(e.to_string())
 }
 
 /// The answer as a client reads it: written, then decoded by kafka-protocol.
