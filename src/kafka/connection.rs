@@ -20,6 +20,7 @@ use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeade
 use kafka_protocol::protocol::{Decodable, Encodable};
 
 use super::authorization::{self, Checked};
+use super::fetch_response::{FetchEncodeError, FetchReply, SizedRecords};
 use super::handlers::{self, Handled};
 use super::sasl::{self, Gate, Sasl};
 use super::versions;
@@ -38,8 +39,16 @@ use crate::protocol::ErrorCode;
 /// Smallest request: api key, api version and correlation id.
 const MIN_REQUEST: usize = 8;
 
-/// An encoded response (size prefix included), or why it could not be encoded.
-type Encoded = Result<Bytes, String>;
+/// A response ready to be written, or why it could not be encoded.
+type Encoded = Result<Reply, String>;
+
+/// A response ready to be written.
+enum Reply {
+    /// Encoded whole (size prefix included).
+    Whole(Bytes),
+    /// A Fetch answer, its records converted as they are written.
+    Fetch(FetchReply),
+}
 
 /// Serves one accepted connection (plain, or TLS after its handshake); `peer` names it in
 /// the logs. Kafka fetches always read files by copy (records are converted), so TLS changes
@@ -223,6 +232,20 @@ async fn read_requests(
                         shard.metrics.done(timer);
                         count_errors(shard, name, &r);
                         encode(api, version, correlation, &r)
+                    }
+                    Handled::Fetch(r, records) => {
+                        let mut r = ResponseKind::Fetch(*r);
+                        patch(&mut r);
+                        let records = SizedRecords::new(records);
+                        pause = quota(records.len());
+                        set_throttle(&mut r, pause);
+                        shard.metrics.done(timer);
+                        let ResponseKind::Fetch(mut r) = r else {
+                            unreachable!("a Fetch answer stays one")
+                        };
+                        let reply = FetchReply::encode(version, correlation, &mut r, records);
+                        count_errors(shard, name, &ResponseKind::Fetch(r));
+                        reply.map(Reply::Fetch).map_err(|e| e.to_string())
                     }
                     Handled::Unanswered(waits) => {
                         pause = quota(0);
@@ -410,20 +433,30 @@ async fn write_replies(
     replies: &InOrder<Encoded>,
 ) {
     while let Some(response) = replies.next().await {
-        let bytes = match response {
-            Ok(b) => b,
+        let reply = match response {
+            Ok(r) => r,
             Err(e) => {
                 log::warn!("kafka {peer}: cannot encode a response: {e}; closing");
                 return;
             }
         };
         let write = async {
-            stream.write_all(&bytes).await?;
-            stream.flush().await
+            match reply {
+                Reply::Whole(bytes) => {
+                    stream.write_all(&bytes).await?;
+                    stream.flush().await?;
+                }
+                Reply::Fetch(f) => f.write_to(&mut stream).await?,
+            }
+            Ok::<(), FetchEncodeError>(())
         };
         match until(&shard.deadlines, after(shard.cfg.fetch_send_timeout), write).await {
             Some(Ok(())) => {}
-            Some(Err(_)) => return,
+            Some(Err(FetchEncodeError::Io(_))) => return,
+            Some(Err(e)) => {
+                log::error!("kafka {peer}: {e}; closing");
+                return;
+            }
             None => {
                 log::info!(
                     "kafka {peer}: the response did not drain within --fetch-send-timeout-ms; closing"
@@ -501,7 +534,12 @@ fn decode(mut body: Bytes) -> Result<Decoded, String> {
 }
 
 /// Size prefix, response header, body.
-fn encode(
+fn encode(api: ApiKey, version: i16, correlation: i32, response: &ResponseKind) -> Encoded {
+    encode_whole(api, version, correlation, response).map(Reply::Whole)
+}
+
+/// Size prefix, response header, body, in one buffer.
+fn encode_whole(
     api: ApiKey,
     version: i16,
     correlation: i32,
@@ -634,7 +672,8 @@ mod tests {
         };
         assert_eq!(req.client_software_name.as_str(), "kcat");
         let resp = handlers::api_versions();
-        let bytes = encode(ApiKey::ApiVersions, 3, 7, &ResponseKind::ApiVersions(resp)).unwrap();
+        let bytes =
+            encode_whole(ApiKey::ApiVersions, 3, 7, &ResponseKind::ApiVersions(resp)).unwrap();
         let mut b = bytes.slice(4..);
         assert_eq!(b.get_i32(), 7, "correlation id, header v0");
         let decoded = ApiVersionsResponse::decode(&mut b, 3).unwrap();

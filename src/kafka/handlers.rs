@@ -3,7 +3,6 @@
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
 use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::fetch_response::{
     AbortedTransaction, FetchableTopicResponse, LeaderIdAndEpoch, PartitionData,
@@ -22,7 +21,8 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
-use super::records::{to_kafka_batches, to_stored_batch};
+use super::fetch_response::PartitionRecords;
+use super::records::to_stored_batch;
 use super::{authorized_operations, groups, node_id, topic_uuid, versions};
 use crate::broker::fetch::{self, FetchPartition};
 use crate::broker::leader_epochs::{asked_epoch, check_leader_epoch, epoch_at};
@@ -45,6 +45,10 @@ pub enum Handled {
     /// The answer once a produce's writes are acknowledged; the connection reads the next
     /// requests meanwhile and answers in order.
     Later(Later<ResponseKind>),
+    /// A Fetch answer whose partitions carry no records yet: the records read for them go
+    /// with it, converted while the answer is written
+    /// ([`super::fetch_response::FetchReply`]).
+    Fetch(Box<FetchResponse>, Vec<PartitionRecords>),
 }
 
 /// Answers one request.
@@ -58,7 +62,10 @@ pub async fn handle(
         RequestKind::ApiVersions(_) => ResponseKind::ApiVersions(api_versions()),
         RequestKind::Metadata(r) => ResponseKind::Metadata(metadata(shard, &r).await),
         RequestKind::Produce(r) => return produce(shard, r),
-        RequestKind::Fetch(r) => ResponseKind::Fetch(fetch(shard, version, r).await),
+        RequestKind::Fetch(r) => {
+            let (response, records) = fetch(shard, version, r).await;
+            return Handled::Fetch(Box::new(response), records);
+        }
         RequestKind::ListOffsets(r) => {
             ResponseKind::ListOffsets(list_offsets(shard, version, r).await)
         }
@@ -405,7 +412,12 @@ fn append(
         })
 }
 
-async fn fetch(shard: &Rc<Shard>, version: i16, req: FetchRequest) -> FetchResponse {
+/// The answer without records, and the records read for its partitions.
+async fn fetch(
+    shard: &Rc<Shard>,
+    version: i16,
+    req: FetchRequest,
+) -> (FetchResponse, Vec<PartitionRecords>) {
     let md = shard.metadata.borrow().clone();
     // Each asked partition: what to read, or why it cannot be asked for.
     let mut asked: Vec<Result<FetchPartition, ErrorCode>> = Vec::new();
@@ -452,6 +464,7 @@ async fn fetch(shard: &Rc<Shard>, version: i16, req: FetchRequest) -> FetchRespo
     let mut reads = fetch::fetch(shard, &op).await.into_iter();
     let mut asked = asked.into_iter();
     let mut response = FetchResponse::default();
+    let mut records = Vec::new();
     for t in &req.topics {
         let mut tr = FetchableTopicResponse::default();
         tr.topic = t.topic.clone();
@@ -487,17 +500,14 @@ async fn fetch(shard: &Rc<Shard>, version: i16, req: FetchRequest) -> FetchRespo
                         );
                     }
                     pd.log_start_offset = read.log_start_offset as i64;
-                    let mut out = BytesMut::new();
-                    for c in &read.chunks {
-                        let from = u64::try_from(p.fetch_offset).unwrap_or(0);
-                        let rill = c.as_slice().unwrap_or_default();
-                        if let Err(e) = to_kafka_batches(rill, from, &mut out) {
-                            log::error!("kafka fetch {:?}-{}: {e}", t.topic, p.partition);
-                            pd.error_code = ErrorCode::CorruptMessage.code();
-                            break;
-                        }
-                    }
-                    pd.records = Some(out.freeze());
+                    // Converted as the answer is written.
+                    records.push(PartitionRecords {
+                        topic: t.topic.clone(),
+                        topic_id: t.topic_id,
+                        partition: p.partition,
+                        from: u64::try_from(p.fetch_offset).unwrap_or(0),
+                        chunks: read.chunks,
+                    });
                 }
                 Err(e) => {
                     pd.error_code = e.code.code();
@@ -516,7 +526,7 @@ async fn fetch(shard: &Rc<Shard>, version: i16, req: FetchRequest) -> FetchRespo
         }
         response.responses.push(tr);
     }
-    response
+    (response, records)
 }
 
 /// Why a Fetch or ListOffsets of `topic`-`partition` is refused for the asker's

@@ -91,6 +91,9 @@ mod tests {
     async fn answer(shard: &Rc<Shard>, version: i16, req: RequestKind) -> ResponseKind {
         match handle(shard, version, None, req).await {
             Handled::Answer(r) => *r,
+            Handled::Fetch(r, records) => ResponseKind::Fetch(
+                crate::kafka::fetch_response::written_and_decoded(version, *r, records),
+            ),
             _ => panic!("not answered at once"),
         }
     }

@@ -13,6 +13,7 @@ mod admin;
 mod authorization;
 mod authorized_operations;
 pub mod connection;
+pub mod fetch_response;
 mod groups;
 mod handlers;
 mod leader_epochs;

@@ -20,7 +20,7 @@ use kafka_protocol::records::{BatchDecodeInfo, Compression, RecordBatchDecoder};
 use rkyv::util::AlignedVec;
 
 use crate::batch::{
-    add_flags, aligned16, BatchBuilder, BatchError, BatchIter, BatchView, FLAG_CONTROL,
+    add_flags, aligned16, BatchBuilder, BatchError, BatchView, RecordView, FLAG_CONTROL,
     FLAG_TRANSACTIONAL,
 };
 use crate::protocol::ErrorCode;
@@ -295,20 +295,82 @@ pub fn to_kafka_batches(
     let aligned = aligned16(rill);
     let mut next = None;
     out.reserve(rill.len());
-    for batch in BatchIter::new(&aligned) {
-        let batch = match batch {
-            Ok(b) => b,
-            // A read limit may cut the last batch: the client asks again from there.
-            Err(BatchError::Truncated { .. }) => break,
-            Err(e) => return Err(e.into()),
-        };
-        if batch.header().next_offset() <= fetch_offset {
-            continue;
-        }
+    for batch in served_batches(&aligned, fetch_offset, Walk::Checked) {
+        let batch = batch?;
         encode_batch(&batch, out)?;
         next = Some(batch.header().next_offset());
     }
     Ok(next)
+}
+
+/// How [`served_batches`] checks what it walks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Walk {
+    /// Header and CRC: bytes not walked before.
+    Checked,
+    /// Header only: bytes a `Checked` walk already passed (the CRC is not computed twice).
+    Unchecked,
+}
+
+/// The stored batches a fetch from `fetch_offset` serves out of `aligned` (whole batches back
+/// to back, 16-byte aligned), in order: those ending before `fetch_offset` are skipped, a
+/// batch cut by the read limit ends the walk (the client asks again from there), and a fault
+/// is reported once, as the last item.
+pub(super) fn served_batches(
+    aligned: &[u8],
+    fetch_offset: u64,
+    walk: Walk,
+) -> impl Iterator<Item = Result<BatchView<'_>, ConvertError>> {
+    let mut rest = aligned;
+    let mut done = false;
+    std::iter::from_fn(move || loop {
+        if done || rest.is_empty() {
+            return None;
+        }
+        let batch = match walk {
+            Walk::Checked => BatchView::parse_checked(rest),
+            Walk::Unchecked => BatchView::parse_header(rest),
+        };
+        match batch {
+            Ok(b) => {
+                rest = &rest[b.len()..];
+                if b.header().next_offset() > fetch_offset {
+                    return Some(Ok(b));
+                }
+            }
+            Err(BatchError::Truncated { .. }) => {
+                done = true;
+                return None;
+            }
+            Err(e) => {
+                done = true;
+                return Some(Err(e.into()));
+            }
+        }
+    })
+}
+
+/// Bytes [`encode_batch`] writes for `batch`, computed without writing them.
+pub(super) fn kafka_batch_len(batch: &BatchView<'_>) -> Result<usize, ConvertError> {
+    let first = batch.header().first_timestamp_ms;
+    let mut len = BATCH_HEADER_LEN;
+    for (delta, r) in batch.records()?.enumerate() {
+        let body = record_body_len(&r, r.timestamp_ms - first, delta as i64);
+        len += varint_len(body as i64) + body;
+    }
+    Ok(len)
+}
+
+/// Bytes of one record after its length varint: attributes, deltas, key, value, headers.
+fn record_body_len(r: &RecordView<'_>, timestamp_delta: i64, offset_delta: i64) -> usize {
+    1 + varint_len(timestamp_delta)
+        + varint_len(offset_delta)
+        + nullable_len(r.key())
+        + nullable_len(r.value())
+        + varint_len(r.headers().len() as i64)
+        + r.headers()
+            .map(|(k, v)| varint_len(k.len() as i64) + k.len() + nullable_len(v))
+            .sum::<usize>()
 }
 
 /// Kafka's RecordBatch attribute bits of a rill batch's flags: transactional (0x10) and
@@ -325,7 +387,7 @@ fn kafka_attributes(flags: u16) -> i16 {
 }
 
 /// Writes one rill batch as one RecordBatch v2.
-fn encode_batch(batch: &BatchView<'_>, out: &mut BytesMut) -> Result<(), ConvertError> {
+pub(super) fn encode_batch(batch: &BatchView<'_>, out: &mut BytesMut) -> Result<(), ConvertError> {
     let h = batch.header();
     let count = i32::try_from(h.record_count)
         .map_err(|_| ConvertError::Kafka(format!("{} records in one batch", h.record_count)))?;
@@ -353,15 +415,7 @@ fn encode_batch(batch: &BatchView<'_>, out: &mut BytesMut) -> Result<(), Convert
         let key = r.key();
         let value = r.value();
         let header_count = r.headers().len() as i64;
-        let len = 1
-            + varint_len(timestamp_delta)
-            + varint_len(offset_delta)
-            + nullable_len(key)
-            + nullable_len(value)
-            + varint_len(header_count)
-            + r.headers()
-                .map(|(k, v)| varint_len(k.len() as i64) + k.len() + nullable_len(v))
-                .sum::<usize>();
+        let len = record_body_len(&r, timestamp_delta, offset_delta);
         put_varint(out, len as i64);
         out.put_i8(0); // record attributes: unused
         put_varint(out, timestamp_delta);
