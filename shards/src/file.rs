@@ -76,7 +76,6 @@ impl DirectFile {
     }
 
     pub async fn fdatasync(&self) -> io::Result<()> {
-        faults::held(&self.path, faults::FileOp::Fdatasync).await;
         faults::check(&self.path, faults::FileOp::Fdatasync)?;
         self.inner.fdatasync().await.map_err(io::Error::from)
     }
@@ -109,54 +108,8 @@ pub mod faults {
         times: u32,
     }
 
-    /// Calls held until a test lets them go (to order events deterministically).
-    struct Hold {
-        path_contains: String,
-        op: FileOp,
-        /// Disconnects when the test drops its [`Release`].
-        gate: flume::Receiver<()>,
-    }
-
-    /// Holds matching calls while it lives; dropping it lets them (and later ones) go.
-    pub struct Release(#[allow(dead_code)] flume::Sender<()>);
-
     static ARMED: AtomicBool = AtomicBool::new(false);
     static FAULTS: Mutex<Vec<Fault>> = Mutex::new(Vec::new());
-    static HOLDS: Mutex<Vec<Hold>> = Mutex::new(Vec::new());
-
-    /// Every `op` call on files whose path contains `path_contains` waits (without failing)
-    /// until the returned [`Release`] is dropped.
-    pub fn hold(path_contains: &str, op: FileOp) -> Release {
-        let (tx, rx) = flume::bounded(1);
-        let mut h = HOLDS.lock().unwrap_or_else(|e| e.into_inner());
-        h.push(Hold {
-            path_contains: path_contains.to_string(),
-            op,
-            gate: rx,
-        });
-        ARMED.store(true, Ordering::Release);
-        Release(tx)
-    }
-
-    /// Waits while a [`hold`] matches the call.
-    pub(super) async fn held(path: &Path, op: FileOp) {
-        if !ARMED.load(Ordering::Relaxed) {
-            return;
-        }
-        let path = path.to_string_lossy();
-        let gates: Vec<flume::Receiver<()>> = {
-            let mut h = HOLDS.lock().unwrap_or_else(|e| e.into_inner());
-            h.retain(|x| !x.gate.is_disconnected());
-            h.iter()
-                .filter(|x| x.op == op && path.contains(&x.path_contains))
-                .map(|x| x.gate.clone())
-                .collect()
-        };
-        for g in gates {
-            // Nothing is ever sent: the gate opens when its sender is dropped.
-            let _ = g.recv_async().await;
-        }
-    }
 
     /// The next `times` `op` calls on files whose path contains `path_contains` fail with
     /// `errno` (e.g. `libc::ENOSPC`, `libc::EIO`; ignored for `ShortWrite`).
@@ -175,9 +128,7 @@ pub mod faults {
     pub fn clear(path_contains: &str) {
         let mut f = FAULTS.lock().unwrap_or_else(|e| e.into_inner());
         f.retain(|x| x.path_contains != path_contains);
-        let mut h = HOLDS.lock().unwrap_or_else(|e| e.into_inner());
-        h.retain(|x| x.path_contains != path_contains);
-        ARMED.store(!f.is_empty() || !h.is_empty(), Ordering::Release);
+        ARMED.store(!f.is_empty(), Ordering::Release);
     }
 
     /// Takes one matching fault, if any: its errno.

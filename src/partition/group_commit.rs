@@ -1,19 +1,16 @@
 //! The shard's group commit: one task writes every partition's pending batches, then (with
 //! `--fsync always`) one fdatasync per touched file covers every batch appended since the last
-//! round, so concurrent producers share the cost. Appends made while a round writes wait for
-//! the next round: that is the coalescing. The next round's writes start while a round syncs
-//! (a partition's sync takes its unsynced files first, so a write that lands during it is
-//! synced by the next round), and rounds advance in order.
+//! round, so concurrent producers share the cost. Appends made while a round is on disk wait
+//! for the next round: that is the coalescing.
 
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Instant;
 
 use event_listener::Event;
-use futures_util::future::{join, join_all, select, Either, LocalBoxFuture};
+use futures_util::future::join_all;
 
 use super::Partition;
-use crate::log::Flushed;
 use crate::log::FsyncPolicy;
 use crate::metrics::{Histogram, HistogramSnapshot};
 use crate::protocol::ErrorCode;
@@ -22,8 +19,8 @@ pub struct GroupCommit {
     dirty: RefCell<Vec<Rc<Partition>>>,
     wake: Event,
     policy: FsyncPolicy,
-    /// Rounds writing or syncing now (at most two: one syncs while the next writes).
-    rounds: std::cell::Cell<u32>,
+    /// A round is on disk now.
+    busy: std::cell::Cell<bool>,
     /// Notified at the end of every round.
     idle: Event,
     /// Bytes and partitions each round wrote, and each partition's fdatasync (metrics).
@@ -48,7 +45,7 @@ impl GroupCommit {
             dirty: RefCell::new(Vec::new()),
             wake: Event::new(),
             policy,
-            rounds: std::cell::Cell::new(0),
+            busy: std::cell::Cell::new(false),
             idle: Event::new(),
             round_bytes: Histogram::bytes(),
             round_partitions: Histogram::count(),
@@ -76,51 +73,21 @@ impl GroupCommit {
         self.wake.notify(1);
     }
 
-    /// The task body: runs rounds until the shard stops. With `--fsync always` a round's
-    /// fdatasync overlaps the next round's writes (a produce that arrives during a sync waits
-    /// for that sync, not for a whole round after it); rounds still advance in order, and at
-    /// most one round syncs while the next writes.
+    /// The task body: runs rounds until the shard stops.
     pub async fn run(self: Rc<Self>) {
-        let mut syncing: Option<LocalBoxFuture<'static, ()>> = None;
         loop {
             let listener = self.wake.listen();
             let dirty = std::mem::take(&mut *self.dirty.borrow_mut());
             if dirty.is_empty() {
-                match syncing.take() {
-                    // A sync is on: wait for it or for new appends, whichever comes first.
-                    Some(s) => match select(s, listener).await {
-                        Either::Left(((), _)) => self.round_done(),
-                        Either::Right(((), s)) => syncing = Some(s),
-                    },
-                    None => listener.await,
-                }
+                listener.await;
                 continue;
             }
             drop(listener);
-            self.rounds.set(self.rounds.get() + 1);
-            let write = self.write(dirty);
-            let written = match syncing.take() {
-                // The previous round's sync must end before this round's begins (order, and
-                // the bound of one round syncing).
-                Some(s) => {
-                    let ((), written) = join(s, write).await;
-                    self.round_done();
-                    written
-                }
-                None => write.await,
-            };
-            if self.policy == FsyncPolicy::Always {
-                syncing = Some(Box::pin(self.clone().sync_then_advance(written)));
-            } else {
-                advance(written);
-                self.round_done();
-            }
+            self.busy.set(true);
+            self.round(dirty).await;
+            self.busy.set(false);
+            self.idle.notify(usize::MAX);
         }
-    }
-
-    fn round_done(&self) {
-        self.rounds.set(self.rounds.get() - 1);
-        self.idle.notify(usize::MAX);
     }
 
     /// Waits until every append made so far went through a round (for a clean shutdown:
@@ -128,7 +95,7 @@ impl GroupCommit {
     pub async fn quiesce(&self) {
         loop {
             let listener = self.idle.listen();
-            if self.rounds.get() == 0 && self.dirty.borrow().is_empty() {
+            if !self.busy.get() && self.dirty.borrow().is_empty() {
                 return;
             }
             self.wake.notify(1);
@@ -136,9 +103,7 @@ impl GroupCommit {
         }
     }
 
-    /// A round's writes: every dirty partition's pending batches, all at once. Returns the
-    /// partitions written and how far.
-    async fn write(&self, dirty: Vec<Rc<Partition>>) -> Vec<(Rc<Partition>, Flushed)> {
+    async fn round(&self, dirty: Vec<Rc<Partition>>) {
         // Read before the flushes take the pending batches (nothing awaits in between).
         let bytes: usize = dirty.iter().map(|p| p.pending_bytes()).sum();
         self.round_bytes.observe(bytes as u64);
@@ -157,14 +122,15 @@ impl GroupCommit {
                 }
             }
         }
-        written
-    }
-
-    /// A round's fdatasyncs (each partition syncs its own files, all at once, and fails
-    /// itself on an error), then its advance.
-    async fn sync_then_advance(self: Rc<Self>, written: Vec<(Rc<Partition>, Flushed)>) {
-        join_all(written.iter().map(|(p, _)| self.timed_sync(p))).await;
-        advance(written);
+        if self.policy == FsyncPolicy::Always {
+            // Each partition syncs its own files (all at once) and fails itself on an error.
+            join_all(written.iter().map(|(p, _)| self.timed_sync(p))).await;
+        }
+        for (p, flushed) in written {
+            if p.failure().is_none() {
+                p.advance(flushed);
+            }
+        }
     }
 
     /// For `--fsync interval:MS` and a clean stop: fdatasync every partition's unsynced
@@ -181,16 +147,6 @@ impl GroupCommit {
             if files > 0 {
                 self.fdatasync.observe_duration(started.elapsed());
             }
-        }
-    }
-}
-
-/// Moves each written partition's durable end, unless it failed meanwhile (its own write or
-/// sync, or a later round's write that failed while this one synced).
-fn advance(written: Vec<(Rc<Partition>, Flushed)>) {
-    for (p, flushed) in written {
-        if p.failure().is_none() {
-            p.advance(flushed);
         }
     }
 }

@@ -7,8 +7,6 @@
 
 pub mod cleaner;
 pub mod group_commit;
-#[cfg(test)]
-mod group_commit_tests;
 mod idempotence;
 pub mod producer_snapshot;
 pub mod producer_state;

@@ -33,13 +33,13 @@ pub(super) fn seg_config() -> SegmentConfig {
     }
 }
 
-pub(super) struct Fixture {
-    pub(super) p: Rc<Partition>,
-    pub(super) gc: Rc<GroupCommit>,
-    pub(super) cache: TailCache,
+struct Fixture {
+    p: Rc<Partition>,
+    gc: Rc<GroupCommit>,
+    cache: TailCache,
 }
 
-pub(super) async fn open(dir: &std::path::Path, fsync: FsyncPolicy) -> Fixture {
+async fn open(dir: &std::path::Path, fsync: FsyncPolicy) -> Fixture {
     let (log, _) = PartitionLog::open(dir.to_path_buf(), seg_config())
         .await
         .expect("open");
@@ -56,7 +56,7 @@ pub(super) async fn open(dir: &std::path::Path, fsync: FsyncPolicy) -> Fixture {
 }
 
 /// Appends `n` records (one batch of ~2 KiB values) and waits for the acknowledgement.
-pub(super) async fn produce(f: &Fixture, n: u32) -> Result<u64, ErrorCode> {
+async fn produce(f: &Fixture, n: u32) -> Result<u64, ErrorCode> {
     let mut b = BatchBuilder::new();
     let first = f.p.log_end_offset();
     for i in 0..u64::from(n) {
