@@ -85,9 +85,9 @@ pub struct LoadArgs {
     #[arg(long, default_value_t = 5)]
     pub max_in_flight: usize,
     /// Bytes of one partition's batches a produce request carries at most (at least one
-    /// batch; native driver). Set it to --batch-bytes for one batch per request, as Iggy's
-    /// bench sends.
-    #[arg(long, default_value_t = 8 << 20)]
+    /// batch; native driver; the client's default). With --max-in-flight 1 and a batch's
+    /// size, one batch in flight per connection, as Iggy's bench sends.
+    #[arg(long, default_value_t = rill::client::DEFAULT_PARTITION_REQUEST_BYTES)]
     pub partition_request_bytes: usize,
     /// The idempotent producer (producer id and sequences): on | off. The native client's
     /// default is on; the Kafka driver turns librdkafka's on only with acks=all (it refuses

@@ -37,7 +37,7 @@ pub use group_consumer::{
 };
 pub use producer::{
     Acks, DeliveryFuture, Producer, ProducerConfig, ProducerRecord, RecordMetadata,
-    RequestObserver, RequestTiming,
+    RequestObserver, RequestTiming, DEFAULT_PARTITION_REQUEST_BYTES,
 };
 pub use transactional::{GroupMetadata, TransactionConfig, TransactionalProducer};
 

@@ -87,8 +87,8 @@ pub struct ProducerConfig {
     /// Requests awaiting an answer per connection (`max.in.flight.requests.per.connection`).
     pub max_in_flight: usize,
     /// Bytes of one partition's batches a produce request carries at most (always at least
-    /// one batch). Larger requests cost fewer round trips; smaller ones wait less behind each
-    /// other on a busy shard.
+    /// one batch; default 1 MiB). Larger requests cost fewer round trips; smaller ones wait
+    /// less behind each other on a busy shard.
     pub partition_request_bytes: usize,
     /// Retries of a retriable failure, within `delivery_timeout`.
     pub retries: u32,
@@ -144,7 +144,7 @@ impl Default for ProducerConfig {
             linger: Duration::from_millis(5),
             batch_bytes: 256 << 10,
             max_in_flight: 5,
-            partition_request_bytes: MAX_PARTITION_REQUEST_BYTES,
+            partition_request_bytes: DEFAULT_PARTITION_REQUEST_BYTES,
             retries: u32::MAX,
             retry_backoff: Duration::from_millis(100),
             delivery_timeout: Duration::from_secs(120),
@@ -954,9 +954,10 @@ struct Sent {
     batches: Vec<(u64, Arc<rkyv::util::AlignedVec<16>>)>,
 }
 
-/// Bytes of batches of one partition that may share a request, by default (and the most the
-/// frame pool keeps buffers for).
-pub(crate) const MAX_PARTITION_REQUEST_BYTES: usize = 8 << 20;
+/// Bytes of batches of one partition a request carries by default, as Kafka's
+/// `max.request.size`: measured 2026-12-04 (RESULTS), 1 MiB requests gave 1.12x the
+/// throughput of 8 MiB ones with 1 MiB batches, and a fifth of the per-request latency.
+pub const DEFAULT_PARTITION_REQUEST_BYTES: usize = 1 << 20;
 /// Batches of one partition an idempotent request carries at most: the broker remembers a
 /// producer's last 5 per partition, so a retry of the whole request is recognised.
 const MAX_IDEMPOTENT_BATCHES: usize = 5;

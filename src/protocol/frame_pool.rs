@@ -191,14 +191,18 @@ mod tests {
     #[test]
     fn the_producers_largest_requests_are_pooled() {
         drain();
-        // Its largest request: the batch bytes of one partition plus the request's head.
-        let largest = crate::client::producer::MAX_PARTITION_REQUEST_BYTES + (64 << 10);
-        assert!(largest <= MAX_POOLED_FRAME);
-        let f = filled(largest, 1);
-        let at = f.as_ptr();
-        drop(f);
-        let g = PooledFrame::take(largest, MIN_POOLED_FRAME);
-        assert_eq!(g.as_ptr(), at, "taken again, not zero-filled anew");
+        // Its largest request by default: one partition's batch bytes plus the request's head,
+        // and eight times that (a producer set to larger requests).
+        for largest in
+            [1, 8].map(|n| n * crate::client::DEFAULT_PARTITION_REQUEST_BYTES + (64 << 10))
+        {
+            assert!(largest <= MAX_POOLED_FRAME);
+            let f = filled(largest, 1);
+            let at = f.as_ptr();
+            drop(f);
+            let g = PooledFrame::take(largest, MIN_POOLED_FRAME);
+            assert_eq!(g.as_ptr(), at, "taken again, not zero-filled anew");
+        }
     }
 
     #[test]
