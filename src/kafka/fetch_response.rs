@@ -378,6 +378,7 @@ pub fn written_and_decoded(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::batch::test_support::Rng;
     use crate::batch::{stamp_batch, BatchBuilder};
     use crate::kafka::records::to_kafka_batches;
     use kafka_protocol::messages::fetch_response::{
@@ -385,20 +386,6 @@ mod tests {
     };
     use kafka_protocol::messages::{BrokerId, ProducerId};
     use kafka_protocol::protocol::StrBytes;
-
-    /// A small deterministic generator (xorshift), so a failure replays.
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-        fn below(&mut self, n: u64) -> u64 {
-            self.next() % n
-        }
-    }
 
     /// Stored batches from `base`: random counts, keys, values (some large), headers.
     fn stored(rng: &mut Rng, mut base: u64, batches: usize) -> Vec<u8> {
