@@ -38,7 +38,8 @@ pub struct BatchBuilder {
     records: Vec<WrittenRecord>,
     /// One record's header and tag resolvers between writing their data and their array
     /// (rkyv writes a slice's elements' data first, then the array); kept for reuse.
-    header_resolvers: Vec<(StringResolver, Option<VecResolver>)>,
+    /// With each header's key and value lengths, to check the second walk yields the same.
+    header_resolvers: Vec<(StringResolver, Option<VecResolver>, (usize, Option<usize>))>,
     tag_resolvers: Vec<StringResolver>,
     first_timestamp_ms: i64,
     max_timestamp_ms: i64,
@@ -202,16 +203,25 @@ impl BatchBuilder {
         self.header_resolvers.clear();
         for (k, v) in headers.clone() {
             payload += k.len();
+            let lens = (k.len(), v.map(<[u8]>::len));
             let k = ArchivedString::serialize_from_str(k, out)?;
             let v = v
                 .map(|v| write_bytes(out, v, &mut payload))
                 .transpose()?
                 .map(|w| VecResolver::from_pos(w.pos));
-            self.header_resolvers.push((k, v));
+            self.header_resolvers.push((k, v, lens));
         }
         let headers_at = out.align_for::<ArchivedHeader>()?;
-        let mut header_count = 0;
-        for ((k, v), resolver) in headers.zip(self.header_resolvers.drain(..)) {
+        let header_count = self.header_resolvers.len();
+        let mut second = headers;
+        for (k_resolver, v_resolver, lens) in self.header_resolvers.drain(..) {
+            // A `Clone` iterator that yields other headers the second time would pair a
+            // header with another's resolver: refused, not archived wrong.
+            let (k, v) = second
+                .next()
+                .filter(|(k, v)| (k.len(), v.map(<[u8]>::len)) == lens)
+                .ok_or_else(changed_headers)?;
+            let resolver = (k_resolver, v_resolver);
             let header = HeaderRef {
                 key: StrRef(k),
                 value: v.map(BytesRef),
@@ -220,7 +230,9 @@ impl BatchBuilder {
             // from a clone of the iterator), and the output is aligned for the array: aligned
             // above, and each archived header's size is a multiple of its alignment.
             unsafe { out.resolve_aligned(&header, resolver)? };
-            header_count += 1;
+        }
+        if second.next().is_some() {
+            return Err(changed_headers());
         }
 
         self.tag_resolvers.clear();
@@ -329,6 +341,13 @@ fn write_bytes(
 }
 
 /// Writes the record array and the archive root after the records' data, as archiving a
+/// The headers iterator yielded other headers on its second walk.
+fn changed_headers() -> rkyv::rancor::Error {
+    <rkyv::rancor::Error as rkyv::rancor::Source>::new(BatchError::Encode(
+        "the headers changed between two walks of a cloned iterator".into(),
+    ))
+}
+
 /// [`super::RecordBody`] ends (its `Vec<Record>`'s array, then the root struct, each aligned).
 fn write_root(out: &mut Out, records: &[WrittenRecord]) -> Result<(), rkyv::rancor::Error> {
     let at = out.align_for::<ArchivedRecord>()?;
@@ -672,5 +691,28 @@ mod tests {
         let h = BatchView::validate(&bytes).unwrap().header().to_owned();
         assert_eq!((h.producer_id, h.base_sequence, h.record_count), (5, 40, 1));
         assert_eq!((h.first_timestamp_ms, h.tag_bits), (20, 0));
+    }
+
+    /// A cloned headers iterator that yields other headers on its second walk would pair a
+    /// header with another's resolver: the batch is refused instead.
+    #[test]
+    fn headers_that_change_between_walks_are_refused() {
+        let calls = std::rc::Rc::new(std::cell::Cell::new(0usize));
+        let names = ["a", "bb", "ccc"];
+        let headers = {
+            let calls = calls.clone();
+            std::iter::from_fn(move || {
+                let i = calls.get();
+                calls.set(i + 1);
+                names.get(i).map(|k| (*k, None))
+            })
+        };
+        let mut b = BatchBuilder::new();
+        b.push_record(1, None, Some(b"v"), headers, &[]);
+        assert!(b.build().is_err());
+        // The same headers from a well-behaved iterator build.
+        let mut b = BatchBuilder::new();
+        b.push_record(1, None, Some(b"v"), names.iter().map(|k| (*k, None)), &[]);
+        assert!(b.build().is_ok());
     }
 }
