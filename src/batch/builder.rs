@@ -24,6 +24,9 @@ use super::record_ref::{BytesRef, HeaderRef, StrRef, Written, WrittenBody, Writt
 use super::tag_summary::tag_bits;
 use super::{align_up, BatchError};
 
+/// A header's resolvers between its data and its array entry, with its key and value lengths.
+type HeaderResolver = (StringResolver, Option<VecResolver>, (usize, Option<usize>));
+
 /// The serializer records are written with: the output buffer itself (rkyv's positions are
 /// offsets in it, so the archive is valid after the reserved header).
 type Out = Strategy<AlignedVec<16>, rkyv::rancor::Error>;
@@ -39,7 +42,7 @@ pub struct BatchBuilder {
     /// One record's header and tag resolvers between writing their data and their array
     /// (rkyv writes a slice's elements' data first, then the array); kept for reuse.
     /// With each header's key and value lengths, to check the second walk yields the same.
-    header_resolvers: Vec<(StringResolver, Option<VecResolver>, (usize, Option<usize>))>,
+    header_resolvers: Vec<HeaderResolver>,
     tag_resolvers: Vec<StringResolver>,
     first_timestamp_ms: i64,
     max_timestamp_ms: i64,
