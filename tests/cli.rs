@@ -408,3 +408,87 @@ fn json_log_lines_of_a_request_path_name_the_shard_and_the_connection() {
         "{ready}"
     );
 }
+
+/// Runs `rill broker ARGS` in a fresh data dir, expecting it to exit by itself (a broker that
+/// started would run until killed: that is a failure here).
+fn broker_that_must_refuse(args: &[&str]) -> std::process::Output {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_rill"))
+        .arg("broker")
+        .args(args)
+        .arg("--data-dir")
+        .arg(dir.path())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > rill_testkit::DEADLINE {
+            let _ = child.kill();
+            panic!("the broker started with {args:?}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// Each shard listens on the next port, and the shards' listeners share ports (SO_REUSEPORT):
+/// a Kafka range laid over the native one would bind, and the kernel would hand each client
+/// to one protocol or the other at random. Such flags are refused before anything binds.
+#[test]
+fn listener_port_ranges_that_overlap_are_refused() {
+    let p = rill_testkit::free_ports(4);
+    let native = format!("127.0.0.1:{p}");
+    let next = format!("127.0.0.1:{}", p + 1);
+    let apart = format!("127.0.0.1:{}", p + 2);
+    let any = format!("0.0.0.0:{}", p + 1);
+    for (flags, needle) in [
+        (
+            vec![
+                "--shards",
+                "2",
+                "--listen",
+                &native,
+                "--kafka-listen",
+                &next,
+            ],
+            "--kafka-listen",
+        ),
+        (
+            vec!["--shards", "2", "--listen", &native, "--kafka-listen", &any],
+            "--kafka-listen",
+        ),
+        (
+            vec![
+                "--shards",
+                "2",
+                "--listen",
+                &native,
+                "--kafka-listen",
+                &apart,
+                "--metrics-listen",
+                &next,
+            ],
+            "--metrics-listen",
+        ),
+        (
+            vec![
+                "--shards",
+                "2",
+                "--listen",
+                "127.0.0.1:65535",
+                "--kafka-listen",
+                "off",
+            ],
+            "65536",
+        ),
+    ] {
+        let o = broker_that_must_refuse(&flags);
+        assert_one_line_error(&o, needle);
+        if needle != "65536" {
+            assert_one_line_error(&o, "overlap");
+        }
+    }
+}

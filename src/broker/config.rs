@@ -276,4 +276,54 @@ impl BrokerConfig {
             controlled_shutdown_timeout: Duration::from_secs(30),
         }
     }
+
+    /// The ports the broker's listeners take, each a range `(what, first, count)`: shard `i`
+    /// of a listener is on its port + `i`. Refuses a range that runs past 65535 and two that
+    /// share a port on one address: the shards' listeners set SO_REUSEPORT, so a Kafka range
+    /// over the native one would bind without error and the kernel would hand each client to
+    /// either protocol at random.
+    pub fn check_listener_ports(&self, shards: usize) -> Result<(), String> {
+        let mut ranges: Vec<(&str, SocketAddr, u32)> = Vec::new();
+        if self.broker_role {
+            ranges.push(("--listen", self.listen, shards as u32));
+            if let Some(k) = self.kafka_listen {
+                ranges.push(("--kafka-listen", k, shards as u32));
+            }
+        }
+        if let Some(m) = self.metrics_listen {
+            ranges.push(("--metrics-listen", m, 1));
+        }
+        let controller = self
+            .controller_listen
+            .as_deref()
+            .and_then(|l| l.parse::<SocketAddr>().ok());
+        if let Some(c) = controller {
+            ranges.push(("--controller-listen", c, 1));
+        }
+        for (what, addr, count) in &ranges {
+            if *count == 0 || u32::from(addr.port()) + count - 1 > u32::from(u16::MAX) {
+                return Err(format!(
+                    "{what} {addr}: {count} shards from port {} do not fit below 65536",
+                    addr.port()
+                ));
+            }
+        }
+        for (i, (a_what, a, a_count)) in ranges.iter().enumerate() {
+            for (b_what, b, b_count) in &ranges[i + 1..] {
+                let same_host =
+                    a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified();
+                let (a_first, b_first) = (u32::from(a.port()), u32::from(b.port()));
+                if same_host && a_first < b_first + b_count && b_first < a_first + a_count {
+                    return Err(format!(
+                        "{a_what} {a} (ports {a_first}..={}) and {b_what} {b} (ports \
+                         {b_first}..={}) overlap: each shard takes the next port, so with \
+                         {shards} shards the ranges need {shards} ports each",
+                        a_first + a_count - 1,
+                        b_first + b_count - 1
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
 }

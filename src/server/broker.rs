@@ -89,23 +89,9 @@ fn wait_for_stop_signal(set: &libc::sigset_t) -> i32 {
 pub fn run_broker(cfg: BrokerConfig) -> Result<(), BrokerError> {
     let signals = block_stop_signals();
     let shards = cfg.cores.len();
-    let last_port = u32::from(cfg.listen.port()) + shards as u32 - 1;
-    if shards == 0 || last_port > u32::from(u16::MAX) {
-        return Err(BrokerError::Config(format!(
-            "{} shards from port {} do not fit below 65536",
-            shards,
-            cfg.listen.port()
-        )));
-    }
+    cfg.check_listener_ports(shards)
+        .map_err(BrokerError::Config)?;
     crate::kafka::configure(cfg.max_frame_bytes);
-    if let Some(k) = cfg.kafka_listen {
-        if u32::from(k.port()) + shards as u32 - 1 > u32::from(u16::MAX) {
-            return Err(BrokerError::Config(format!(
-                "{shards} shards from Kafka port {} do not fit below 65536",
-                k.port()
-            )));
-        }
-    }
     wait_for_free_ports(&cfg, shards)?;
     let dir = cfg.data_dir.clone();
     let dir_err = |source| BrokerError::DataDir {
@@ -308,7 +294,7 @@ pub fn run_broker(cfg: BrokerConfig) -> Result<(), BrokerError> {
         cfg.node_id,
         cfg.listen.ip(),
         cfg.listen.port(),
-        last_port,
+        u32::from(cfg.listen.port()) + shards as u32 - 1,
         shards,
         cfg.fsync,
         cfg.data_dir.display()
