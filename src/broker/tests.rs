@@ -10,7 +10,7 @@ use rill_shards::rt::spawn_local;
 
 use super::fetch::{fetch, FetchPartition, FetchRequest};
 use super::list_offsets::{list_offset, OffsetQuery};
-use super::produce::{await_acks, Acks, Produce};
+use super::produce::{await_acks, Acks, Origin, Produce};
 use super::shard::{AppliedIndexes, Shard};
 use super::{groups, offsets, topics, BrokerConfig, OpError};
 use crate::batch::{BatchBuilder, BatchIter};
@@ -138,7 +138,8 @@ async fn produce_batch(
     bytes: rkyv::util::AlignedVec<16>,
 ) -> u64 {
     let mut p = Produce::new();
-    p.stage(shard, topic, partition, &bytes, 0).expect("staged");
+    p.stage(shard, topic, partition, &bytes, 0, Origin::Client)
+        .expect("staged");
     let a = p
         .append(shard, bytes, 0, 7)
         .pop()
@@ -247,22 +248,27 @@ fn refusals_are_typed_with_the_wire_code_and_say_why() {
         let code = |r: Result<usize, OpError>| r.unwrap_err().code;
         let bytes = batch(&["x"]);
         let mut p = Produce::new();
-        let e = p.stage(&shard, "nope", 0, &bytes, 0).unwrap_err();
+        let e = p
+            .stage(&shard, "nope", 0, &bytes, 0, Origin::Client)
+            .unwrap_err();
         assert_eq!(e.code, ErrorCode::UnknownTopicOrPartition);
         assert!(e.message.contains("nope"), "{e}");
-        let e = p.stage(&shard, "t", 5, &bytes, 0).unwrap_err();
+        let e = p
+            .stage(&shard, "t", 5, &bytes, 0, Origin::Client)
+            .unwrap_err();
         assert!(e.message.contains("has 2 partitions"), "{e}");
-        p.stage(&shard, "t", 0, &bytes, 0).expect("first");
+        p.stage(&shard, "t", 0, &bytes, 0, Origin::Client)
+            .expect("first");
         // A second staging of one partition would be stamped from the same log end.
         assert_eq!(
-            code(p.stage(&shard, "t", 0, &bytes, 0)),
+            code(p.stage(&shard, "t", 0, &bytes, 0, Origin::Client)),
             ErrorCode::InvalidRequest
         );
         let mut damaged = bytes.to_vec();
         let last = damaged.len() - 1;
         damaged[last] ^= 1;
         assert_eq!(
-            code(Produce::new().stage(&shard, "t", 1, &damaged, 0)),
+            code(Produce::new().stage(&shard, "t", 1, &damaged, 0, Origin::Client)),
             ErrorCode::CorruptMessage
         );
         assert_eq!(
@@ -360,7 +366,8 @@ fn an_unanswered_produce_keeps_its_request_memory_until_durable() {
         grant.grow(1000).await.expect("budget");
         let bytes = batch(&["unanswered"]);
         let mut p = Produce::new();
-        p.stage(&shard, "t", 0, &bytes, 0).expect("staged");
+        p.stage(&shard, "t", 0, &bytes, 0, Origin::Client)
+            .expect("staged");
         let a = p
             .append(&shard, bytes, 0, 7)
             .pop()

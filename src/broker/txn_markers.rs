@@ -11,7 +11,7 @@ use std::rc::Rc;
 use std::time::Instant;
 
 use super::group_host::OFFSETS_TOPIC;
-use super::produce::{await_acks, Acks, Produce};
+use super::produce::{await_acks, Acks, Origin, Produce};
 use super::{OpError, Shard};
 use crate::batch::control::{ControlKind, ControlRecord};
 use crate::protocol::ErrorCode;
@@ -92,7 +92,7 @@ fn append_marker(
         .batch(marker.producer_id, marker.producer_epoch, now_ms)
         .map_err(|e| OpError::new(ErrorCode::InvalidRecord, e.to_string()))?;
     let mut produce = Produce::markers(Acks::All);
-    produce.stage(shard, topic, partition, &bytes, 0)?;
+    produce.stage(shard, topic, partition, &bytes, 0, Origin::BuiltHere)?;
     produce
         .append(shard, bytes, 0, now_ms)
         .pop()

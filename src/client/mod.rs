@@ -5,6 +5,7 @@
 //! This is the routing core (blocking, std threads); the batching producer with linger and
 //! in-flight windows and the prefetching consumer build on it.
 
+mod batch_buffers;
 pub mod connection;
 pub mod consumer;
 pub mod coordinator;

@@ -32,6 +32,7 @@ use std::time::{Duration, Instant};
 
 use event_listener::{Event, EventListener, Listener};
 
+use super::batch_buffers::{BatchBuffers, BatchBytes};
 use super::pipeline::{Completion, PayloadChunk, PipelinedConnection};
 use super::transactional::Txn;
 use super::{Client, ClientConfig, ClientError, MetadataCache};
@@ -400,6 +401,8 @@ impl std::future::Future for DeliveryFuture {
 
 struct OpenBatch {
     builder: BatchBuilder,
+    /// Where its buffer goes back to once the sealed batch is dropped.
+    buffers: Arc<BatchBuffers>,
     slot: Arc<BatchSlot>,
     created: Instant,
     bytes: usize,
@@ -422,7 +425,7 @@ impl OpenBatch {
                 acked: false,
                 maybe_stored: false,
                 refused: false,
-                encoded: Arc::new(encoded),
+                encoded: Arc::new(BatchBytes::new(encoded, self.buffers)),
                 records,
                 slot: self.slot,
                 created: self.created,
@@ -459,7 +462,7 @@ struct SealedBatch {
     /// Refused by the broker's sequence check at its last attempt: not stored, and no batch
     /// of its partition after it can be.
     refused: bool,
-    encoded: Arc<rkyv::util::AlignedVec<16>>,
+    encoded: Arc<BatchBytes>,
     records: u32,
     slot: Arc<BatchSlot>,
     created: Instant,
@@ -607,6 +610,7 @@ pub(super) struct Shared {
     changed: Condvar,
     wake_tx: flume::Sender<()>,
     partitioner: Option<Partitioner>,
+    buffers: Arc<BatchBuffers>,
 }
 
 impl Shared {
@@ -664,7 +668,12 @@ impl Producer {
         txn: Option<Txn>,
     ) -> Result<Producer, ClientError> {
         let (wake_tx, wake_rx) = flume::bounded(1);
+        // Room for a full batch (the dial plus the array padding and header and tag structs
+        // its estimate leaves out), so a batch's buffer, written in place, is not moved as it
+        // grows.
+        let buffers = BatchBuffers::new(cfg.batch_bytes.saturating_add(cfg.batch_bytes / 8));
         let shared = Arc::new(Shared {
+            buffers,
             cfg,
             client_cfg,
             state: Mutex::new(State {
@@ -858,11 +867,10 @@ impl Producer {
             created = q.open.is_none();
             let open = q.open.get_or_insert_with(|| {
                 *outstanding += 1;
+                let buffers = &self.shared.buffers;
                 OpenBatch {
-                    // Room for a full batch (the dial plus the array padding and header and
-                    // tag structs its estimate leaves out), so the batch's buffer, written
-                    // in place, is not moved as it grows.
-                    builder: BatchBuilder::with_capacity(cfg.batch_bytes + cfg.batch_bytes / 8),
+                    builder: BatchBuilder::with_buffer(buffers.take(), buffers.capacity()),
+                    buffers: buffers.clone(),
                     slot: BatchSlot::new(Arc::from(&*topic), partition),
                     created: Instant::now(),
                     bytes: 0,
@@ -951,7 +959,7 @@ struct Sent {
     topic: Arc<str>,
     partition: u32,
     /// Their ids and encoded bytes.
-    batches: Vec<(u64, Arc<rkyv::util::AlignedVec<16>>)>,
+    batches: Vec<(u64, Arc<BatchBytes>)>,
 }
 
 /// Bytes of batches of one partition a request carries by default, as Kafka's
@@ -1593,7 +1601,7 @@ fn number(
         return false;
     }
     let seq = *next_seq;
-    let encoded: &mut rkyv::util::AlignedVec<16> = Arc::make_mut(&mut b.encoded);
+    let encoded = Arc::make_mut(&mut b.encoded);
     crate::batch::set_producer(encoded.as_mut_slice(), id, epoch, seq, transactional);
     *next_seq = crate::batch::sequence::increment_sequence(seq, b.records);
     b.sequence = Some((epoch, seq));
@@ -1631,7 +1639,10 @@ mod tests {
             acked: state == "acked",
             maybe_stored: matches!(state, "in flight" | "lost answer"),
             refused: state == "refused",
-            encoded: Arc::new(rkyv::util::AlignedVec::new()),
+            encoded: Arc::new(BatchBytes::new(
+                rkyv::util::AlignedVec::new(),
+                BatchBuffers::new(0),
+            )),
             records: 1,
             slot: BatchSlot::new("t".into(), 0),
             created: now,

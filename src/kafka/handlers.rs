@@ -27,7 +27,7 @@ use super::{authorized_operations, groups, node_id, topic_uuid, versions};
 use crate::broker::fetch::{self, FetchPartition};
 use crate::broker::leader_epochs::{asked_epoch, check_leader_epoch, epoch_at};
 use crate::broker::list_offsets::{list_offset, OffsetQuery};
-use crate::broker::produce::{await_acks, AckWait, Acks, Appended, Produce};
+use crate::broker::produce::{await_acks, AckWait, Acks, Appended, Origin, Produce};
 use crate::broker::{locate, request_timeout, topics, OpError, Shard};
 use crate::clock::now_ms;
 use crate::controller::cluster::NO_LEADER;
@@ -400,7 +400,7 @@ fn append(
     p.check_produce(records.len())?;
     let batch = to_stored_batch(records, p.max_message_bytes())?;
     let mut produce = Produce::with_acks(acks);
-    produce.stage(shard, topic, index, &batch, 0)?;
+    produce.stage(shard, topic, index, &batch, 0, Origin::BuiltHere)?;
     produce
         .append(shard, batch, 0, now)
         .pop()

@@ -60,7 +60,7 @@ pub fn to_rill_batch(records: &Bytes) -> Result<(AlignedVec<16>, u32), ConvertEr
 }
 
 fn decode_batches(mut rest: Bytes) -> Result<(AlignedVec<16>, u32), ConvertError> {
-    let mut builder = BatchBuilder::new();
+    let mut builder = BatchBuilder::with_capacity(stored_size_estimate(&rest));
     let mut n = 0usize;
     let mut batches = 0usize;
     let mut producer = None;
@@ -139,6 +139,22 @@ fn decode_batches(mut rest: Bytes) -> Result<(AlignedVec<16>, u32), ConvertError
         add_flags(&mut out, FLAG_TRANSACTIONAL);
     }
     Ok((out, n as u32))
+}
+
+/// About the size of the rill batch the Kafka batches in `records` become, so the builder's
+/// buffer is not moved as it grows (the moves were 8% of the broker's CPU on a Kafka
+/// produce): the records' bytes plus one archived record per record the first batch's
+/// header counts. The count is not trusted past what the bytes could hold.
+fn stored_size_estimate(records: &[u8]) -> usize {
+    /// The smallest Kafka record: length, attributes, two deltas, null key and value, no
+    /// headers.
+    const MIN_RECORD_BYTES: usize = 6;
+    let count = records
+        .get(57..61)
+        .map_or(0, |c| i32::from_be_bytes([c[0], c[1], c[2], c[3]]))
+        .max(0) as usize;
+    let count = count.min(records.len() / MIN_RECORD_BYTES);
+    records.len() + count * (std::mem::size_of::<crate::batch::ArchivedRecord>() + 16) + 256
 }
 
 /// Reads a batch's (decompressed) records into `builder`.

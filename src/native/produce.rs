@@ -5,7 +5,7 @@ use std::rc::Rc;
 use std::time::Instant;
 
 use super::Reply;
-use crate::broker::produce::{await_acks, Acks, Produce};
+use crate::broker::produce::{await_acks, Acks, Origin, Produce};
 use crate::broker::{request_timeout, OpError, Shard};
 use crate::clock::now_ms;
 use crate::metrics::Listener;
@@ -57,6 +57,7 @@ pub fn produce(shard: &Rc<Shard>, frame: RequestFrame) -> Reply {
                     pp.partition,
                     payload,
                     pp.payload_offset as usize,
+                    Origin::Client,
                 )
             });
         match outcome {
