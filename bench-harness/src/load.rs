@@ -67,6 +67,11 @@ pub struct LoadArgs {
     /// Target messages per second over all producers (open loop); 0 = as fast as possible.
     #[arg(long, default_value_t = 0)]
     pub rate: u64,
+    /// With --rate: each producer sends its messages in bursts of this many, back to back,
+    /// all with the burst's intended send time (Iggy's bench sends batches of -P messages
+    /// at its rate). 1 = each message at its own time.
+    #[arg(long, default_value_t = 1)]
+    pub burst: u64,
     #[arg(long, default_value_t = 1)]
     pub producers: usize,
     #[arg(long, default_value_t = 1)]
@@ -180,7 +185,8 @@ impl LoadArgs {
         let mut v = serde_json::json!({
             "driver": self.driver.name(), "client": client,
             "topic": self.topic, "partitions": self.partitions, "message_bytes": self.message_bytes,
-            "rate": self.rate, "producers": self.producers, "consumers": self.consumers,
+            "rate": self.rate, "burst": self.burst, "producers": self.producers,
+            "consumers": self.consumers,
             "keyed": self.keyed, "acks": self.acks, "linger_ms": self.linger_ms,
             "batch_bytes": self.batch_bytes, "max_in_flight": self.max_in_flight,
             "partition_request_bytes": self.partition_request_bytes,
@@ -423,6 +429,13 @@ impl MessageSink for NativeSink {
 /// acknowledgement latency is measured from it (coordinated omission corrected); the value
 /// carries the intended time so consumers can measure end to end.
 #[allow(clippy::too_many_arguments)]
+/// When a paced producer means to send its message number `sent`, from its start: the
+/// message's burst's turn at `rate` messages per second.
+fn intended_offset(sent: u64, burst: u64, rate: f64) -> Duration {
+    let burst_start = sent - sent % burst.max(1);
+    Duration::from_secs_f64(burst_start as f64 / rate)
+}
+
 pub fn run_producer(
     a: &LoadArgs,
     id: usize,
@@ -443,7 +456,7 @@ pub fn run_producer(
     let mut sent = 0u64;
     while sent < count && !stop.load(Ordering::Relaxed) {
         let intended = if per_thread_rate > 0.0 {
-            let at = start + Duration::from_secs_f64(sent as f64 / per_thread_rate);
+            let at = start + intended_offset(sent, a.burst, per_thread_rate);
             let now = Instant::now();
             if at > now {
                 std::thread::sleep(at - now);
@@ -659,6 +672,20 @@ mod tests {
         let s = args(&[]).settings();
         assert_eq!(s["driver"], "native");
         assert!(s.get("kafka_config").is_none());
+    }
+
+    #[test]
+    fn a_burst_shares_its_first_message_s_send_time() {
+        let at = |sent, burst| intended_offset(sent, burst, 1000.0).as_micros();
+        assert_eq!(
+            (0..4).map(|i| at(i, 1)).collect::<Vec<_>>(),
+            [0, 1000, 2000, 3000]
+        );
+        assert_eq!(
+            (0..7).map(|i| at(i, 3)).collect::<Vec<_>>(),
+            [0, 0, 0, 3000, 3000, 3000, 6000]
+        );
+        assert_eq!(at(5, 0), at(5, 1));
     }
 
     #[test]

@@ -117,7 +117,8 @@ pub struct TestBroker {
 
 /// Test ports come from below the kernel's ephemeral range (32768-60999 here): a port the
 /// kernel hands out for outgoing connections could otherwise be taken by a client socket while
-/// a broker that owned it restarts.
+/// a broker that owned it restarts. `.ci/run` also reserves them (`ip_local_reserved_ports`),
+/// so a machine with a wider ephemeral range never hands them out either.
 const PORTS: std::ops::Range<u16> = 20000..32700;
 
 /// A port P such that P..P+n are free right now and were never handed out before to any test
