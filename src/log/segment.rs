@@ -110,8 +110,11 @@ impl Segment {
                 .map_err(|e| LogError::io(&path, e))?;
         }
         // The new file's directory entry must be durable before anything acknowledged lives
-        // in it. A rare, small metadata sync: done inline.
-        sync_dir(dir)?;
+        // in it. On the blocking pool: a directory sync waits for a journal commit, which on
+        // a disk busy with writes can take far longer than the sync itself, and inline it
+        // stopped the whole shard (every partition and connection on it) meanwhile.
+        let d = dir.to_path_buf();
+        rill_shards::rt::spawn_blocking(move || sync_dir(&d)).await?;
         let read_fd = open_read_fd(&path)?;
         Ok(Segment {
             base_offset,
