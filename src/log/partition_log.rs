@@ -811,6 +811,10 @@ pub async fn flush(cell: &RefCell<PartitionLog>) -> Result<Option<Flushed>, LogE
     }
 }
 
+/// A segment roll taking this long is logged with its parts (the group-commit round waits for
+/// it).
+const SLOW_ROLL: std::time::Duration = std::time::Duration::from_millis(20);
+
 async fn write_batches(cell: &RefCell<PartitionLog>, batches: &[Bytes]) -> Result<u64, LogError> {
     let mut i = 0;
     let mut next = cell.borrow().written_offset;
@@ -823,8 +827,10 @@ async fn write_batches(cell: &RefCell<PartitionLog>, batches: &[Bytes]) -> Resul
             !active.is_empty() && (full || old)
         };
         if roll {
+            let started = std::time::Instant::now();
             let (file, path, len) = cell.borrow().segments.last().expect("active").begin_close();
             cut_and_sync(file, path, len).await?;
+            let synced = started.elapsed();
             let (dir, cfg, base, index) = {
                 let mut log = cell.borrow_mut();
                 let base = log.segments.last().expect("active").next_offset();
@@ -832,8 +838,21 @@ async fn write_batches(cell: &RefCell<PartitionLog>, batches: &[Bytes]) -> Resul
                 (log.dir.clone(), log.cfg.clone(), base, index)
             };
             index.write().await?;
+            let indexed = started.elapsed();
             let seg = Segment::create(&dir, base, &cfg).await?;
             cell.borrow_mut().segments.push(seg);
+            // The round waits for the roll: a slow one is every waiting request's latency.
+            if started.elapsed() >= SLOW_ROLL {
+                log::info!(
+                    "{}: rolling to segment {base} took {} ms (old segment cut and \
+                     fdatasynced {} ms, its indexes written {} ms, new segment created {} ms)",
+                    dir.display(),
+                    started.elapsed().as_millis(),
+                    synced.as_millis(),
+                    (indexed - synced).as_millis(),
+                    (started.elapsed() - indexed).as_millis()
+                );
+            }
         }
         let (job, j) = {
             let mut log = cell.borrow_mut();
