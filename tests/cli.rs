@@ -189,36 +189,17 @@ fn sigterm_stops_the_broker_cleanly_and_keeps_the_data() {
 #[test]
 fn a_second_broker_on_the_same_ports_is_refused() {
     let b = TestBroker::start(2, &[]);
-    let other = tempfile::tempdir().unwrap();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_rill"))
-        .args([
-            "broker",
-            "--shards",
-            "2",
-            "--kafka-listen",
-            "off",
-            "--port-release-wait-ms",
-            "300",
-            "--listen",
-        ])
-        .arg(b.bootstrap())
-        .arg("--data-dir")
-        .arg(other.path())
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    // It must exit by itself; a broker that started would run until killed.
-    let start = std::time::Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if start.elapsed() > rill_testkit::DEADLINE {
-            let _ = child.kill();
-            panic!("a second broker started on ports already in use");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    let o = child.wait_with_output().unwrap();
+    let bootstrap = b.bootstrap();
+    let o = broker_that_must_refuse(&[
+        "--shards",
+        "2",
+        "--kafka-listen",
+        "off",
+        "--port-release-wait-ms",
+        "300",
+        "--listen",
+        &bootstrap,
+    ]);
     assert!(!o.status.success());
     let (_, err) = text(&o);
     let last = err.trim_end().lines().last().unwrap_or_default();
@@ -444,48 +425,26 @@ fn listener_port_ranges_that_overlap_are_refused() {
     let next = format!("127.0.0.1:{}", p + 1);
     let apart = format!("127.0.0.1:{}", p + 2);
     let any = format!("0.0.0.0:{}", p + 1);
+    // Each case's flags come after `--shards 2`; the native listener is on `native` unless
+    // the case names another.
     for (flags, needle) in [
+        (vec!["--kafka-listen", &next], "--kafka-listen"),
+        (vec!["--kafka-listen", &any], "--kafka-listen"),
         (
-            vec![
-                "--shards",
-                "2",
-                "--listen",
-                &native,
-                "--kafka-listen",
-                &next,
-            ],
-            "--kafka-listen",
-        ),
-        (
-            vec!["--shards", "2", "--listen", &native, "--kafka-listen", &any],
-            "--kafka-listen",
-        ),
-        (
-            vec![
-                "--shards",
-                "2",
-                "--listen",
-                &native,
-                "--kafka-listen",
-                &apart,
-                "--metrics-listen",
-                &next,
-            ],
+            vec!["--kafka-listen", &apart, "--metrics-listen", &next],
             "--metrics-listen",
         ),
         (
-            vec![
-                "--shards",
-                "2",
-                "--listen",
-                "127.0.0.1:65535",
-                "--kafka-listen",
-                "off",
-            ],
+            vec!["--listen", "127.0.0.1:65535", "--kafka-listen", "off"],
             "65536",
         ),
     ] {
-        let o = broker_that_must_refuse(&flags);
+        let mut args = vec!["--shards", "2"];
+        if !flags.contains(&"--listen") {
+            args.extend(["--listen", native.as_str()]);
+        }
+        args.extend(flags);
+        let o = broker_that_must_refuse(&args);
         assert_one_line_error(&o, needle);
         if needle != "65536" {
             assert_one_line_error(&o, "overlap");

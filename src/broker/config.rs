@@ -316,8 +316,8 @@ impl BrokerConfig {
                 if same_host && a_first < b_first + b_count && b_first < a_first + a_count {
                     return Err(format!(
                         "{a_what} {a} (ports {a_first}..={}) and {b_what} {b} (ports \
-                         {b_first}..={}) overlap: each shard takes the next port, so with \
-                         {shards} shards the ranges need {shards} ports each",
+                         {b_first}..={}) overlap: shard i of the native and Kafka listeners \
+                         listens on their port + i ({shards} ports each)",
                         a_first + a_count - 1,
                         b_first + b_count - 1
                     ));

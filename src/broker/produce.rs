@@ -78,7 +78,6 @@ impl Default for Produce {
     }
 }
 
-/// Splits a partition's payload into validated batches.
 /// Where the batches given to [`Produce::stage`] come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Origin {
@@ -90,6 +89,7 @@ pub enum Origin {
     BuiltHere,
 }
 
+/// Splits a partition's payload into validated batches.
 fn validate_all(mut bytes: &[u8], origin: Origin) -> Result<Vec<BatchView<'_>>, BatchError> {
     let mut out = Vec::new();
     if bytes.is_empty() {
