@@ -894,12 +894,16 @@ impl Producer {
             }
         };
         st.buffered += size;
-        drop(st);
+        // Before the lock goes, as in `finish`: `flush` counts these as done.
+        let any_failed = !failed.is_empty();
         for (slot, why) in failed {
             slot.complete(Err(DeliveryFailure {
                 code: None,
                 message: why,
             }));
+        }
+        drop(st);
+        if any_failed {
             self.shared.changed.notify_all();
         }
         if full || created || cfg.linger.is_zero() {
@@ -1241,13 +1245,14 @@ impl Sender {
         }
         let closed = st.closed && st.queues.is_empty();
         let want_md = st.metadata_wanted;
-        drop(st);
+        // Before the lock goes, as in `finish`: `flush` counts these as done.
         for (slot, message) in failed {
             slot.complete(Err(DeliveryFailure {
                 code: None,
                 message,
             }));
         }
+        drop(st);
         if finished > 0 {
             self.shared.changed.notify_all();
         }
@@ -1579,10 +1584,12 @@ fn finish(
         }
         q.drop_answered_front();
     }
-    drop(st);
+    // Completed before the lock goes: `flush` returns once `outstanding` is 0, and every
+    // report it counted must be settled by then (a CI run saw one settled after).
     for (slot, r) in done {
         slot.complete(r);
     }
+    drop(st);
     shared.changed.notify_all();
     shared.wake();
 }
