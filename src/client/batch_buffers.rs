@@ -3,16 +3,17 @@
 //! batch is written into them. A fresh buffer of a batch's size is faulted in page by page as
 //! records are written: zeroing those pages was 11% of the producer's CPU with 1 MiB batches
 //! (RESULTS.md, 2026-12-04 "this session").
+//!
+//! The pool keeps as many buffers as the producer's `buffer_memory` holds batches, as Kafka's
+//! `BufferPool` keeps free batches up to `buffer.memory`: a producer ahead of its broker has
+//! that many batches queued, and an answer hands several back at once. A bound of 8 freed the
+//! rest of such a burst, and the batches after it faulted their pages in again (RESULTS.md,
+//! 2026-12-04 "fifth": client CPU 0.8x with the larger bound).
 
 use std::ops::Deref;
 use std::sync::{Arc, Mutex};
 
 use rkyv::util::AlignedVec;
-
-/// Buffers a pool keeps at most. Enough for a producer's steady state (a buffer comes back
-/// for each batch sealed); past it, buffers are freed. At the default 1 MiB batches this
-/// holds at most 9 MiB idle.
-pub const POOLED_BATCH_BUFFERS: usize = 8;
 
 /// Spare batch buffers of one producer.
 #[derive(Debug)]
@@ -21,13 +22,18 @@ pub struct BatchBuffers {
     /// The capacity new batches ask for; a buffer grown past twice this (a record larger than
     /// a batch) is freed rather than kept.
     capacity: usize,
+    /// Buffers kept at most; past it, buffers are freed.
+    max_kept: usize,
 }
 
 impl BatchBuffers {
-    pub fn new(capacity: usize) -> Arc<BatchBuffers> {
+    /// A pool of buffers of `capacity` bytes that keeps at most `memory` bytes of them (and
+    /// at least one).
+    pub fn new(capacity: usize, memory: usize) -> Arc<BatchBuffers> {
         Arc::new(BatchBuffers {
             free: Mutex::new(Vec::new()),
             capacity,
+            max_kept: (memory / capacity.max(1)).max(1),
         })
     }
 
@@ -51,7 +57,7 @@ impl BatchBuffers {
         }
         buf.clear();
         let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
-        if free.len() < POOLED_BATCH_BUFFERS {
+        if free.len() < self.max_kept {
             free.push(buf);
         }
     }
@@ -118,8 +124,8 @@ mod tests {
 
     #[test]
     fn buffers_come_back_empty_and_keep_their_room_up_to_the_bound() {
-        let pool = BatchBuffers::new(4096);
-        let batches: Vec<BatchBytes> = (0..POOLED_BATCH_BUFFERS + 3)
+        let pool = BatchBuffers::new(4096, 6 * 4096 + 100);
+        let batches: Vec<BatchBytes> = (0..6 + 3)
             .map(|i| {
                 let mut b = pool.take();
                 b.reserve(pool.capacity());
@@ -132,7 +138,7 @@ mod tests {
         assert_eq!(&copy[..], &batches[5][..]);
         drop(copy);
         drop(batches);
-        assert_eq!(pool.kept(), POOLED_BATCH_BUFFERS);
+        assert_eq!(pool.kept(), 6);
         let b = pool.take();
         assert!(b.is_empty() && b.capacity() >= 4096);
         // Too small (never reserved) or grown past twice the batch size: not kept.

@@ -121,8 +121,9 @@ pub struct MetadataCache {
     pub voters: Vec<u64>,
     /// The brokers, by node id.
     pub brokers: HashMap<u32, BrokerMeta>,
-    /// The topics and their partitions' leaders and replicas, by name.
-    pub topics: HashMap<String, TopicMeta>,
+    /// The topics and their partitions' leaders and replicas, by name (a producer looks its
+    /// topic up at every send: Fx, not SipHash, which was 5% of the producer).
+    pub topics: rustc_hash::FxHashMap<String, TopicMeta>,
 }
 
 impl MetadataCache {
