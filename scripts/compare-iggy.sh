@@ -128,7 +128,14 @@ iperf_port=$(free_port)
 iperf3 -s -B 127.0.0.1 -p "$iperf_port" >"$results/iperf3-server.log" 2>&1 </dev/null &
 iperf_pid=$!
 pids+=("$iperf_pid")
-# Not probed with a connection (iperf3 takes it for a test): the client retries instead.
+# Not probed with a connection (iperf3 takes it for a test): its socket is looked for in the
+# listening table, and the client retries besides (one run's 50 tries in 10 s all found no
+# listener).
+for i in $(seq 1 100); do
+  ss -Hltn "sport = :$iperf_port" 2>/dev/null | grep -q . && break
+  kill -0 "$iperf_pid" 2>/dev/null || break
+  sleep 0.1
+done
 for i in $(seq 1 50); do
   iperf3 -c 127.0.0.1 -p "$iperf_port" -t 5 -J >"$results/iperf3.json" 2>/dev/null && break
   sleep 0.2

@@ -99,6 +99,8 @@ pub mod faults {
         Fallocate,
         Truncate,
         Fdatasync,
+        /// The fsync of a directory (the broker's own call: [`check`]).
+        DirSync,
     }
 
     struct Fault {
@@ -145,7 +147,9 @@ pub mod faults {
         Some(f[i].errno)
     }
 
-    pub(super) fn check(path: &Path, op: FileOp) -> std::io::Result<()> {
+    /// Fails with the next matching fault's errno, if one is armed: for file calls made
+    /// outside [`super::DirectFile`] (a directory sync).
+    pub fn check(path: &Path, op: FileOp) -> std::io::Result<()> {
         match take(path, op) {
             Some(errno) => Err(std::io::Error::from_raw_os_error(errno)),
             None => Ok(()),

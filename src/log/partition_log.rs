@@ -15,7 +15,8 @@ use rill_shards::rt::ReadResult;
 
 use super::error::LogError;
 use super::segment::{
-    cut_and_sync, parse_segment_file_name, FileRange, Segment, SegmentConfig, SegmentReader,
+    cut_and_sync, parse_segment_file_name, DirSync, FileRange, Segment, SegmentConfig,
+    SegmentReader,
 };
 use crate::batch::HEADER_LEN;
 
@@ -544,6 +545,15 @@ impl PartitionLog {
             .collect()
     }
 
+    /// The directory syncs of rolled-to segments not yet awaited: an fsync awaits them with
+    /// the files' fdatasyncs.
+    pub fn take_dir_syncs(&mut self) -> Vec<DirSync> {
+        self.segments
+            .iter_mut()
+            .filter_map(Segment::take_dir_sync)
+            .collect()
+    }
+
     /// Marks the log failed: appends are refused from now on, reads continue.
     pub fn fail(&mut self, why: String) {
         log::error!("{}: storage failed: {why}", self.dir.display());
@@ -741,12 +751,14 @@ pub async fn retire_if_expired(
         (file, path, len, log.dir.clone(), cfg, active.next_offset())
     };
     cut_and_sync(file, path, len).await?;
-    let index = cell
-        .borrow_mut()
-        .segments
-        .last_mut()
-        .expect("active")
-        .finish_close();
+    let (index, dir_sync) = {
+        let mut log = cell.borrow_mut();
+        let active = log.segments.last_mut().expect("active");
+        (active.finish_close(), active.take_dir_sync())
+    };
+    if let Some(d) = dir_sync {
+        d.await?;
+    }
     index.write().await?;
     let seg = Segment::create(&dir, base, &cfg).await?;
     cell.borrow_mut().segments.push(seg);
@@ -831,15 +843,22 @@ async fn write_batches(cell: &RefCell<PartitionLog>, batches: &[Bytes]) -> Resul
             let (file, path, len) = cell.borrow().segments.last().expect("active").begin_close();
             cut_and_sync(file, path, len).await?;
             let synced = started.elapsed();
-            let (dir, cfg, base, index) = {
+            let (dir, cfg, base, index, dir_sync) = {
                 let mut log = cell.borrow_mut();
-                let base = log.segments.last().expect("active").next_offset();
-                let index = log.segments.last_mut().expect("active").finish_close();
-                (log.dir.clone(), log.cfg.clone(), base, index)
+                let active = log.segments.last_mut().expect("active");
+                let base = active.next_offset();
+                let index = active.finish_close();
+                // Its own roll's directory sync, if no fsync awaited it (`never`): long done by
+                // now, and its failure fails the log here rather than going unseen.
+                let dir_sync = active.take_dir_sync();
+                (log.dir.clone(), log.cfg.clone(), base, index, dir_sync)
             };
+            if let Some(d) = dir_sync {
+                d.await?;
+            }
             index.write().await?;
             let indexed = started.elapsed();
-            let seg = Segment::create(&dir, base, &cfg).await?;
+            let seg = Segment::create_rolled(&dir, base, &cfg).await?;
             cell.borrow_mut().segments.push(seg);
             // The round waits for the roll: a slow one is every waiting request's latency.
             if started.elapsed() >= SLOW_ROLL {

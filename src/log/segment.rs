@@ -90,11 +90,55 @@ pub struct Segment {
     pub(super) step: Option<u64>,
     /// Preallocation never goes past the segment's roll size.
     pub(super) max_allocation: u64,
+    /// The sync of the directory entry of a segment a roll created, till it is awaited.
+    dir_sync: Option<DirSync>,
 }
 
+/// A directory sync running behind (see [`Segment::create_rolled`]).
+pub type DirSync = rill_shards::rt::Task<Result<(), LogError>>;
+
 impl Segment {
-    /// Creates a new, empty active segment.
+    /// Creates a new, empty active segment, its directory entry durable.
     pub async fn create(
+        dir: &Path,
+        base_offset: u64,
+        cfg: &SegmentConfig,
+    ) -> Result<Segment, LogError> {
+        let seg = Self::create_file(dir, base_offset, cfg).await?;
+        // The new file's directory entry must be durable before anything acknowledged lives
+        // in it. On the blocking pool: a directory sync waits for a journal commit, which on
+        // a disk busy with writes can take far longer than the sync itself, and inline it
+        // stopped the whole shard (every partition and connection on it) meanwhile.
+        let d = dir.to_path_buf();
+        rill_shards::rt::spawn_blocking(move || sync_dir(&d)).await?;
+        Ok(seg)
+    }
+
+    /// Creates the segment a roll moves to; the sync of its directory entry runs behind, for
+    /// the next [`take_dir_sync`](Self::take_dir_sync) to await. On a disk busy with writes
+    /// that sync waits for a journal commit (182 and 296 ms seen, RESULTS.md 2026-12-04
+    /// "fifth"), and every request of the group-commit round waited with it. With `--fsync
+    /// always` the round's sync awaits it beside the fdatasync, so an acknowledgement still
+    /// waits for it; with `never`, whose writes are not made durable either, it does not.
+    pub async fn create_rolled(
+        dir: &Path,
+        base_offset: u64,
+        cfg: &SegmentConfig,
+    ) -> Result<Segment, LogError> {
+        let mut seg = Self::create_file(dir, base_offset, cfg).await?;
+        let d = dir.to_path_buf();
+        seg.dir_sync = Some(rill_shards::rt::spawn_local(async move {
+            rill_shards::rt::spawn_blocking(move || sync_dir(&d)).await
+        }));
+        Ok(seg)
+    }
+
+    /// The sync of this segment's directory entry still running or not yet awaited, if any.
+    pub fn take_dir_sync(&mut self) -> Option<DirSync> {
+        self.dir_sync.take()
+    }
+
+    async fn create_file(
         dir: &Path,
         base_offset: u64,
         cfg: &SegmentConfig,
@@ -109,12 +153,6 @@ impl Segment {
                 .await
                 .map_err(|e| LogError::io(&path, e))?;
         }
-        // The new file's directory entry must be durable before anything acknowledged lives
-        // in it. On the blocking pool: a directory sync waits for a journal commit, which on
-        // a disk busy with writes can take far longer than the sync itself, and inline it
-        // stopped the whole shard (every partition and connection on it) meanwhile.
-        let d = dir.to_path_buf();
-        rill_shards::rt::spawn_blocking(move || sync_dir(&d)).await?;
         let read_fd = open_read_fd(&path)?;
         Ok(Segment {
             base_offset,
@@ -133,6 +171,7 @@ impl Segment {
             allocated,
             step: (cfg.preallocate && cfg.preallocate_step > 0).then_some(cfg.preallocate_step),
             max_allocation: cfg.segment_bytes,
+            dir_sync: None,
         })
     }
 
@@ -168,6 +207,7 @@ impl Segment {
             allocated: size,
             step: (cfg.preallocate && cfg.preallocate_step > 0).then_some(cfg.preallocate_step),
             max_allocation: cfg.segment_bytes,
+            dir_sync: None,
         })
     }
 
@@ -330,6 +370,8 @@ pub(super) fn open_read_fd(path: &Path) -> Result<Arc<std::fs::File>, LogError> 
 
 /// fsyncs a directory so that entries created or removed in it survive a power loss.
 pub fn sync_dir(dir: &Path) -> Result<(), LogError> {
+    rill_shards::file::faults::check(dir, rill_shards::file::faults::FileOp::DirSync)
+        .map_err(|e| LogError::io(dir, e))?;
     std::fs::File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(|e| LogError::io(dir, e))

@@ -902,15 +902,25 @@ impl Partition {
     /// fdatasyncs the files this partition wrote since its last sync. A failure marks the log
     /// failed (retriably: the shard reopens it) and fails the producers waiting. Returns how many files it synced.
     pub async fn sync(&self) -> Result<usize, LogError> {
-        let files = self.log.borrow_mut().take_unsynced();
-        let results = join_all(files.iter().map(|(f, _)| f.fdatasync())).await;
-        for ((_, path), r) in files.iter().zip(results) {
-            if let Err(e) = r {
-                let e = LogError::io(&**path, e);
-                self.log.borrow_mut().fail(format!("fdatasync: {e}"));
-                self.fail_waiters(ErrorCode::KafkaStorageError);
-                return Err(e);
-            }
+        let (files, dir_syncs) = {
+            let mut log = self.log.borrow_mut();
+            (log.take_unsynced(), log.take_dir_syncs())
+        };
+        // A new segment's directory entry (a roll's, synced behind) is made durable with it.
+        let (results, dir_results) = futures_lite::future::zip(
+            join_all(files.iter().map(|(f, _)| f.fdatasync())),
+            join_all(dir_syncs),
+        )
+        .await;
+        let failed = files
+            .iter()
+            .zip(results)
+            .find_map(|((_, path), r)| r.err().map(|e| LogError::io(&**path, e)))
+            .or_else(|| dir_results.into_iter().find_map(Result::err));
+        if let Some(e) = failed {
+            self.log.borrow_mut().fail(format!("fdatasync: {e}"));
+            self.fail_waiters(ErrorCode::KafkaStorageError);
+            return Err(e);
         }
         Ok(files.len())
     }

@@ -212,6 +212,97 @@ fn a_failing_interval_fdatasync_fails_the_partition() {
 }
 
 #[test]
+fn a_failing_directory_sync_of_a_rolled_segment_fails_the_partition() {
+    // `--fsync always` awaits the new segment's directory sync with the round's fdatasync.
+    let left =
+        on_shard(|dir| fault_then_recover(dir, FileOp::DirSync, libc::EIO, FsyncPolicy::Always));
+    assert_eq!(left, "");
+}
+
+#[test]
+fn a_failing_directory_sync_fails_the_partition_at_the_interval_sync() {
+    let left = on_shard(|dir| {
+        fault_then_recover(
+            dir,
+            FileOp::DirSync,
+            libc::EIO,
+            FsyncPolicy::Interval(std::time::Duration::from_secs(3600)),
+        )
+    });
+    assert_eq!(left, "");
+}
+
+/// The segment files in a partition's directory.
+fn segment_files(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir)
+        .expect("partition dir")
+        .filter(|e| {
+            e.as_ref()
+                .is_ok_and(|e| e.path().extension().is_some_and(|x| x == "log"))
+        })
+        .count()
+}
+
+#[test]
+fn with_fsync_always_nothing_in_a_rolled_segment_is_acknowledged_before_its_directory_sync() {
+    on_shard(|dir| async move {
+        let f = open(&dir, FsyncPolicy::Always).await;
+        let key = dir.to_string_lossy().to_string();
+        faults::inject(&key, FileOp::DirSync, libc::EIO, 1);
+        let refused = loop {
+            match produce(&f, 20).await {
+                Ok(_) => assert_eq!(
+                    segment_files(&dir),
+                    1,
+                    "acknowledged in a segment whose directory entry did not sync"
+                ),
+                Err(code) => break code,
+            }
+        };
+        assert_eq!(refused, ErrorCode::KafkaStorageError);
+        assert_eq!(segment_files(&dir), 2);
+        faults::clear(&key);
+    });
+}
+
+#[test]
+fn with_fsync_never_a_roll_does_not_wait_for_its_directory_sync_and_the_next_roll_reports_it() {
+    on_shard(|dir| async move {
+        let f = open(&dir, FsyncPolicy::Never).await;
+        let key = dir.to_string_lossy().to_string();
+        // One failure: the first roll's directory sync.
+        faults::inject(&key, FileOp::DirSync, libc::EIO, 1);
+        let mut acked = 0;
+        while segment_files(&dir) < 2 {
+            acked = produce(&f, 20)
+                .await
+                .expect("acknowledged: `never` does not wait for a roll's directory sync");
+        }
+        assert!(f.p.failure().is_none());
+        // The next roll awaits the failed sync first: the partition fails there, before a
+        // third segment exists.
+        let refused = loop {
+            assert_eq!(
+                segment_files(&dir),
+                2,
+                "a roll went past a failed directory sync"
+            );
+            match produce(&f, 20).await {
+                Ok(end) => acked = end,
+                Err(code) => break code,
+            }
+        };
+        assert_eq!(refused, ErrorCode::KafkaStorageError);
+        assert!(f.p.failure().is_some_and(|w| w.contains("Input/output")));
+        assert!(f.p.high_watermark() >= acked);
+        faults::clear(&key);
+        assert!(f.p.try_reopen(&f.cache).await.expect("reopen"));
+        let end = produce(&f, 5).await.expect("writes resume");
+        assert_eq!(read_all(&f, end).await, end);
+    });
+}
+
+#[test]
 fn a_restart_on_a_full_disk_serves_the_data_read_only_then_recovers() {
     let (failed, read, refused, recovered) = on_shard(|dir| async move {
         let f = open(&dir, FsyncPolicy::Always).await;
