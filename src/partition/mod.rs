@@ -915,10 +915,14 @@ impl Partition {
         let failed = files
             .iter()
             .zip(results)
-            .find_map(|((_, path), r)| r.err().map(|e| LogError::io(&**path, e)))
-            .or_else(|| dir_results.into_iter().find_map(Result::err));
-        if let Some(e) = failed {
-            self.log.borrow_mut().fail(format!("fdatasync: {e}"));
+            .find_map(|((_, path), r)| r.err().map(|e| ("fdatasync", LogError::io(&**path, e))))
+            .or_else(|| {
+                dir_results
+                    .into_iter()
+                    .find_map(|r| r.err().map(|e| ("directory sync", e)))
+            });
+        if let Some((what, e)) = failed {
+            self.log.borrow_mut().fail(format!("{what}: {e}"));
             self.fail_waiters(ErrorCode::KafkaStorageError);
             return Err(e);
         }
