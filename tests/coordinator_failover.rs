@@ -597,6 +597,64 @@ fn a_consumer_reads_on_when_a_leaders_broker_dies() {
     assert_read_once(&read, &BTreeMap::new(), &ends);
 }
 
+/// A partition assigned after its leader's broker died, while the consumer's cached metadata
+/// still names that broker: the offset lookup follows the moved leader instead of failing.
+/// It failed at once with "cannot reach broker", and a group member given such a partition
+/// failed every rebalance the same way for as long as its cache stayed stale (a member
+/// stopped for two minutes after its coordinator's broker was SIGKILLed).
+#[test]
+fn a_partition_assigned_after_its_leaders_broker_died_is_looked_up_at_the_new_leader() {
+    use rill::client::consumer::{Consumer, ConsumerConfig};
+    use rill::client::StartFrom;
+    let mut c = TestCluster::start(3, 2, FLAGS);
+    c.wait_leader(&[1, 2, 3]);
+    let ends = topic_with_records(&c);
+    let leader_of_0 = client_via(&c, 1)
+        .refresh_metadata()
+        .expect("metadata")
+        .topics[TOPIC]
+        .partitions[0]
+        .leader;
+    let via = (1..=3u32).find(|&b| b != leader_of_0).unwrap();
+    let mut consumer = Consumer::new(
+        ClientConfig::new(c.nodes[via as usize - 1].bootstrap()),
+        ConsumerConfig::default(),
+    )
+    .expect("consumer");
+    // The fetcher's metadata is cached here, with partition 0 led by `leader_of_0`.
+    consumer
+        .assign(TOPIC, Some(vec![1]), StartFrom::Beginning)
+        .expect("assign partition 1");
+    c.node(u64::from(leader_of_0)).kill();
+    // Both lookups: the high watermark (at most the end: a new leader's may lag a moment),
+    // then the log start, which is read from.
+    consumer
+        .assign(TOPIC, Some(vec![0]), StartFrom::End)
+        .expect("assign partition 0 at its end");
+    let end = consumer.position(TOPIC, 0).expect("a position");
+    assert!(end <= ends[&0], "end {end} of {}", ends[&0]);
+    consumer
+        .unassign(&[(TOPIC.to_string(), 0)])
+        .expect("unassign");
+    consumer
+        .assign(TOPIC, Some(vec![0]), StartFrom::Beginning)
+        .expect("assign partition 0 from its start");
+    assert_eq!(consumer.position(TOPIC, 0), Some(0));
+    let mut read: Vec<(u32, u64)> = Vec::new();
+    wait_until("partition 0 read from its new leader", || {
+        if let Ok(records) = consumer.poll(Duration::from_millis(100)) {
+            read.extend(records.iter().map(|r| (r.partition, r.offset())));
+        }
+        read.iter().filter(|(p, _)| *p == 0).count() as u64 >= ends[&0]
+    });
+    let zero: Vec<u64> = read.iter().filter(|(p, _)| *p == 0).map(|r| r.1).collect();
+    assert_eq!(
+        zero,
+        (0..ends[&0]).collect::<Vec<_>>(),
+        "partition 0, once, in order"
+    );
+}
+
 /// A replica's log start offset, from its `log-start-offset` file (0 while there is none).
 fn log_start_on(b: &rill_testkit::TestBroker, topic: &str, p: u32) -> u64 {
     let file = rill_testkit::partition_dir(&b.data_dir(), topic, p).join("log-start-offset");

@@ -21,6 +21,10 @@ use crate::protocol::messages::{
 pub use crate::protocol::Isolation;
 use crate::protocol::{ApiKey, ErrorCode, ResponseFrame};
 
+/// The pause between offset lookups while a partition's leader moves (Kafka's
+/// `retry.backoff.ms` default).
+const RESOLVE_BACKOFF: Duration = Duration::from_millis(100);
+
 /// Where a consumer starts reading a partition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StartFrom {
@@ -804,7 +808,31 @@ impl Fetcher {
         Ok(())
     }
 
+    /// Where `from` is in a partition. A leader that moved or died is looked up again with
+    /// fresh metadata, for up to the request timeout, as Kafka's consumer retries its offset
+    /// lookups: the cached route may still name a broker killed a moment ago, and failing
+    /// at once failed every rebalance that gave this consumer such a partition, for as long
+    /// as the cache stayed stale.
     fn resolve(
+        &mut self,
+        topic: &str,
+        partition: u32,
+        from: StartFrom,
+    ) -> Result<u64, ClientError> {
+        let deadline = Instant::now() + self.client.config().request_timeout;
+        loop {
+            match self.resolve_once(topic, partition, from) {
+                Err(e) if e.is_retriable() && Instant::now() + RESOLVE_BACKOFF < deadline => {
+                    log::debug!("{topic}-{partition}: offset lookup failed ({e}); retrying");
+                    std::thread::sleep(RESOLVE_BACKOFF);
+                    let _ = self.client.refresh_metadata();
+                }
+                r => return r,
+            }
+        }
+    }
+
+    fn resolve_once(
         &mut self,
         topic: &str,
         partition: u32,
