@@ -912,7 +912,11 @@ impl Producer {
         if any_failed {
             self.shared.changed.notify_all();
         }
-        if full || created || cfg.linger.is_zero() {
+        // A record joining an open batch needs no wake, linger 0 included: the sender was
+        // woken when the batch opened and left it open only because the partition's window
+        // is full, and the answer that opens the window wakes it again. Waking it at every
+        // send cost a futex wake and a context switch per record at linger 0.
+        if full || created {
             self.shared.wake();
         }
         Ok(fut)
