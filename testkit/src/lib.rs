@@ -383,13 +383,65 @@ impl TestBroker {
             if all_up && announced && Client::connect(self.client_config()).is_ok() {
                 return;
             }
-            assert!(
-                start.elapsed() < DEADLINE,
-                "broker not ready: {}",
-                self.log_text()
-            );
+            if start.elapsed() >= DEADLINE {
+                panic!(
+                    "broker not ready: {}\n--- where its threads are ---\n{}",
+                    self.log_text(),
+                    self.threads_report()
+                );
+            }
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// Where a live broker's threads are: name, state and kernel wait channel of each, then
+    /// their stacks when `gdb` is installed. A broker that never gets ready logs nothing more
+    /// (one hung so, once, on a loaded machine, between its registration and its shards'
+    /// listeners); this is what tells the next one's cause.
+    fn threads_report(&self) -> String {
+        let Some(pid) = self.child.as_ref().map(Child::id) else {
+            return "(not running)".into();
+        };
+        let mut out = String::new();
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .map(|d| d.flatten().map(|e| e.path()).collect::<Vec<_>>())
+            .unwrap_or_default();
+        for t in tasks {
+            let read = |f: &str| std::fs::read_to_string(t.join(f)).unwrap_or_default();
+            let stat = read("stat");
+            let state = stat.rsplit(") ").next().and_then(|r| r.split(' ').next());
+            out.push_str(&format!(
+                "{} {} {} {}\n",
+                t.file_name().and_then(|n| n.to_str()).unwrap_or("?"),
+                read("comm").trim(),
+                state.unwrap_or("?"),
+                read("wchan").trim()
+            ));
+        }
+        let gdb = Command::new("timeout")
+            .args(["60", "gdb", "-p", &pid.to_string(), "-batch"])
+            .args(["-ex", "thread apply all bt"])
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .output();
+        if let Ok(o) = gdb {
+            let text = String::from_utf8_lossy(&o.stdout);
+            // The innermost frames of each thread, each cut short: enough to see the wait.
+            let mut frames = 0;
+            for line in text.lines() {
+                if line.starts_with("Thread ") {
+                    frames = 0;
+                } else if !line.starts_with('#') {
+                    continue;
+                }
+                frames += 1;
+                if frames <= 25 {
+                    out.extend(line.chars().take(240));
+                    out.push('\n');
+                }
+            }
+        }
+        out
     }
 
     pub fn log_text(&self) -> String {
