@@ -549,15 +549,10 @@ fn sigkill_of_the_coordinator_keeps_the_commits_of_a_kafka_client_group() {
     wait_offsets_topic_in_sync(&f.c, survivor, &[1, 2, 3]);
 }
 
-/// The assign-mode consumer under the group consumer: a broker leading some of its
-/// partitions dies while it reads; it goes on reading the other shards at once and follows
-/// the moved leaders (a connect refused by the dead broker used to stop every fetch, for
-/// good: the route was never refreshed).
-#[test]
-fn a_consumer_reads_on_when_a_leaders_broker_dies() {
-    use rill::client::consumer::{Consumer, ConsumerConfig};
-    use rill::client::StartFrom;
-    let mut c = TestCluster::start(3, 2, FLAGS);
+/// A cluster with the topic's records (their ends), the broker leading partition 0 and
+/// another one to connect through.
+fn cluster_led_elsewhere() -> (TestCluster, BTreeMap<u32, u64>, u32, u32) {
+    let c = TestCluster::start(3, 2, FLAGS);
     c.wait_leader(&[1, 2, 3]);
     let ends = topic_with_records(&c);
     let leader_of_0 = client_via(&c, 1)
@@ -567,6 +562,18 @@ fn a_consumer_reads_on_when_a_leaders_broker_dies() {
         .partitions[0]
         .leader;
     let via = (1..=3u32).find(|&b| b != leader_of_0).unwrap();
+    (c, ends, leader_of_0, via)
+}
+
+/// The assign-mode consumer under the group consumer: a broker leading some of its
+/// partitions dies while it reads; it goes on reading the other shards at once and follows
+/// the moved leaders (a connect refused by the dead broker used to stop every fetch, for
+/// good: the route was never refreshed).
+#[test]
+fn a_consumer_reads_on_when_a_leaders_broker_dies() {
+    use rill::client::consumer::{Consumer, ConsumerConfig};
+    use rill::client::StartFrom;
+    let (mut c, ends, leader_of_0, via) = cluster_led_elsewhere();
     let cfg = ConsumerConfig {
         partition_max_bytes: 4 << 10,
         ..ConsumerConfig::default()
@@ -606,16 +613,7 @@ fn a_consumer_reads_on_when_a_leaders_broker_dies() {
 fn a_partition_assigned_after_its_leaders_broker_died_is_looked_up_at_the_new_leader() {
     use rill::client::consumer::{Consumer, ConsumerConfig};
     use rill::client::StartFrom;
-    let mut c = TestCluster::start(3, 2, FLAGS);
-    c.wait_leader(&[1, 2, 3]);
-    let ends = topic_with_records(&c);
-    let leader_of_0 = client_via(&c, 1)
-        .refresh_metadata()
-        .expect("metadata")
-        .topics[TOPIC]
-        .partitions[0]
-        .leader;
-    let via = (1..=3u32).find(|&b| b != leader_of_0).unwrap();
+    let (mut c, ends, leader_of_0, via) = cluster_led_elsewhere();
     let mut consumer = Consumer::new(
         ClientConfig::new(c.nodes[via as usize - 1].bootstrap()),
         ConsumerConfig::default(),
