@@ -819,61 +819,45 @@ impl Fetcher {
         partition: u32,
         from: StartFrom,
     ) -> Result<u64, ClientError> {
-        let deadline = Instant::now() + self.client.config().request_timeout;
-        loop {
-            match self.resolve_once(topic, partition, from) {
-                Err(e) if e.is_retriable() && Instant::now() + RESOLVE_BACKOFF < deadline => {
-                    log::debug!("{topic}-{partition}: offset lookup failed ({e}); retrying");
-                    std::thread::sleep(RESOLVE_BACKOFF);
-                    let _ = self.client.refresh_metadata();
-                }
-                r => return r,
-            }
-        }
-    }
-
-    fn resolve_once(
-        &mut self,
-        topic: &str,
-        partition: u32,
-        from: StartFrom,
-    ) -> Result<u64, ClientError> {
-        Ok(match from {
-            StartFrom::Beginning => self
-                .client
-                .list_offset(topic, partition, EARLIEST_TIMESTAMP)?
-                .unwrap_or(0),
-            StartFrom::End => {
-                let hw = self
-                    .client
-                    .list_offset(topic, partition, LATEST_TIMESTAMP)?
-                    .unwrap_or(0);
-                if self.cfg.isolation == Isolation::ReadCommitted && self.cfg.tags.is_none() {
-                    // read_committed's end is the last stable offset (Kafka's consumer asks
-                    // ListOffsets read_committed): a fetch at the high watermark names it.
-                    let (r, _) = self.client.fetch_isolated(
-                        topic,
-                        partition,
-                        hw,
-                        Duration::ZERO,
-                        1,
-                        1,
-                        Isolation::ReadCommitted,
-                    )?;
-                    r.last_stable_offset.min(hw)
-                } else {
-                    hw
-                }
-            }
-            StartFrom::Offset(o) => o,
-            StartFrom::Timestamp(ts) => match self.client.list_offset(topic, partition, ts)? {
-                Some(o) => o,
-                None => self
-                    .client
-                    .list_offset(topic, partition, LATEST_TIMESTAMP)?
-                    .unwrap_or(0),
-            },
-        })
+        // read_committed's end is the last stable offset (Kafka's consumer asks ListOffsets
+        // read_committed): a fetch at the high watermark names it.
+        let stable_end = self.cfg.isolation == Isolation::ReadCommitted && self.cfg.tags.is_none();
+        let within = self.client.config().request_timeout;
+        let what = format!("{topic}-{partition}: offset lookup");
+        self.client
+            .retrying(within, RESOLVE_BACKOFF, &what, |client| {
+                Ok(match from {
+                    StartFrom::Beginning => client
+                        .list_offset(topic, partition, EARLIEST_TIMESTAMP)?
+                        .unwrap_or(0),
+                    StartFrom::End => {
+                        let hw = client
+                            .list_offset(topic, partition, LATEST_TIMESTAMP)?
+                            .unwrap_or(0);
+                        if stable_end {
+                            let (r, _) = client.fetch_isolated(
+                                topic,
+                                partition,
+                                hw,
+                                Duration::ZERO,
+                                1,
+                                1,
+                                Isolation::ReadCommitted,
+                            )?;
+                            r.last_stable_offset.min(hw)
+                        } else {
+                            hw
+                        }
+                    }
+                    StartFrom::Offset(o) => o,
+                    StartFrom::Timestamp(ts) => match client.list_offset(topic, partition, ts)? {
+                        Some(o) => o,
+                        None => client
+                            .list_offset(topic, partition, LATEST_TIMESTAMP)?
+                            .unwrap_or(0),
+                    },
+                })
+            })
     }
 
     fn apply(&mut self, c: Command) {

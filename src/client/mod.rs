@@ -365,6 +365,29 @@ impl Client {
         result
     }
 
+    /// Calls `f` until it succeeds, fails for good, or `within` has passed: after a
+    /// retriable failure (a broker down, a leader moved, no controller leader yet) it waits
+    /// `backoff`, refreshes the metadata and tries again, as Kafka's clients retry.
+    pub fn retrying<T>(
+        &mut self,
+        within: Duration,
+        backoff: Duration,
+        what: &str,
+        mut f: impl FnMut(&mut Client) -> Result<T, ClientError>,
+    ) -> Result<T, ClientError> {
+        let deadline = Instant::now() + within;
+        loop {
+            match f(self) {
+                Err(e) if e.is_retriable() && Instant::now() + backoff < deadline => {
+                    log::debug!("{what} failed (retrying): {e}");
+                    std::thread::sleep(backoff);
+                    let _ = self.refresh_metadata();
+                }
+                r => return r,
+            }
+        }
+    }
+
     /// Fetches all metadata from the bootstrap broker (or any known one).
     pub fn refresh_metadata(&mut self) -> Result<&MetadataCache, ClientError> {
         self.refresh_metadata_creating(Vec::new())

@@ -1629,18 +1629,12 @@ fn number(
 /// leader during an election, a broker restarting) for up to `max_block`, as `send` waits
 /// for metadata.
 fn init_producer_id(client: &mut Client, cfg: &ProducerConfig) -> Result<(i64, i16), ClientError> {
-    let deadline = Instant::now() + cfg.max_block;
-    loop {
-        match client.init_producer_id(None) {
-            Ok(id) => return Ok(id),
-            Err(e) if e.is_retriable() && Instant::now() + cfg.retry_backoff < deadline => {
-                log::debug!("idempotent producer: InitProducerId failed (retried): {e}");
-                std::thread::sleep(cfg.retry_backoff);
-                let _ = client.refresh_metadata();
-            }
-            Err(e) => return Err(e),
-        }
-    }
+    client.retrying(
+        cfg.max_block,
+        cfg.retry_backoff,
+        "idempotent producer: InitProducerId",
+        |c| c.init_producer_id(None),
+    )
 }
 
 #[cfg(test)]
