@@ -77,6 +77,8 @@ pub fn run(a: StorageArgs) -> Result<Report, String> {
         index_interval_bytes: 4096,
         preallocate: true,
         preallocate_step: 16 << 20,
+        write_bytes: rill::log::appender::WRITE_BYTES,
+        writes_in_flight: rill::log::appender::WRITES_IN_FLIGHT,
         scan_bytes: rill::log::segment::SCAN_BYTES,
     };
     let window = a.window.max(1);

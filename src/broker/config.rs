@@ -53,6 +53,10 @@ pub struct BrokerConfig {
     pub preallocate: bool,
     /// Preallocation step of active segments (`--preallocate-step-bytes`).
     pub preallocate_step_bytes: u64,
+    /// Largest single DMA write of a segment append (`--file-write-bytes`).
+    pub file_write_bytes: usize,
+    /// DMA writes in flight per partition (`--file-writes-in-flight`).
+    pub file_writes_in_flight: usize,
     pub max_frame_bytes: usize,
     /// Request bytes the connections of one shard may hold at once, both listeners together
     /// (`--max-request-memory-bytes`, per shard); see `server::request_memory`.
@@ -214,6 +218,8 @@ impl BrokerConfig {
             index_interval_bytes: 4096,
             preallocate: true,
             preallocate_step_bytes: 16 << 20,
+            file_write_bytes: crate::log::appender::WRITE_BYTES,
+            file_writes_in_flight: crate::log::appender::WRITES_IN_FLIGHT,
             max_frame_bytes: 64 << 20,
             max_request_memory_bytes: DEFAULT_MAX_REQUEST_MEMORY_BYTES,
             tail_cache_bytes: 64 << 20,

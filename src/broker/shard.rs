@@ -229,6 +229,8 @@ impl Shard {
             index_interval_bytes: self.cfg.index_interval_bytes,
             preallocate: self.cfg.preallocate,
             preallocate_step: self.cfg.preallocate_step_bytes,
+            write_bytes: self.cfg.file_write_bytes,
+            writes_in_flight: self.cfg.file_writes_in_flight,
             scan_bytes: crate::log::segment::SCAN_BYTES,
         }
     }

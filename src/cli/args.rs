@@ -469,6 +469,14 @@ pub struct BrokerArgs {
     /// writes (Redpanda's segment_fallocation_step): an empty partition holds one step.
     #[arg(long, env = "RILL_PREALLOCATE_STEP_BYTES", default_value_t = 16 << 20)]
     pub preallocate_step_bytes: u64,
+    /// Largest single O_DIRECT write of a partition's appends (a multiple of 4096): a group
+    /// commit round's bytes go to the segment in pieces of this size. 2 MiB.
+    #[arg(long, env = "RILL_FILE_WRITE_BYTES", default_value_t = crate::log::appender::WRITE_BYTES)]
+    pub file_write_bytes: usize,
+    /// O_DIRECT writes a partition keeps in flight at once (1-64): the device works on the
+    /// next piece while the shard serves requests.
+    #[arg(long, env = "RILL_FILE_WRITES_IN_FLIGHT", default_value_t = crate::log::appender::WRITES_IN_FLIGHT)]
+    pub file_writes_in_flight: usize,
     /// Largest request frame accepted.
     #[arg(long, env = "RILL_MAX_FRAME_BYTES", default_value_t = 64 << 20)]
     pub max_frame_bytes: usize,

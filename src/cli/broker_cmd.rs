@@ -7,6 +7,11 @@ use super::args::BrokerArgs;
 use crate::log::FsyncPolicy;
 use crate::server::{run_broker, BrokerConfig};
 
+/// Bounds of `--file-write-bytes` and `--file-writes-in-flight`: a partition's DMA memory in
+/// writes is at most their product (or one larger batch).
+const MAX_FILE_WRITE_BYTES: usize = 64 << 20;
+const MAX_FILE_WRITES_IN_FLIGHT: usize = 64;
+
 fn parse_addr(flag: &str, v: &str) -> Result<SocketAddr, String> {
     v.to_socket_addrs()
         .map_err(|e| format!("--{flag} '{v}': {e}"))?
@@ -164,6 +169,23 @@ pub fn config_from_args(a: &BrokerArgs) -> Result<BrokerConfig, String> {
         ));
     }
     c.preallocate_step_bytes = a.preallocate_step_bytes;
+    if a.file_write_bytes < 4096
+        || !a.file_write_bytes.is_multiple_of(4096)
+        || a.file_write_bytes > MAX_FILE_WRITE_BYTES
+    {
+        return Err(format!(
+            "--file-write-bytes {}: must be a multiple of 4096, from 4096 to {MAX_FILE_WRITE_BYTES}",
+            a.file_write_bytes
+        ));
+    }
+    c.file_write_bytes = a.file_write_bytes;
+    if !(1..=MAX_FILE_WRITES_IN_FLIGHT).contains(&a.file_writes_in_flight) {
+        return Err(format!(
+            "--file-writes-in-flight {}: must be from 1 to {MAX_FILE_WRITES_IN_FLIGHT}",
+            a.file_writes_in_flight
+        ));
+    }
+    c.file_writes_in_flight = a.file_writes_in_flight;
     c.max_frame_bytes = a.max_frame_bytes;
     if a.max_request_memory_bytes < crate::net::request_memory::FIRST_STEP {
         return Err(format!(
@@ -689,6 +711,36 @@ mod tests {
         .unwrap_err();
         assert!(e.contains("--group-consumer-session-timeout-ms"), "{e}");
     }
+    #[test]
+    fn file_write_flags_default_and_are_checked() {
+        let c = config_from_args(&broker_args(&[])).unwrap();
+        assert_eq!((c.file_write_bytes, c.file_writes_in_flight), (2 << 20, 4));
+        let c = config_from_args(&broker_args(&[
+            "--file-write-bytes",
+            "65536",
+            "--file-writes-in-flight",
+            "1",
+        ]))
+        .unwrap();
+        assert_eq!((c.file_write_bytes, c.file_writes_in_flight), (65536, 1));
+        for (flags, needle) in [
+            (["--file-write-bytes", "5000"], "--file-write-bytes 5000"),
+            (["--file-write-bytes", "0"], "--file-write-bytes 0"),
+            (["--file-write-bytes", "134217728"], "--file-write-bytes"),
+            (
+                ["--file-writes-in-flight", "0"],
+                "--file-writes-in-flight 0",
+            ),
+            (
+                ["--file-writes-in-flight", "65"],
+                "--file-writes-in-flight 65",
+            ),
+        ] {
+            let e = config_from_args(&broker_args(&flags)).unwrap_err();
+            assert!(e.contains(needle), "{flags:?}: {e}");
+        }
+    }
+
     #[test]
     fn cores() {
         assert_eq!(parse_cores("0,2").unwrap(), vec![0, 2]);

@@ -1,5 +1,5 @@
 //! Log storage: per partition a directory of segments with sparse offset and time indexes.
-mod appender;
+pub mod appender;
 pub mod compaction;
 pub mod error;
 pub mod fsync;

@@ -49,10 +49,6 @@ impl ReadChunk {
     }
 }
 
-/// Largest single DMA write (unless one batch is larger): big writes need big DMA buffers
-/// outside glommio's registered pool, and measured slower than several moderate ones.
-const MAX_WRITE_BYTES: usize = 2 << 20;
-
 /// Where a flush left the log: every offset below `offset` is written, and the data ends at
 /// byte `position` of the segment starting at `segment_base`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -876,6 +872,12 @@ async fn write_batches(cell: &RefCell<PartitionLog>, batches: &[Bytes]) -> Resul
         let (job, j) = {
             let mut log = cell.borrow_mut();
             let limit = log.cfg.segment_bytes;
+            // One job holds what its pieces in flight write at once (at least one batch).
+            let job_bytes = log
+                .cfg
+                .write_bytes
+                .saturating_mul(log.cfg.writes_in_flight.max(1));
+            let (piece, in_flight) = (log.cfg.write_bytes, log.cfg.writes_in_flight);
             let active = log.segments.last_mut().expect("active");
             let mut size = active.size();
             let mut j = i;
@@ -883,13 +885,13 @@ async fn write_batches(cell: &RefCell<PartitionLog>, batches: &[Bytes]) -> Resul
             while j < batches.len()
                 && (j == i
                     || (size + batches[j].len() as u64 <= limit
-                        && chunk + batches[j].len() <= MAX_WRITE_BYTES))
+                        && chunk + batches[j].len() <= job_bytes))
             {
                 size += batches[j].len() as u64;
                 chunk += batches[j].len();
                 j += 1;
             }
-            (active.prepare_write(&batches[i..j]), j)
+            (active.prepare_write(&batches[i..j], piece, in_flight), j)
         };
         let new_size = job.run().await?;
         let mut log = cell.borrow_mut();

@@ -37,6 +37,11 @@ pub struct SegmentConfig {
     /// With `preallocate`, the space is fallocated this much at a time, ahead of the writes
     /// (`--preallocate-step-bytes`): an empty partition holds one step, not a whole segment.
     pub preallocate_step: u64,
+    /// Largest single DMA write (`--file-write-bytes`, a multiple of the page): a write is cut
+    /// into pieces of this size.
+    pub write_bytes: usize,
+    /// DMA writes in flight per partition at most (`--file-writes-in-flight`).
+    pub writes_in_flight: usize,
     /// How much a scan reads at a time ([`SCAN_BYTES`]; smaller in tests, so that reads end
     /// inside batches and headers often).
     pub scan_bytes: usize,

@@ -20,6 +20,8 @@ fn config(segment_bytes: u64) -> SegmentConfig {
         index_interval_bytes: 4096,
         preallocate: true,
         preallocate_step: 256 << 10,
+        write_bytes: super::appender::WRITE_BYTES,
+        writes_in_flight: super::appender::WRITES_IN_FLIGHT,
         scan_bytes: super::segment::SCAN_BYTES,
     }
 }
@@ -141,13 +143,20 @@ fn recovery_keeps_every_batch_of_segments_larger_than_any_read() {
     // Batch sizes from 96 bytes to ~600 KiB in random order, 12-40 MiB per seed, in 64 MiB
     // segments: many 4 MiB scan windows end inside a header or a batch.
     // Half the seeds scan with 64 KiB reads, so that reads end inside headers hundreds of times.
-    for seed in [1u64, 7, 42, 1234, 99_991, 5, 77, 31_337] {
+    // Writes are cut into pieces of one page to the default 2 MiB, 1 to 4 in flight: pieces
+    // end inside headers and batches, and a round's pieces complete in any order.
+    for (n, seed) in [1u64, 7, 42, 1234, 99_991, 5, 77, 31_337]
+        .into_iter()
+        .enumerate()
+    {
         let (end, reopened) = on_shard(move |dir| async move {
             let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
             let mut cfg = config(64 << 20);
             if seed % 2 == 1 {
                 cfg.scan_bytes = 64 << 10;
             }
+            cfg.write_bytes = [4096, 12 << 10, 64 << 10, 2 << 20][n % 4];
+            cfg.writes_in_flight = [1, 3, 4][n % 3];
             let (log, _) = PartitionLog::open(dir.clone(), cfg.clone())
                 .await
                 .expect("open");

@@ -29,6 +29,8 @@ pub(super) fn seg_config() -> SegmentConfig {
         index_interval_bytes: 4096,
         preallocate: true,
         preallocate_step: 64 << 10,
+        write_bytes: crate::log::appender::WRITE_BYTES,
+        writes_in_flight: crate::log::appender::WRITES_IN_FLIGHT,
         scan_bytes: crate::log::segment::SCAN_BYTES,
     }
 }
