@@ -35,24 +35,28 @@ stop_pid() {
   wait "$pid" 2>/dev/null || true
 }
 
-# The first of N consecutive ports free on 127.0.0.1 right now (a broker takes port + shard).
+# The first of N consecutive ports free to bind on 127.0.0.1 right now (a broker takes port +
+# shard), below the kernel's ephemeral range: a port from that range is also the local port of
+# outgoing connections, and one took a shard's port between the check and the broker's bind
+# (compare-iggy, 2026-12-04 19:13: EADDRINUSE on port + 1, a round lost).
 free_ports() { # N
   python3 - "$1" <<'PY'
-import socket, sys
+import random, socket, sys
 n = int(sys.argv[1])
-while True:
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close()
-    if p + n >= 65000:
-        continue
-    ok = True
-    for q in range(p, p + n):
-        t = socket.socket()
-        try:
-            t.bind(("127.0.0.1", q))
-        except OSError:
-            ok = False
+lo = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+def free(q):
+    t = socket.socket()
+    try:
+        t.bind(("127.0.0.1", q))
+        return True
+    except OSError:
+        return False
+    finally:
         t.close()
-    if ok:
-        print(p); break
+while True:
+    p = random.randrange(10000, max(lo - n, 10001))
+    if all(free(q) for q in range(p, p + n)):
+        print(p)
+        break
 PY
 }

@@ -26,26 +26,15 @@ cleanup() {
   [ -z "$data" ] || rm -rf "$data"
 }
 trap cleanup EXIT
-free_ports() { # the first of two consecutive free ports (the broker takes port + shard)
-  python3 -c '
-import socket
-while True:
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close()
-    t = socket.socket()
-    try:
-        t.bind(("127.0.0.1", p + 1)); print(p); break
-    except OSError:
-        pass
-    finally:
-        t.close()'
-}
+# shellcheck source=scripts/bench-common.sh
+. "$(dirname "$0")/bench-common.sh" # free_ports
 for r in $(seq 1 "$ROUNDS"); do
   if [ $((r % 2)) = 1 ]; then order="1 5"; else order="5 1"; fi
   for inflight in $order; do
     data=$(mktemp -d "${BENCH_DIR:-/tmp}/bench-pipelining-data.XXXXXX")
-    port=$(free_ports)
-    kport=$(free_ports)
-    while [ $((kport - port)) -lt 2 ] && [ $((port - kport)) -lt 2 ]; do kport=$(free_ports); done
+    port=$(free_ports 2)
+    kport=$(free_ports 2)
+    while [ $((kport - port)) -lt 2 ] && [ $((port - kport)) -lt 2 ]; do kport=$(free_ports 2); done
     if [ "${DRIVER:-native}" = kafka ]; then
       kafka=127.0.0.1:$kport bench=(--driver kafka -b "127.0.0.1:$kport")
     else

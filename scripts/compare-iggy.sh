@@ -103,11 +103,6 @@ wait_port() { # PORT SECONDS NAME (gives up early if the server started last exi
   echo "compare-iggy: $3 did not listen on port $1 within $2 s" >&2
   exit 1
 }
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); p=s.getsockname()[1]
-while any(socket.socket().connect_ex(("127.0.0.1", q)) == 0 for q in range(p, p + 4)): p += 4
-print(p)'
-}
 record() { printf '%s\t%s\t%s\t%s\t%s\n' "$@" >>"$tsv"; } # system workload round metric value
 
 # --- the machine: disk and loopback, once --------------------------------------------------
@@ -124,7 +119,7 @@ fio --name=sync4k --directory="$work/fio" --rw=write --bs=4k --size=20M --direct
 fio --name=rate64k --directory="$work/fio" --rw=write --bs=64k --size=1G --direct=1 --rate=50m \
   --ioengine=sync --runtime=10 --time_based --output-format=json >"$results/fio-rate64k.json"
 rm -rf "$work/fio"
-iperf_port=$(free_port)
+iperf_port=$(free_ports 4)
 iperf3 -s -B 127.0.0.1 -p "$iperf_port" >"$results/iperf3-server.log" 2>&1 </dev/null &
 iperf_pid=$!
 pids+=("$iperf_pid")
@@ -163,7 +158,7 @@ EOF
 start_rill() { # FSYNC [BROKER-FLAGS...]
   local port fsync=$1
   shift
-  port=$(free_port)
+  port=$(free_ports 4)
   RILL_ADDR=127.0.0.1:$port
   "$RILL" broker --data-dir "$work/data" --shards "$RILL_SHARDS" --fsync "$fsync" --listen "$RILL_ADDR" \
     --kafka-listen off "$@" >>"$results/rill-broker.log" 2>&1 &

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use bytes::Bytes;
 
 use crate::test_shard::on_shard;
+use rill_shards::file::faults::{self, FileOp};
 
 use super::partition_log::{flush, write_high_watermark, PartitionLog};
 use super::{LogError, SegmentConfig};
@@ -711,4 +712,65 @@ fn a_followers_tail_is_cut_at_a_batch_boundary_across_segments_and_writes_resume
         segments.1 < segments.0,
         "later segments removed: {segments:?}"
     );
+}
+
+/// A write's pieces go out at once and may land in any order. When the first piece fails and
+/// later ones land, the later batches sit past a gap in the file; none was acknowledged. The
+/// reopen must cut them off: the same first batches appended again end exactly where the
+/// stale ones began (on a page boundary, so the new write's zero padding does not cover
+/// them), with the offsets they expect, and would otherwise be read back.
+#[test]
+fn later_pieces_of_a_failed_write_are_cut_at_reopen_not_read_back() {
+    let (acked, failed, after, reopened, read) = on_shard(|dir| async move {
+        let mut cfg = config(1 << 20);
+        cfg.write_bytes = 16 << 10;
+        cfg.writes_in_flight = 4;
+        let (log, _) = PartitionLog::open(dir.clone(), cfg.clone()).await.unwrap();
+        let log = RefCell::new(log);
+        let acked = append_all(&log, &[(3, 700); 5]).await;
+        write_high_watermark(&dir, acked).unwrap();
+        // Ten one-record batches in one job of four 16 KiB pieces: the first five end on a
+        // page boundary past the first piece, which fails; the others land.
+        let start = log.borrow().size_bytes() as usize;
+        let mut shapes = vec![(1u32, 5000usize); 4];
+        let partial = start + 4 * one_record_len(5000);
+        let need = (partial + 4096).div_ceil(4096) * 4096 - partial;
+        let fifth = (0..need)
+            .find(|&v| one_record_len(v) == need)
+            .expect("a value length that ends the fifth batch on a page boundary");
+        shapes.push((1, fifth));
+        shapes.extend([(1, 5000); 5]);
+        for &(records, value_len) in &shapes {
+            let next = log.borrow().next_offset();
+            let mut bytes = batch(next, records, value_len);
+            stamp_batch(&mut bytes, next, 5);
+            log.borrow_mut()
+                .append_stamped(Bytes::from(bytes), records)
+                .unwrap();
+        }
+        let key = dir.to_string_lossy().into_owned();
+        faults::inject(&key, FileOp::Write, libc::EIO, 1);
+        let failed = flush(&log).await.is_err();
+        faults::clear(&key);
+        drop(log);
+        let (log, rec) = PartitionLog::open(dir.clone(), cfg.clone()).await.unwrap();
+        assert!(log.failure().is_none(), "{:?}", log.failure());
+        assert!(rec.truncated_bytes > 0, "the landed later pieces are found");
+        assert_eq!(log.next_offset(), acked);
+        // The first five again, byte for byte as before.
+        let log = RefCell::new(log);
+        let after = append_all(&log, &shapes[..5]).await;
+        assert_eq!(
+            log.borrow().size_bytes() % 4096,
+            0,
+            "ends on a page boundary"
+        );
+        drop(log);
+        let (log, _) = PartitionLog::open(dir.clone(), cfg).await.unwrap();
+        let read = read_back(&log, 0, log.next_offset()).await.unwrap();
+        (acked, failed, after, log.next_offset(), read)
+    });
+    assert!(failed, "the flush reports the failed piece");
+    assert_eq!(after, acked + 5);
+    assert_eq!((reopened, read), (after, after), "nothing past the new end");
 }
