@@ -774,3 +774,57 @@ fn later_pieces_of_a_failed_write_are_cut_at_reopen_not_read_back() {
     assert_eq!(after, acked + 5);
     assert_eq!((reopened, read), (after, after), "nothing past the new end");
 }
+
+/// A roll writes a closed segment's index files without syncing them: a crash may lose or
+/// tear them. Whatever is left of them, the reopen must scan the segment and keep every batch.
+#[test]
+fn lost_or_torn_index_files_of_closed_segments_make_the_open_scan_them() {
+    type Damage = fn(&Path);
+    let damages: [(&str, Damage); 5] = [
+        ("offset index missing", |p| {
+            std::fs::remove_file(p.with_extension("index")).unwrap()
+        }),
+        ("time index empty", |p| {
+            std::fs::write(p.with_extension("timeindex"), b"").unwrap()
+        }),
+        ("offset index cut in half", |p| {
+            let i = p.with_extension("index");
+            let len = std::fs::metadata(&i).unwrap().len();
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(&i)
+                .unwrap()
+                .set_len(len / 2)
+                .unwrap();
+        }),
+        ("offset index zeroed", |p| {
+            let i = p.with_extension("index");
+            let len = std::fs::metadata(&i).unwrap().len() as usize;
+            std::fs::write(&i, vec![0u8; len]).unwrap();
+        }),
+        ("time index byte flipped", |p| {
+            flip(&p.with_extension("timeindex"), 3, 0x10)
+        }),
+    ];
+    for (what, damage) in damages {
+        let (end, closed, reopened) = on_shard(move |dir| async move {
+            let cfg = config(256 << 10);
+            let (log, _) = PartitionLog::open(dir.clone(), cfg.clone()).await.unwrap();
+            let log = RefCell::new(log);
+            let end = append_all(&log, &[(20, 900); 60]).await;
+            drop(log);
+            let segments = segment_files(&dir);
+            let closed = segments.len() - 1;
+            for s in &segments[..closed] {
+                damage(s);
+            }
+            let (log, rec) = PartitionLog::open(dir.clone(), cfg).await.unwrap();
+            assert!(log.failure().is_none(), "{:?}", log.failure());
+            assert_eq!(rec.truncated_bytes, 0);
+            let read = read_back(&log, 0, log.next_offset()).await.unwrap();
+            (end, closed, (log.next_offset(), read))
+        });
+        assert!(closed >= 3, "{what}: {closed} closed segments");
+        assert_eq!(reopened, (end, end), "{what}");
+    }
+}
