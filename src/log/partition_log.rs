@@ -872,12 +872,9 @@ async fn write_batches(cell: &RefCell<PartitionLog>, batches: &[Bytes]) -> Resul
         let (job, j) = {
             let mut log = cell.borrow_mut();
             let limit = log.cfg.segment_bytes;
-            // One job holds what its pieces in flight write at once (at least one batch).
-            let job_bytes = log
-                .cfg
-                .write_bytes
-                .saturating_mul(log.cfg.writes_in_flight.max(1));
             let (piece, in_flight) = (log.cfg.write_bytes, log.cfg.writes_in_flight);
+            // One job holds what its pieces in flight write at once (at least one batch).
+            let job_bytes = piece.saturating_mul(in_flight.max(1));
             let active = log.segments.last_mut().expect("active");
             let mut size = active.size();
             let mut j = i;

@@ -344,11 +344,8 @@ pub struct IndexWrite {
 impl IndexWrite {
     pub async fn write(self) -> Result<(), LogError> {
         rill_shards::rt::spawn_blocking(move || {
-            use std::io::Write;
             for (path, bytes) in &self.files {
-                std::fs::File::create(path)
-                    .and_then(|mut f| f.write_all(bytes))
-                    .map_err(|e| LogError::io(path, e))?;
+                std::fs::write(path, bytes).map_err(|e| LogError::io(path, e))?;
             }
             Ok(())
         })
