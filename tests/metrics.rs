@@ -66,7 +66,12 @@ struct Scrape(Vec<(String, BTreeMap<String, String>, f64)>);
 
 impl Scrape {
     fn get(addr: &str) -> Scrape {
-        let text = try_get(addr, "/metrics").expect("scrape");
+        Scrape::get_ok(addr).expect("scrape")
+    }
+
+    /// A scrape, or `None` while the endpoint does not answer yet.
+    fn get_ok(addr: &str) -> Option<Scrape> {
+        let text = try_get(addr, "/metrics").ok()?;
         let mut out = Vec::new();
         for line in text
             .lines()
@@ -94,7 +99,7 @@ impl Scrape {
                 .collect();
             out.push((name.to_string(), labels, value));
         }
-        Scrape(out)
+        Some(Scrape(out))
     }
 
     /// The sum of the series of `name` that have all of `labels` (0 when none has).
@@ -118,6 +123,47 @@ impl Scrape {
                     .iter()
                     .all(|(k, v)| l.get(*k).map(String::as_str) == Some(v))
         })
+    }
+}
+
+/// The tail cache gives its memory back while less than `--tail-cache-min-available-bytes` is
+/// available: under a minimum no machine has it holds nothing and a consumer reads every
+/// record from the files; with no minimum it holds what was just produced.
+#[test]
+fn the_tail_cache_gives_memory_back_while_the_machine_is_short() {
+    const LIMIT: &str = "67108864";
+    for (min, short) in [("1152921504606846976", true), ("0", false)] {
+        let addr = format!("127.0.0.1:{}", free_ports(1));
+        let flags = [
+            "--metrics-listen",
+            &addr,
+            "--tail-cache-bytes",
+            LIMIT,
+            "--tail-cache-min-available-bytes",
+            min,
+        ];
+        let b = TestBroker::start(1, &flags);
+        let shard0 = [("shard", "0")];
+        let budget = wait_for("the cache's budget", || {
+            let s = Scrape::get_ok(&addr)?;
+            let budget = s.sum("rill_tail_cache_budget_bytes", &shard0);
+            (!short || budget == 0.0).then_some(budget)
+        });
+        if !short {
+            assert_eq!(budget, LIMIT.parse::<f64>().unwrap());
+        }
+        b.client().create_topic("c", 1, 1, Vec::new()).unwrap();
+        rill_testkit::produce_values(&b, "c", 0, (0..500).map(|i| format!("value-{i:05}")));
+        rill_testkit::consume_exactly(&b, "c", StartFrom::Beginning, 500);
+        let s = Scrape::get(&addr);
+        let held = s.sum("rill_tail_cache_bytes", &shard0);
+        let hits = s.sum("rill_tail_cache_hits_total", &shard0);
+        if short {
+            assert_eq!((held, hits), (0.0, 0.0), "min {min}");
+            assert_eq!(s.sum("rill_tail_cache_budget_bytes", &shard0), 0.0);
+        } else {
+            assert!(held > 0.0, "min {min}: nothing cached");
+        }
     }
 }
 

@@ -62,6 +62,9 @@ pub struct BrokerConfig {
     /// (`--max-request-memory-bytes`, per shard); see `server::request_memory`.
     pub max_request_memory_bytes: usize,
     pub tail_cache_bytes: usize,
+    /// The tail cache gives memory back while less is available (`--tail-cache-min-available-bytes`;
+    /// 0: never).
+    pub tail_cache_min_available_bytes: u64,
     /// Copy reads started ahead of their fetch, in bytes, split over the shards (0: none).
     pub file_read_ahead_bytes: usize,
     /// Upper bound on how long a fetch may long-poll, whatever the client asks.
@@ -223,6 +226,7 @@ impl BrokerConfig {
             max_frame_bytes: 64 << 20,
             max_request_memory_bytes: DEFAULT_MAX_REQUEST_MEMORY_BYTES,
             tail_cache_bytes: 64 << 20,
+            tail_cache_min_available_bytes: 0,
             file_read_ahead_bytes: 64 << 20,
             max_fetch_wait: Duration::from_secs(30),
             max_filter_scan_bytes: 64 << 20,

@@ -20,6 +20,7 @@ impl Shard {
         s.fdatasync_latency = Some(gc.fdatasync);
         (s.tail_cache_hits, s.tail_cache_misses) = self.cache.hits_and_misses();
         s.tail_cache_bytes = self.cache.used_bytes() as u64;
+        s.tail_cache_budget_bytes = self.cache.budget() as u64;
         let ahead = self.cache.read_ahead();
         (
             s.read_ahead_started,

@@ -28,6 +28,7 @@ pub mod internal_topics;
 pub mod leader_epochs;
 pub mod list_offsets;
 pub mod log_admin;
+pub mod machine_memory;
 pub mod metrics;
 pub mod offsets;
 pub mod offsets_log;

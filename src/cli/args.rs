@@ -485,9 +485,17 @@ pub struct BrokerArgs {
     /// larger than all of it is refused. Bytes are released when the request's handler returns.
     #[arg(long, env = "RILL_MAX_REQUEST_MEMORY_BYTES", default_value_t = crate::broker::config::DEFAULT_MAX_REQUEST_MEMORY_BYTES)]
     pub max_request_memory_bytes: usize,
-    /// Memory for recent batches, split across shards.
-    #[arg(long, env = "RILL_TAIL_CACHE_BYTES", default_value_t = 64 << 20)]
+    /// Memory for recent batches, split across shards: consumers reading them are served
+    /// without a disk read. An eighth of the memory the broker may use (the machine's, or its
+    /// cgroup's limit); see --tail-cache-min-available-bytes.
+    #[arg(long, env = "RILL_TAIL_CACHE_BYTES", default_value_t = crate::broker::machine_memory::default_tail_cache_bytes())]
     pub tail_cache_bytes: usize,
+    /// The tail cache gives memory back while less than this is available to the broker (the
+    /// machine's MemAvailable, or what its cgroup's limit leaves), checked every second, and
+    /// takes it again once there is room: it is broker memory the kernel cannot reclaim
+    /// itself. An eighth of the memory the broker may use; 0: never give it back.
+    #[arg(long, env = "RILL_TAIL_CACHE_MIN_AVAILABLE_BYTES", default_value_t = crate::broker::machine_memory::default_min_available_bytes())]
+    pub tail_cache_min_available_bytes: u64,
     /// Longest long-poll a fetch may ask for.
     #[arg(long, env = "RILL_MAX_FETCH_WAIT_MS", default_value_t = 30_000)]
     pub max_fetch_wait_ms: u64,

@@ -203,6 +203,7 @@ pub fn config_from_args(a: &BrokerArgs) -> Result<BrokerConfig, String> {
     }
     c.max_request_memory_bytes = a.max_request_memory_bytes;
     c.tail_cache_bytes = a.tail_cache_bytes;
+    c.tail_cache_min_available_bytes = a.tail_cache_min_available_bytes;
     c.file_read_ahead_bytes = a.file_read_ahead_bytes;
     c.max_fetch_wait = Duration::from_millis(a.max_fetch_wait_ms);
     c.max_filter_scan_bytes = a.max_filter_scan_bytes.max(1);
@@ -711,6 +712,25 @@ mod tests {
         .unwrap_err();
         assert!(e.contains("--group-consumer-session-timeout-ms"), "{e}");
     }
+    #[test]
+    fn the_tail_cache_defaults_to_an_eighth_of_the_memory() {
+        let memory = crate::broker::machine_memory::read().expect("/proc/meminfo");
+        let c = config_from_args(&broker_args(&[])).unwrap();
+        assert_eq!(c.tail_cache_bytes as u64, memory.total / 8);
+        assert_eq!(c.tail_cache_min_available_bytes, memory.total / 8);
+        let c = config_from_args(&broker_args(&[
+            "--tail-cache-bytes",
+            "1000",
+            "--tail-cache-min-available-bytes",
+            "0",
+        ]))
+        .unwrap();
+        assert_eq!(
+            (c.tail_cache_bytes, c.tail_cache_min_available_bytes),
+            (1000, 0)
+        );
+    }
+
     #[test]
     fn file_write_flags_default_and_are_checked() {
         let c = config_from_args(&broker_args(&[])).unwrap();

@@ -202,6 +202,8 @@ pub struct ShardSnapshot {
     pub tail_cache_hits: u64,
     pub tail_cache_misses: u64,
     pub tail_cache_bytes: u64,
+    /// What the tail cache may hold now (memory pressure lowers it).
+    pub tail_cache_budget_bytes: u64,
     /// Copy reads started ahead of their fetch: started, taken by a fetch, dropped for the
     /// bound; and the bytes held now.
     pub read_ahead_started: u64,
@@ -351,7 +353,7 @@ pub fn render(
         }
     }
 
-    let per_shard: [Family<ShardSnapshot>; 7] = [
+    let per_shard: [Family<ShardSnapshot>; 8] = [
         Family {
             name: "rill_tail_cache_hits_total",
             kind: Kind::Counter,
@@ -369,6 +371,13 @@ pub fn render(
             kind: Kind::Gauge,
             help: "Bytes held by the shard's tail cache.",
             get: |s| s.tail_cache_bytes,
+        },
+        Family {
+            name: "rill_tail_cache_budget_bytes",
+            kind: Kind::Gauge,
+            help: "Bytes the shard's tail cache may hold now: its share of --tail-cache-bytes, \
+                   less what it gave back while memory was short.",
+            get: |s| s.tail_cache_budget_bytes,
         },
         Family {
             name: "rill_read_ahead_started_total",

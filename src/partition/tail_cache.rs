@@ -23,7 +23,10 @@ struct Inner {
 }
 
 pub struct TailCache {
-    budget: usize,
+    /// `--tail-cache-bytes / shards`: the most it ever holds.
+    limit: usize,
+    /// The most it may hold now: the limit, less what memory pressure took back.
+    budget: Cell<usize>,
     read_ahead: std::rc::Rc<super::read_ahead::ReadAheadBudget>,
     inner: RefCell<Inner>,
     /// Reads it served, and reads it did not reach back to (metrics).
@@ -34,7 +37,8 @@ pub struct TailCache {
 impl TailCache {
     pub fn new(budget_bytes: usize) -> TailCache {
         TailCache {
-            budget: budget_bytes,
+            limit: budget_bytes,
+            budget: Cell::new(budget_bytes),
             read_ahead: super::read_ahead::ReadAheadBudget::new(0),
             inner: RefCell::new(Inner::default()),
             hits: Cell::new(0),
@@ -62,12 +66,37 @@ impl TailCache {
         (self.hits.get(), self.misses.get())
     }
 
+    /// The most the cache may hold now.
+    pub fn budget(&self) -> usize {
+        self.budget.get()
+    }
+
+    /// Sets what the cache may hold (at most its limit), evicting the oldest batches down to
+    /// it.
+    pub fn set_budget(&self, bytes: usize) {
+        let budget = bytes.min(self.limit);
+        self.budget.set(budget);
+        Self::evict_down_to(&mut self.inner.borrow_mut(), budget);
+    }
+
+    /// Sets the budget from the memory the broker may still use: see [`budget_under_pressure`].
+    pub fn follow_memory(&self, available: u64, min_available: u64, shards: usize) {
+        self.set_budget(budget_under_pressure(
+            self.limit,
+            self.used_bytes(),
+            available,
+            min_available,
+            shards,
+        ));
+    }
+
     /// Adds a batch just appended (offsets `base..next`) to partition `key`.
     pub fn insert(&self, key: u64, base: u64, next: u64, bytes: Bytes) {
-        if self.budget == 0 {
+        let budget = self.budget.get();
+        if budget == 0 {
             return;
         }
-        if bytes.len() > self.budget {
+        if bytes.len() > budget {
             // Not cached: what is cached of this partition is no longer its tail.
             self.forget(key);
             return;
@@ -84,7 +113,12 @@ impl TailCache {
         inner.used -= cleared;
         inner.order.push_back((key, base));
         inner.used += len;
-        while inner.used > self.budget {
+        Self::evict_down_to(&mut inner, budget);
+    }
+
+    /// Evicts the shard's oldest batches until at most `budget` bytes are held.
+    fn evict_down_to(inner: &mut Inner, budget: usize) {
+        while inner.used > budget {
             let Some((k, b)) = inner.order.pop_front() else {
                 break;
             };
@@ -164,6 +198,27 @@ impl TailCache {
     }
 }
 
+/// The budget of one of `shards` shard caches, holding `used` bytes, when the broker may use
+/// `available` bytes more and is to leave `min_available` to the machine: what it holds plus
+/// its share of the room above `min_available`, or less its share of the shortfall (the cache
+/// gives memory back rather than the machine running out), within `0..=limit`.
+pub fn budget_under_pressure(
+    limit: usize,
+    used: usize,
+    available: u64,
+    min_available: u64,
+    shards: usize,
+) -> usize {
+    let shards = shards.max(1) as u64;
+    let used = used as u64;
+    let budget = if available >= min_available {
+        used.saturating_add((available - min_available) / shards)
+    } else {
+        used.saturating_sub((min_available - available).div_ceil(shards))
+    };
+    budget.min(limit as u64) as usize
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -219,5 +274,75 @@ mod tests {
         cache.insert(2, 0, 10, Bytes::from(vec![3u8; 100]));
         assert!(cache.read(2, 10, 30, 1000).is_none());
         assert_eq!(cache.read(2, 0, 30, 1000).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn memory_pressure_takes_the_budget_back_and_room_returns_it() {
+        let gib: u64 = 1 << 30;
+        // Room above the minimum: the cache may grow by its share of it, up to its limit.
+        assert_eq!(
+            budget_under_pressure(1 << 30, 100, 10 * gib, 2 * gib, 2),
+            1 << 30
+        );
+        assert_eq!(
+            budget_under_pressure(usize::MAX, 100, 2 * gib + 400, 2 * gib, 2),
+            300
+        );
+        // Short of the minimum: its share of the shortfall is given back.
+        assert_eq!(
+            budget_under_pressure(1 << 30, 1000, 2 * gib - 400, 2 * gib, 2),
+            800
+        );
+        assert_eq!(
+            budget_under_pressure(1 << 30, 1000, 2 * gib - 401, 2 * gib, 2),
+            799
+        );
+        assert_eq!(
+            budget_under_pressure(1 << 30, 1000, 0, 2 * gib, 1),
+            0,
+            "all of it"
+        );
+        assert_eq!(
+            budget_under_pressure(1 << 30, 1000, 0, 0, 0),
+            1000,
+            "0 shards is 1"
+        );
+
+        let cache = TailCache::new(1000);
+        // Two partitions, four batches of 10 offsets each, inserted in turn.
+        for i in 0..8u64 {
+            let base = i / 2 * 10;
+            cache.insert(1 + i % 2, base, base + 10, Bytes::from(vec![i as u8; 100]));
+        }
+        assert_eq!(cache.used_bytes(), 800);
+        // 300 short on a machine of 2 shards: 150 given back, the oldest batches first.
+        cache.follow_memory(700, 1000, 2);
+        assert_eq!((cache.budget(), cache.used_bytes()), (650, 600));
+        assert!(
+            cache.read(1, 0, 100, 10_000).is_none(),
+            "0..10 of 1 evicted"
+        );
+        assert!(
+            cache.read(2, 0, 100, 10_000).is_none(),
+            "0..10 of 2 evicted"
+        );
+        assert_eq!(cache.read(1, 10, 100, 10_000).map(|b| b.len()), Some(3));
+        // The budget holds for new batches too.
+        cache.insert(1, 40, 50, Bytes::from(vec![8; 100]));
+        assert_eq!(cache.used_bytes(), 600);
+        assert!(
+            cache.read(1, 10, 100, 10_000).is_none(),
+            "10..20 of 1 evicted"
+        );
+        // Nothing available: everything goes, and nothing is cached while it lasts.
+        cache.follow_memory(0, 1 << 40, 1);
+        assert_eq!((cache.budget(), cache.used_bytes()), (0, 0));
+        cache.insert(1, 50, 60, Bytes::from(vec![9; 100]));
+        assert_eq!(cache.used_bytes(), 0);
+        // Room again: back up to the limit, never past it.
+        cache.follow_memory(1 << 40, 0, 1);
+        assert_eq!(cache.budget(), 1000);
+        cache.insert(1, 60, 70, Bytes::from(vec![10; 100]));
+        assert_eq!(cache.read(1, 60, 200, 10_000).map(|b| b.len()), Some(1));
     }
 }

@@ -630,6 +630,9 @@ async fn run_shard(
     .detach();
     spawn_local(checkpoint_loop(shard.clone())).detach();
     spawn_local(storage_retry_loop(shard.clone())).detach();
+    if shard.cfg.tail_cache_min_available_bytes > 0 {
+        spawn_local(cache_memory_loop(shard.clone())).detach();
+    }
     spawn_local(group_ticks(shard.clone())).detach();
     if let Some(rx) = scrapes {
         spawn_local(super::metrics::answer_scrapes(shard.clone(), rx)).detach();
@@ -709,6 +712,21 @@ async fn checkpoint_loop(shard: Rc<Shard>) {
         rill_shards::rt::sleep(shard.cfg.hw_checkpoint_interval).await;
         checkpoint_high_watermarks(&shard).await;
         snapshot_producers(&shard, false).await;
+    }
+}
+
+/// How often a shard's tail cache checks the memory the broker may still use.
+const CACHE_MEMORY_CHECK: Duration = Duration::from_secs(1);
+
+/// Every [`CACHE_MEMORY_CHECK`], gives tail-cache memory back while less than
+/// `--tail-cache-min-available-bytes` is available, and takes it again once there is room.
+async fn cache_memory_loop(shard: Rc<Shard>) {
+    loop {
+        if let Some(m) = crate::broker::machine_memory::read() {
+            let min = shard.cfg.tail_cache_min_available_bytes;
+            shard.cache.follow_memory(m.available, min, shard.count);
+        }
+        rill_shards::rt::sleep(CACHE_MEMORY_CHECK).await;
     }
 }
 
