@@ -85,16 +85,11 @@ fn parse_cgroup(max: &str, current: &str, stat: Option<&str>) -> Option<MachineM
     })
 }
 
-/// The default `--tail-cache-bytes`: an eighth of the memory the broker may use (64 MiB where
-/// that cannot be read).
-pub fn default_tail_cache_bytes() -> usize {
-    read().map_or(64 << 20, |m| (m.total / 8) as usize)
-}
-
-/// The default `--tail-cache-min-available-bytes`: an eighth of the memory as well (1 GiB
-/// where it cannot be read).
-pub fn default_min_available_bytes() -> u64 {
-    read().map_or(1 << 30, |m| m.total / 8)
+/// An eighth of the memory the broker may use: the default of both `--tail-cache-bytes` and
+/// `--tail-cache-min-available-bytes`; 64 MiB where it cannot be read (and then the cache has
+/// nothing to follow either).
+pub fn eighth_of_memory() -> u64 {
+    read().map_or(64 << 20, |m| m.total / 8)
 }
 
 #[cfg(test)]

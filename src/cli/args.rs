@@ -488,13 +488,13 @@ pub struct BrokerArgs {
     /// Memory for recent batches, split across shards: consumers reading them are served
     /// without a disk read. An eighth of the memory the broker may use (the machine's, or its
     /// cgroup's limit); see --tail-cache-min-available-bytes.
-    #[arg(long, env = "RILL_TAIL_CACHE_BYTES", default_value_t = crate::broker::machine_memory::default_tail_cache_bytes())]
+    #[arg(long, env = "RILL_TAIL_CACHE_BYTES", default_value_t = crate::broker::machine_memory::eighth_of_memory() as usize)]
     pub tail_cache_bytes: usize,
     /// The tail cache gives memory back while less than this is available to the broker (the
     /// machine's MemAvailable, or what its cgroup's limit leaves), checked every second, and
     /// takes it again once there is room: it is broker memory the kernel cannot reclaim
     /// itself. An eighth of the memory the broker may use; 0: never give it back.
-    #[arg(long, env = "RILL_TAIL_CACHE_MIN_AVAILABLE_BYTES", default_value_t = crate::broker::machine_memory::default_min_available_bytes())]
+    #[arg(long, env = "RILL_TAIL_CACHE_MIN_AVAILABLE_BYTES", default_value_t = crate::broker::machine_memory::eighth_of_memory())]
     pub tail_cache_min_available_bytes: u64,
     /// Longest long-poll a fetch may ask for.
     #[arg(long, env = "RILL_MAX_FETCH_WAIT_MS", default_value_t = 30_000)]

@@ -73,7 +73,7 @@ impl TailCache {
 
     /// Sets what the cache may hold (at most its limit), evicting the oldest batches down to
     /// it.
-    pub fn set_budget(&self, bytes: usize) {
+    fn set_budget(&self, bytes: usize) {
         let budget = bytes.min(self.limit);
         self.budget.set(budget);
         Self::evict_down_to(&mut self.inner.borrow_mut(), budget);
