@@ -15,7 +15,7 @@ use rill_shards::rt::ReadResult;
 
 use super::error::LogError;
 use super::segment::{
-    cut_and_sync, parse_segment_file_name, DirSync, FileRange, Segment, SegmentConfig,
+    cut, cut_and_sync, parse_segment_file_name, DirSync, FileRange, Segment, SegmentConfig,
     SegmentReader,
 };
 use crate::batch::HEADER_LEN;
@@ -222,6 +222,22 @@ impl PartitionLog {
                 }
             }
             match check.damage {
+                // Zeros after the data, and every offset here (the next segment starts where
+                // this one ends): a roll's cut that a crash kept from the disk.
+                Some(d)
+                    if !active
+                        && d.garbage == 0
+                        && bases.get(i + 1) == Some(&seg.next_offset()) =>
+                {
+                    log::info!(
+                        "{}: cutting {} bytes of zeros after its data (a roll's cut lost in a crash)",
+                        seg.path().display(),
+                        check.file_len - d.at
+                    );
+                    seg.cut_after_data().await;
+                    segments.push(seg);
+                    continue;
+                }
                 Some(d) if !active => {
                     // The gap to the next segment becomes a hole; say why here.
                     log::error!("{}: damaged: {}", seg.path().display(), d.what);
@@ -750,7 +766,7 @@ pub async fn retire_if_expired(
     let (index, dir_sync) = {
         let mut log = cell.borrow_mut();
         let active = log.segments.last_mut().expect("active");
-        (active.finish_close(), active.take_dir_sync())
+        (active.finish_close(true), active.take_dir_sync())
     };
     if let Some(d) = dir_sync {
         d.await?;
@@ -837,13 +853,19 @@ async fn write_batches(cell: &RefCell<PartitionLog>, batches: &[Bytes]) -> Resul
         if roll {
             let started = std::time::Instant::now();
             let (file, path, len) = cell.borrow().segments.last().expect("active").begin_close();
-            cut_and_sync(file, path, len).await?;
-            let synced = started.elapsed();
+            // Cut, not synced: the round does not wait for the old segment's fdatasync (100-260
+            // ms on a disk busy with writes, RESULTS.md 2026-12-05), as Kafka flushes a rolled
+            // segment behind. Its writes stay unsynced: an fsync (`always`: this round's,
+            // `interval`: the next) covers them with the new segment's. With `never` nothing
+            // is synced anyway; a crash before the cut is durable leaves zeros after the old
+            // segment's data, which opening it cuts again.
+            cut(&file, &path, len).await?;
+            let cut_took = started.elapsed();
             let (dir, cfg, base, index, dir_sync) = {
                 let mut log = cell.borrow_mut();
                 let active = log.segments.last_mut().expect("active");
                 let base = active.next_offset();
-                let index = active.finish_close();
+                let index = active.finish_close(false);
                 // Its own roll's directory sync, if no fsync awaited it (`never`): long done by
                 // now, and its failure fails the log here rather than going unseen.
                 let dir_sync = active.take_dir_sync();
@@ -859,12 +881,12 @@ async fn write_batches(cell: &RefCell<PartitionLog>, batches: &[Bytes]) -> Resul
             // The round waits for the roll: a slow one is every waiting request's latency.
             if started.elapsed() >= SLOW_ROLL {
                 log::info!(
-                    "{}: rolling to segment {base} took {} ms (old segment cut and \
-                     fdatasynced {} ms, its indexes written {} ms, new segment created {} ms)",
+                    "{}: rolling to segment {base} took {} ms (old segment cut {} ms, its \
+                     indexes written {} ms, new segment created {} ms)",
                     dir.display(),
                     started.elapsed().as_millis(),
-                    synced.as_millis(),
-                    (indexed - synced).as_millis(),
+                    cut_took.as_millis(),
+                    (indexed - cut_took).as_millis(),
                     (started.elapsed() - indexed).as_millis()
                 );
             }

@@ -142,6 +142,23 @@ impl Segment {
         Ok((seg, SegmentCheck { file_len, damage }))
     }
 
+    /// Cuts the zeros after a closed segment's data and writes its index files: what a roll
+    /// left when its cut (not synced) did not reach the disk before a crash. Best effort: the
+    /// data reads the same either way, and a failure leaves the segment to be scanned again.
+    pub async fn cut_after_data(&self) {
+        let cut = async {
+            super::segment::cut(&self.file, &self.path, self.written).await?;
+            self.file
+                .fdatasync()
+                .await
+                .map_err(|e| LogError::io(&*self.path, e))?;
+            self.index_write().write().await
+        };
+        if let Err(e) = cut.await {
+            log::warn!("{}: cannot cut it to its data: {e}", self.path.display());
+        }
+    }
+
     /// Makes an active segment writable after [`open`](Self::open): cuts whatever follows its
     /// data (a torn tail, or the preallocated space), preallocates again so that the bytes
     /// after the data read as zeros (garbage must never pass for a batch later), and syncs.

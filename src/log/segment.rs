@@ -265,16 +265,21 @@ impl Segment {
     }
 
     /// Starts closing an active segment: the caller truncates the preallocated space with
-    /// [`cut_and_sync`] (outside any borrow) and then calls [`finish_close`](Self::finish_close).
+    /// [`cut`] or [`cut_and_sync`] (outside any borrow) and then calls
+    /// [`finish_close`](Self::finish_close).
     pub fn begin_close(&self) -> (Rc<DirectFile>, Rc<Path>, u64) {
         (self.file.clone(), self.path.clone(), self.written)
     }
 
     /// Marks the segment closed (read-only); returns the write of its index files, for the
     /// caller to await outside any borrow. Until they are durable a restart scans the segment.
-    pub fn finish_close(&mut self) -> IndexWrite {
+    /// `synced`: the close made the data durable ([`cut_and_sync`]); else its writes stay
+    /// for the next fdatasync of the log ([`take_unsynced`](Self::take_unsynced)).
+    pub fn finish_close(&mut self, synced: bool) -> IndexWrite {
         self.closed = true;
-        self.unsynced = false;
+        if synced {
+            self.unsynced = false;
+        }
         self.tail_page = Vec::new();
         self.index_write()
     }
@@ -353,11 +358,16 @@ impl IndexWrite {
     }
 }
 
+/// Cuts a closing segment's file to its data (its preallocated space goes), not synced: a
+/// crash before the cut is durable leaves zeros after the data, which
+/// [`Segment::open`] cuts again.
+pub async fn cut(file: &DirectFile, path: &Path, len: u64) -> Result<(), LogError> {
+    file.truncate(len).await.map_err(|e| LogError::io(path, e))
+}
+
 /// Cuts a closing segment's file to its data and makes that durable.
 pub async fn cut_and_sync(file: Rc<DirectFile>, path: Rc<Path>, len: u64) -> Result<(), LogError> {
-    file.truncate(len)
-        .await
-        .map_err(|e| LogError::io(&*path, e))?;
+    cut(&file, &path, len).await?;
     file.fdatasync().await.map_err(|e| LogError::io(&*path, e))
 }
 

@@ -828,3 +828,90 @@ fn lost_or_torn_index_files_of_closed_segments_make_the_open_scan_them() {
         assert_eq!(reopened, (end, end), "{what}");
     }
 }
+
+#[test]
+fn closed_segments_a_crash_left_uncut_reopen_whole_and_are_cut_to_their_data() {
+    // A roll cuts the old segment without a sync: a crash can keep the cut from the disk and
+    // leave the preallocated zeros after the data, with or without the index files written.
+    let (end, closed, reopened, lens, again) = on_shard(|dir| async move {
+        let cfg = config(256 << 10);
+        let (log, _) = PartitionLog::open(dir.clone(), cfg.clone()).await.unwrap();
+        let log = RefCell::new(log);
+        let end = append_all(&log, &[(20, 900); 60]).await;
+        drop(log);
+        let segments = segment_files(&dir);
+        let closed = segments.len() - 1;
+        for (i, s) in segments[..closed].iter().enumerate() {
+            let data = std::fs::metadata(s).unwrap().len();
+            let f = std::fs::OpenOptions::new().write(true).open(s).unwrap();
+            f.set_len(data + 200_000 + i as u64 * 4096).unwrap();
+            if i % 2 == 0 {
+                std::fs::remove_file(s.with_extension("index")).unwrap();
+            }
+        }
+        let (log, rec) = PartitionLog::open(dir.clone(), cfg.clone()).await.unwrap();
+        assert!(log.failure().is_none(), "{:?}", log.failure());
+        assert!(log.holes().is_empty());
+        assert_eq!(rec.truncated_bytes, 0);
+        let reopened = (log.next_offset(), read_back(&log, 0, end).await.unwrap());
+        drop(log);
+        let lens: Vec<bool> = segments[..closed]
+            .iter()
+            .map(|s| {
+                std::fs::metadata(s).unwrap().len() == batches_end(s)
+                    && s.with_extension("index").exists()
+            })
+            .collect();
+        let (log, _) = PartitionLog::open(dir.clone(), cfg).await.unwrap();
+        let again = (
+            log.failure().is_none(),
+            read_back(&log, 0, end).await.unwrap(),
+        );
+        (end, closed, reopened, lens, again)
+    });
+    assert!(closed >= 3, "{closed} closed segments");
+    assert_eq!(reopened, (end, end));
+    assert!(
+        lens.iter().all(|cut| *cut),
+        "cut to their data, indexes written: {lens:?}"
+    );
+    assert_eq!(again, (true, end));
+}
+
+#[test]
+fn zeros_where_a_closed_segments_last_batches_were_are_a_hole_not_a_cut() {
+    // The zeros a lost roll's cut leaves are only taken as such when every offset of the
+    // segment is there: zeroed batches (writes a power loss lost) leave a gap to the next
+    // segment, which fails the log naming the offsets.
+    let (end, failure, holes) = on_shard(|dir| async move {
+        let cfg = config(256 << 10);
+        let (log, _) = PartitionLog::open(dir.clone(), cfg.clone()).await.unwrap();
+        let log = RefCell::new(log);
+        let end = append_all(&log, &[(20, 900); 60]).await;
+        drop(log);
+        let first = &segment_files(&dir)[0];
+        let data = std::fs::metadata(first).unwrap().len();
+        let next_base: u64 = segment_files(&dir)[1]
+            .file_stem()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        // Zero its last two batches, as if never written, and leave the file longer.
+        let lost_from = position_of(first, next_base - 40);
+        let f = std::fs::OpenOptions::new().write(true).open(first).unwrap();
+        use std::os::unix::fs::FileExt;
+        f.write_all_at(&vec![0u8; (data - lost_from) as usize], lost_from)
+            .unwrap();
+        f.set_len(data + 100_000).unwrap();
+        std::fs::remove_file(first.with_extension("index")).unwrap();
+        let (log, _) = PartitionLog::open(dir.clone(), cfg).await.unwrap();
+        let holes: Vec<(u64, u64)> = log.holes().iter().map(|h| (h.from, h.to)).collect();
+        (end, log.failure().map(str::to_string), (holes, next_base))
+    });
+    assert!(end > 0);
+    let (holes, next_base) = holes;
+    assert_eq!(holes, vec![(next_base - 40, next_base)]);
+    assert!(failure.is_some_and(|f| f.contains("missing or damaged")));
+}

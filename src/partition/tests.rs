@@ -59,14 +59,7 @@ async fn open(dir: &std::path::Path, fsync: FsyncPolicy) -> Fixture {
 
 /// Appends `n` records (one batch of ~2 KiB values) and waits for the acknowledgement.
 async fn produce(f: &Fixture, n: u32) -> Result<u64, ErrorCode> {
-    let mut b = BatchBuilder::new();
-    let first = f.p.log_end_offset();
-    for i in 0..u64::from(n) {
-        let mut v = format!("v{}-", first + i).into_bytes();
-        v.resize(2000, b'.');
-        b.push(1_000, None, &v, &[], &[]);
-    }
-    let bytes = b.build().expect("batch");
+    let bytes = batch_of(f.p.log_end_offset(), n);
     let view = BatchView::validate(&bytes).expect("valid");
     let (_, next) = f.p.append(&[view], 1, &f.cache).map_err(|e| e.code())?;
     f.gc.mark_dirty(&f.p);
@@ -75,6 +68,17 @@ async fn produce(f: &Fixture, n: u32) -> Result<u64, ErrorCode> {
         .await
         .map_err(|_| ErrorCode::UnknownServerError)??;
     Ok(next)
+}
+
+/// A batch of `n` records of ~2 KiB whose values name their offsets from `first`.
+fn batch_of(first: u64, n: u32) -> rkyv::util::AlignedVec<16> {
+    let mut b = BatchBuilder::new();
+    for i in 0..u64::from(n) {
+        let mut v = format!("v{}-", first + i).into_bytes();
+        v.resize(2000, b'.');
+        b.push(1_000, None, &v, &[], &[]);
+    }
+    b.build().expect("batch")
 }
 
 /// Reads `[0, end)` back (copy path), checking each value names its offset.
@@ -302,6 +306,66 @@ fn with_fsync_never_a_roll_does_not_wait_for_its_directory_sync_and_the_next_rol
         let end = produce(&f, 5).await.expect("writes resume");
         assert_eq!(read_all(&f, end).await, end);
     });
+}
+
+#[test]
+fn with_fsync_never_a_roll_waits_for_no_fdatasync() {
+    // The old segment is cut, not synced: the round must not wait for its fdatasync (the
+    // hundreds of ms a busy disk takes). Every fdatasync fails here, so one would fail the
+    // partition.
+    let (rolls, failure, read) = on_shard(|dir| async move {
+        let f = open(&dir, FsyncPolicy::Never).await;
+        let key = dir.to_string_lossy().to_string();
+        faults::inject(&key, FileOp::Fdatasync, libc::EIO, 1_000_000);
+        let mut end = 0;
+        while segment_files(&dir) < 4 {
+            end = produce(&f, 20).await.expect("acknowledged across rolls");
+        }
+        faults::clear(&key);
+        (
+            segment_files(&dir),
+            f.p.failure(),
+            read_all(&f, end).await == end,
+        )
+    });
+    assert_eq!(rolls, 4);
+    assert_eq!(failure, None);
+    assert!(read);
+}
+
+#[test]
+fn with_fsync_always_a_round_that_rolled_syncs_the_old_segment_before_it_acknowledges() {
+    // A round whose batches go to both sides of a roll: the roll no longer syncs the old
+    // segment, so the round's fdatasync must. A failing one of the old segment refuses the
+    // round.
+    let (refused, files) = on_shard(|dir| async move {
+        let f = open(&dir, FsyncPolicy::Always).await;
+        produce(&f, 20).await.expect("first batch");
+        let one = f.p.log.borrow().size_bytes();
+        // Fill the first segment while two more batches still fit...
+        while f.p.log.borrow().size_bytes() + 3 * one <= SEGMENT {
+            produce(&f, 20).await.expect("before the roll");
+        }
+        // ... then append them in one round with a third that rolls.
+        let key = dir
+            .join(crate::log::segment::segment_file_name(0))
+            .to_string_lossy()
+            .to_string();
+        faults::inject(&key, FileOp::Fdatasync, libc::EIO, 1_000_000);
+        let mut last = 0;
+        for _ in 0..3 {
+            let first = f.p.log_end_offset();
+            let bytes = batch_of(first, 20);
+            let view = BatchView::validate(&bytes).expect("valid");
+            last = f.p.append(&[view], 1, &f.cache).expect("append").1 - 1;
+        }
+        f.gc.mark_dirty(&f.p);
+        let refused = f.p.wait_for_ack(last).recv_async().await.expect("answered");
+        faults::clear(&key);
+        (refused.err(), segment_files(&dir))
+    });
+    assert_eq!(refused, Some(ErrorCode::KafkaStorageError));
+    assert_eq!(files, 2, "the round rolled");
 }
 
 #[test]
