@@ -777,6 +777,17 @@ fn later_pieces_of_a_failed_write_are_cut_at_reopen_not_read_back() {
 
 /// A roll writes a closed segment's index files without syncing them: a crash may lose or
 /// tear them. Whatever is left of them, the reopen must scan the segment and keep every batch.
+/// A log of 256 KiB segments holding 60 batches of 20 records (several closed segments),
+/// written and closed: its config and end offset.
+async fn closed_log(dir: &Path) -> (SegmentConfig, u64) {
+    let cfg = config(256 << 10);
+    let (log, _) = PartitionLog::open(dir.to_path_buf(), cfg.clone())
+        .await
+        .unwrap();
+    let end = append_all(&RefCell::new(log), &[(20, 900); 60]).await;
+    (cfg, end)
+}
+
 #[test]
 fn lost_or_torn_index_files_of_closed_segments_make_the_open_scan_them() {
     type Damage = fn(&Path);
@@ -808,11 +819,7 @@ fn lost_or_torn_index_files_of_closed_segments_make_the_open_scan_them() {
     ];
     for (what, damage) in damages {
         let (end, closed, reopened) = on_shard(move |dir| async move {
-            let cfg = config(256 << 10);
-            let (log, _) = PartitionLog::open(dir.clone(), cfg.clone()).await.unwrap();
-            let log = RefCell::new(log);
-            let end = append_all(&log, &[(20, 900); 60]).await;
-            drop(log);
+            let (cfg, end) = closed_log(&dir).await;
             let segments = segment_files(&dir);
             let closed = segments.len() - 1;
             for s in &segments[..closed] {
@@ -834,11 +841,7 @@ fn closed_segments_a_crash_left_uncut_reopen_whole_and_are_cut_to_their_data() {
     // A roll cuts the old segment without a sync: a crash can keep the cut from the disk and
     // leave the preallocated zeros after the data, with or without the index files written.
     let (end, closed, reopened, lens, again) = on_shard(|dir| async move {
-        let cfg = config(256 << 10);
-        let (log, _) = PartitionLog::open(dir.clone(), cfg.clone()).await.unwrap();
-        let log = RefCell::new(log);
-        let end = append_all(&log, &[(20, 900); 60]).await;
-        drop(log);
+        let (cfg, end) = closed_log(&dir).await;
         let segments = segment_files(&dir);
         let closed = segments.len() - 1;
         for (i, s) in segments[..closed].iter().enumerate() {
@@ -884,11 +887,7 @@ fn zeros_where_a_closed_segments_last_batches_were_are_a_hole_not_a_cut() {
     // segment is there: zeroed batches (writes a power loss lost) leave a gap to the next
     // segment, which fails the log naming the offsets.
     let (end, failure, holes) = on_shard(|dir| async move {
-        let cfg = config(256 << 10);
-        let (log, _) = PartitionLog::open(dir.clone(), cfg.clone()).await.unwrap();
-        let log = RefCell::new(log);
-        let end = append_all(&log, &[(20, 900); 60]).await;
-        drop(log);
+        let (cfg, end) = closed_log(&dir).await;
         let first = &segment_files(&dir)[0];
         let data = std::fs::metadata(first).unwrap().len();
         let next_base: u64 = segment_files(&dir)[1]
