@@ -147,11 +147,8 @@ impl Segment {
     /// data reads the same either way, and a failure leaves the segment to be scanned again.
     pub async fn cut_after_data(&self) {
         let cut = async {
-            super::segment::cut(&self.file, &self.path, self.written).await?;
-            self.file
-                .fdatasync()
-                .await
-                .map_err(|e| LogError::io(&*self.path, e))?;
+            super::segment::cut_and_sync(self.file.clone(), self.path.clone(), self.written)
+                .await?;
             self.index_write().write().await
         };
         if let Err(e) = cut.await {
