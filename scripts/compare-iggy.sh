@@ -104,6 +104,16 @@ wait_port() { # PORT SECONDS NAME (gives up early if the server started last exi
   exit 1
 }
 record() { printf '%s\t%s\t%s\t%s\t%s\n' "$@" >>"$tsv"; } # system workload round metric value
+# The time no thread of the machine could run while a workload ran (a host stopping the VM, or
+# both cores busy): scripts/lost-time-probe.py beside each run, recorded as lost_* metrics.
+PROBE=$(dirname "$0")/lost-time-probe.py
+probe_start() { python3 "$PROBE" >"$results/probe.out" & probe=$!; pids+=("$probe"); }
+probe_stop() { # SYSTEM WORKLOAD ROUND
+  local metric value
+  kill -TERM "$probe" 2>/dev/null || true
+  wait "$probe" 2>/dev/null || true
+  while read -r metric value; do record "$1" "$2" "$3" "$metric" "$value"; done <"$results/probe.out"
+}
 
 # --- the machine: disk and loopback, once --------------------------------------------------
 echo "== machine: $(nproc) cpus, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), kernel $(uname -r), $(date -u +%Y-%m-%dT%H:%MZ)"
@@ -183,6 +193,7 @@ rill_bench() {
   local workload=$1 name=$2 round=$3 json
   shift 3
   json=$results/rill-$name-$round.json
+  probe_start
   if "$BENCH" "$workload" -b "$RILL_ADDR" --partitions 2 --message-bytes "$MESSAGE_BYTES" "$@" \
     --json "$json" >>"$results/rill-bench.log" 2>&1; then
     python3 - "$json" <<'EOF' | while read -r metric value; do record rill "$name" "$round" "$metric" "$value"; done
@@ -205,6 +216,7 @@ print("%.0f msg/s, p50 %.0f us, p99 %.0f us, p99.99 %.0f us" % (r["msgs_per_sec"
     record rill "$name" "$round" failed 1
     echo "   rill $name: FAILED (see $results/rill-bench.log)"
   fi
+  probe_stop rill "$name" "$round"
 }
 
 # iggy-bench NAME ROUND GLOBAL-ARGS... -- COMMAND-ARGS...: its total msg/s and percentiles
@@ -215,6 +227,7 @@ iggy_bench() {
   while [ "$1" != -- ]; do global+=("$1"); shift; done
   shift
   out=$results/iggy-$name-$round.log
+  probe_start
   if timeout 1200 "$IGGY_BENCH" -m "$MESSAGE_BYTES" "${global[@]}" "$@" tcp --nodelay >"$out" 2>&1; then
     python3 - "$out" <<'EOF' | while read -r metric value; do record iggy "$name" "$round" "$metric" "$value"; done
 import re, sys
@@ -237,6 +250,7 @@ EOF
     record iggy "$name" "$round" failed 1
     echo "   iggy $name: FAILED (see $out)"
   fi
+  probe_stop iggy "$name" "$round"
 }
 
 batch_bytes() { echo $(($1 * (MESSAGE_BYTES + BATCH_OVERHEAD) + 256)); } # MESSAGES per batch (+ header)
@@ -381,6 +395,18 @@ for metric, label in (("p50_us", "p50"), ("p99_us", "p99")):
     if r is not None:
         print(f"\nrill `--fsync always` at 10,000 msg/s, acknowledgement {label}: {r / 1000:.2f} ms; "
               f"fio fdatasync p99 {fio_p99 / 1000:.2f} ms: {r / fio_p99:.1f}x (target for p99: <= 2x)")
+# Time lost by the whole machine while each ran (medians): a latency under it says as much
+# about the host as about the system measured.
+probed = sorted({w for (s, w, m) in rows if s == "rill" and m == "lost_pct"})
+if probed:
+    print("\n| workload: time the machine could not run (lost-time-probe, medians) | Iggy | rill |")
+    print("|---|---|---|")
+    for w in probed:
+        cells = []
+        for system in ("iggy", "rill"):
+            pct, longest = med(system, w, "lost_pct"), med(system, w, "lost_max_us")
+            cells.append("n/a" if pct is None else f"{pct:.1f}%, longest {longest / 1000:.1f} ms")
+        print(f"| {w} | {cells[0]} | {cells[1]} |")
 for (system, workload), n in sorted(failed.items()):
     print(f"\n{system} {workload}: failed in {n} round(s)")
 EOF

@@ -11,6 +11,7 @@ pub mod group;
 pub mod kafka;
 pub mod log;
 pub mod logging;
+pub mod memory;
 pub mod metrics;
 pub mod native;
 pub mod net;
