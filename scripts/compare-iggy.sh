@@ -24,6 +24,8 @@
 # bytes: BATCH_OVERHEAD [48] B per message is added so a batch holds as many messages as Iggy's.
 # fio (O_DIRECT 1 MiB writes; 4 KiB write + fdatasync; 64 KiB writes at 50 MB/s) and iperf3
 # (loopback) run once, at the start, in the same data directory.
+# Beside every workload scripts/lost-time-probe.py measures the time the whole machine could not
+# run (a VM its host stopped, or both cores busy); the summary gives it per system and workload.
 #
 # --rounds N [5]: rounds (5 or more for figures to quote); --quick: 1 round and a tenth of the
 # messages (a smoke run; its figures are not to be quoted). Knobs (environment): SCALE [1]
@@ -34,7 +36,7 @@
 # Iggy listens on its config's fixed loopback ports (TCP 8090, QUIC 8080, HTTP 3000, WS 8092).
 set -euo pipefail
 
-usage() { sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; }
 
 rounds=5
 scale=${SCALE:-1}
