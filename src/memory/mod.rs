@@ -1,5 +1,7 @@
 //! How the process gets its memory.
 
 mod huge_page_allocator;
+mod populate;
 
 pub use huge_page_allocator::{HugePageAllocator, CACHED_BYTES, MIN_HUGE_ALLOCATION};
+pub use populate::populate_for_write;

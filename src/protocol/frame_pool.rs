@@ -89,8 +89,17 @@ impl PooledFrame {
 
     /// Room for a frame of `len` bytes in one allocation (exact: the length is known and
     /// charged), so growing it step by step never moves it.
+    /// New memory is backed at once: until the tail cache is full every large frame is fresh
+    /// memory, and a fault per page as it is zero-filled and read cost more than the read.
     pub fn reserve_for(&mut self, len: usize) {
-        self.buf.reserve_exact(len.saturating_sub(self.buf.len()));
+        let (init, cap) = (self.buf.len(), self.buf.capacity());
+        self.buf.reserve_exact(len.saturating_sub(init));
+        if self.buf.capacity() > cap && len > init {
+            // SAFETY: `init..len` lies within the buffer's capacity, just allocated.
+            unsafe {
+                crate::memory::populate_for_write(self.buf.as_mut_ptr().add(init), len - init)
+            };
+        }
     }
 
     pub fn capacity(&self) -> usize {
