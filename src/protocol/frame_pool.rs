@@ -91,6 +91,8 @@ impl PooledFrame {
     /// charged), so growing it step by step never moves it.
     /// New memory is backed at once: until the tail cache is full every large frame is fresh
     /// memory, and a fault per page as it is zero-filled and read cost more than the read.
+    /// The bytes were charged to the request memory first, so a client that announces a
+    /// frame and sends nothing holds no more than that budget.
     pub fn reserve_for(&mut self, len: usize) {
         let (init, cap) = (self.buf.len(), self.buf.capacity());
         self.buf.reserve_exact(len.saturating_sub(init));
