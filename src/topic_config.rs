@@ -216,7 +216,34 @@ pub struct TopicDefaults {
     /// `--write-caching-max-bytes`: per partition, the bytes write caching may hold
     /// acknowledged and unwritten; past it acknowledgements wait for the disk again.
     pub write_caching_max_bytes: usize,
+    /// `--write-caching-flush-ms` and `--write-caching-flush-bytes`: when write caching
+    /// writes a partition's acknowledged bytes behind.
+    pub write_behind: WriteBehind,
 }
+
+/// When a caching partition's acknowledged, unwritten bytes go to the disk: once this many
+/// are pending, or once the oldest has waited this long (Redpanda's `flush.bytes` and
+/// `flush.ms` under write caching). Not sooner: a trickle of small appends written at once
+/// is a device write per group-commit round (RESULTS.md, 2026-12-05 twelfth).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriteBehind {
+    pub delay: Duration,
+    pub bytes: usize,
+}
+
+impl Default for WriteBehind {
+    fn default() -> Self {
+        WriteBehind {
+            delay: Duration::from_millis(DEFAULT_WRITE_CACHING_FLUSH_MS),
+            bytes: DEFAULT_WRITE_CACHING_FLUSH_BYTES,
+        }
+    }
+}
+
+/// `--write-caching-flush-ms`'s default (Redpanda's `flush.ms`).
+pub const DEFAULT_WRITE_CACHING_FLUSH_MS: u64 = 100;
+/// `--write-caching-flush-bytes`'s default.
+pub const DEFAULT_WRITE_CACHING_FLUSH_BYTES: usize = 1 << 20;
 
 impl Default for TopicDefaults {
     fn default() -> Self {
@@ -229,6 +256,7 @@ impl Default for TopicDefaults {
             replica_lag_time_max_ms: crate::replication::DEFAULT_REPLICA_LAG_TIME_MAX_MS,
             write_caching: false,
             write_caching_max_bytes: DEFAULT_WRITE_CACHING_MAX_BYTES,
+            write_behind: WriteBehind::default(),
         }
     }
 }
@@ -258,6 +286,8 @@ pub struct TopicSettings {
     pub write_caching: bool,
     /// `--write-caching-max-bytes` (broker-wide, not a topic key).
     pub write_caching_max_bytes: usize,
+    /// `--write-caching-flush-ms`/`-bytes` (broker-wide).
+    pub write_behind: WriteBehind,
 }
 
 impl TopicSettings {
@@ -301,6 +331,7 @@ impl TopicSettings {
                 .and_then(|v| parse_bool(v))
                 .unwrap_or(d.write_caching),
             write_caching_max_bytes: d.write_caching_max_bytes,
+            write_behind: d.write_behind,
         }
     }
 }

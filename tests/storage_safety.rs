@@ -381,20 +381,40 @@ fn two_hundred_empty_partitions_hold_one_preallocation_step_each() {
 
 /// `--write-caching` (bare, as a switch): records are acknowledged from memory and read back
 /// exactly; a clean stop writes everything behind before it exits, so a restart finds all of
-/// it. Also per topic: `write.caching=false` overrides the flag. A zero bound is refused.
+/// it, also what `--write-caching-flush-ms` still held back. Also per topic:
+/// `write.caching=false` overrides the flag. A zero bound and an over-long delay are refused.
 #[test]
 fn write_caching_reads_back_exactly_and_a_clean_stop_writes_everything_behind() {
-    let mut bad = TestBroker::unstarted(1, &["--write-caching-max-bytes".into(), "0".into()]);
-    bad.launch();
-    assert!(!bad.wait_exit().success());
-    assert!(
-        bad.log_text()
-            .contains("--write-caching-max-bytes must be at least 1"),
-        "{}",
-        bad.log_text()
-    );
+    for (flag, value, why) in [
+        (
+            "--write-caching-max-bytes",
+            "0",
+            "--write-caching-max-bytes must be at least 1",
+        ),
+        (
+            "--write-caching-flush-ms",
+            "3600001",
+            "--write-caching-flush-ms is at most 3600000",
+        ),
+    ] {
+        let mut bad = TestBroker::unstarted(1, &[flag.into(), value.into()]);
+        bad.launch();
+        assert!(!bad.wait_exit().success());
+        assert!(bad.log_text().contains(why), "{}", bad.log_text());
+    }
 
-    let mut b = TestBroker::start(2, &["--write-caching", "--fsync", "always"]);
+    // Written behind after an hour or at 1 MiB pending: the last few hundred KiB of each
+    // cached partition are still unwritten when the broker is told to stop.
+    let mut b = TestBroker::start(
+        2,
+        &[
+            "--write-caching",
+            "--fsync",
+            "always",
+            "--write-caching-flush-ms",
+            "3600000",
+        ],
+    );
     b.client().create_topic("cached", 4, 1, vec![]).unwrap();
     let off = vec![("write.caching".to_string(), "false".to_string())];
     b.client().create_topic("uncached", 2, 1, off).unwrap();

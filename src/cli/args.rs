@@ -379,6 +379,16 @@ pub struct BrokerArgs {
     /// past it, acknowledgements and visibility wait for the disk (back-pressure).
     #[arg(long, env = "RILL_WRITE_CACHING_MAX_BYTES", default_value_t = crate::topic_config::DEFAULT_WRITE_CACHING_MAX_BYTES)]
     pub write_caching_max_bytes: usize,
+    /// Write caching writes a partition's acknowledged bytes behind once this many
+    /// milliseconds passed since the oldest was appended (Redpanda's `flush.ms`), or sooner
+    /// at --write-caching-flush-bytes; fewer, larger writes than one per group-commit round.
+    #[arg(long, env = "RILL_WRITE_CACHING_FLUSH_MS", default_value_t = crate::topic_config::DEFAULT_WRITE_CACHING_FLUSH_MS)]
+    pub write_caching_flush_ms: u64,
+    /// Write caching writes a partition's acknowledged bytes behind once this many are
+    /// pending (Redpanda's `flush.bytes`; at most half of --write-caching-max-bytes is used,
+    /// so acknowledgements keep coming from memory).
+    #[arg(long, env = "RILL_WRITE_CACHING_FLUSH_BYTES", default_value_t = crate::topic_config::DEFAULT_WRITE_CACHING_FLUSH_BYTES)]
+    pub write_caching_flush_bytes: usize,
     /// How fetches read data older than the tail cache: copy (O_DIRECT read into memory,
     /// then written to the socket; the page cache is never used) or sendfile (page cache to
     /// socket, off the shard's thread). Copy is the default: on a cold read it measured 2.1x

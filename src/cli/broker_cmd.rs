@@ -110,9 +110,16 @@ pub fn config_from_args(a: &BrokerArgs) -> Result<BrokerConfig, String> {
         replica_lag_time_max_ms: crate::replication::DEFAULT_REPLICA_LAG_TIME_MAX_MS,
         write_caching: a.write_caching,
         write_caching_max_bytes: a.write_caching_max_bytes,
+        write_behind: crate::topic_config::WriteBehind {
+            delay: Duration::from_millis(a.write_caching_flush_ms),
+            bytes: a.write_caching_flush_bytes,
+        },
     };
     if a.write_caching_max_bytes == 0 {
         return Err("--write-caching-max-bytes must be at least 1".into());
+    }
+    if a.write_caching_flush_ms > 3_600_000 {
+        return Err("--write-caching-flush-ms is at most 3600000 (an hour)".into());
     }
     if a.retention_ms < -1 || a.retention_bytes < -1 {
         return Err(

@@ -1,7 +1,9 @@
 //! The shard's group commit: one task writes every partition's pending batches, then (with
 //! `--fsync always`) one fdatasync per touched file covers every batch appended since the last
 //! round, so concurrent producers share the cost. Appends made while a round is on disk wait
-//! for the next round: that is the coalescing.
+//! for the next round: that is the coalescing. A write-caching partition, whose producers do
+//! not wait for the write, joins a round only once enough is pending or its oldest append
+//! waited long enough ([`Partition::write_deferred_until`]).
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -16,11 +18,15 @@ use crate::metrics::{Histogram, HistogramSnapshot};
 use crate::protocol::ErrorCode;
 
 pub struct GroupCommit {
-    dirty: RefCell<Vec<Rc<Partition>>>,
+    /// Partitions with pending appends, each with when it was first marked since its last
+    /// write.
+    dirty: RefCell<Vec<(Rc<Partition>, Instant)>>,
     wake: Event,
     policy: FsyncPolicy,
     /// A round is on disk now.
     busy: std::cell::Cell<bool>,
+    /// A clean stop waits: nothing is deferred any more.
+    draining: std::cell::Cell<bool>,
     /// Notified at the end of every round.
     idle: Event,
     /// Bytes and partitions each round wrote, and each partition's fdatasync (metrics).
@@ -46,6 +52,7 @@ impl GroupCommit {
             wake: Event::new(),
             policy,
             busy: std::cell::Cell::new(false),
+            draining: std::cell::Cell::new(false),
             idle: Event::new(),
             round_bytes: Histogram::bytes(),
             round_partitions: Histogram::count(),
@@ -66,8 +73,8 @@ impl GroupCommit {
     /// Schedules a partition with pending appends for the next round.
     pub fn mark_dirty(&self, p: &Rc<Partition>) {
         let mut dirty = self.dirty.borrow_mut();
-        if !dirty.iter().any(|d| Rc::ptr_eq(d, p)) {
-            dirty.push(p.clone());
+        if !dirty.iter().any(|(d, _)| Rc::ptr_eq(d, p)) {
+            dirty.push((p.clone(), Instant::now()));
         }
         drop(dirty);
         self.wake.notify(1);
@@ -77,9 +84,16 @@ impl GroupCommit {
     pub async fn run(self: Rc<Self>) {
         loop {
             let listener = self.wake.listen();
-            let dirty = std::mem::take(&mut *self.dirty.borrow_mut());
+            let (dirty, next) = self.take_due(Instant::now());
             if dirty.is_empty() {
-                listener.await;
+                match next {
+                    None => listener.await,
+                    Some(at) => {
+                        let nap =
+                            rill_shards::rt::sleep(at.saturating_duration_since(Instant::now()));
+                        futures_util::future::select(listener, std::pin::pin!(nap)).await;
+                    }
+                }
                 continue;
             }
             drop(listener);
@@ -90,9 +104,32 @@ impl GroupCommit {
         }
     }
 
+    /// Takes the dirty partitions due for a round now; the others stay, and the earliest
+    /// instant one of them is due is returned.
+    fn take_due(&self, now: Instant) -> (Vec<Rc<Partition>>, Option<Instant>) {
+        let mut dirty = self.dirty.borrow_mut();
+        let mut due = Vec::with_capacity(dirty.len());
+        let mut next: Option<Instant> = None;
+        let draining = self.draining.get();
+        dirty.retain(|(p, since)| {
+            match p.write_deferred_until(*since, now).filter(|_| !draining) {
+                None => {
+                    due.push(p.clone());
+                    false
+                }
+                Some(at) => {
+                    next = Some(next.map_or(at, |n| n.min(at)));
+                    true
+                }
+            }
+        });
+        (due, next)
+    }
+
     /// Waits until every append made so far went through a round (for a clean shutdown:
-    /// the caller stopped taking appends first).
+    /// the caller stopped taking appends first). Nothing is deferred from then on.
     pub async fn quiesce(&self) {
+        self.draining.set(true);
         loop {
             let listener = self.idle.listen();
             if !self.busy.get() && self.dirty.borrow().is_empty() {

@@ -23,6 +23,7 @@ mod write_caching_tests;
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::rc::Rc;
+use std::time::Instant;
 
 use event_listener::Event;
 use futures_util::future::join_all;
@@ -502,6 +503,30 @@ impl Partition {
             return durable;
         }
         log.next_offset()
+    }
+
+    /// When the group commit should write the batches pending here since `since` (when the
+    /// partition was marked dirty): now (`None`), or not before the instant returned. Without
+    /// write caching, now: producers wait for the write. With it, the acknowledged bytes are
+    /// written behind once `--write-caching-flush-bytes` are pending (at most half the
+    /// `--write-caching-max-bytes` bound, so acknowledgements keep coming from memory) or
+    /// `--write-caching-flush-ms` after `since`. A failed or deleted partition is due at once
+    /// (its flush reports the failure, as before).
+    pub fn write_deferred_until(&self, since: Instant, now: Instant) -> Option<Instant> {
+        if !self.write_caching() || self.is_deleted() {
+            return None;
+        }
+        let (behind, max) = {
+            let s = self.settings.borrow();
+            (s.write_behind, s.write_caching_max_bytes)
+        };
+        let log = self.log.borrow();
+        let due_bytes = behind.bytes.min(max / 2);
+        if log.failure().is_some() || log.pending_bytes() >= due_bytes {
+            return None;
+        }
+        let at = since.checked_add(behind.delay)?;
+        (at > now).then_some(at)
     }
 
     /// Whether produces here are acknowledged from memory (`write.caching`; never for an

@@ -6,9 +6,13 @@
 
 use std::collections::BTreeMap;
 use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use rill_shards::rt::spawn_local;
 
 use futures_lite::future::poll_once;
 
+use super::group_commit::GroupCommit;
 use super::tail_cache::TailCache;
 use super::tests::{read_from, seg_config};
 use super::{Partition, ReadLimits};
@@ -16,7 +20,7 @@ use crate::batch::test_support::Rng;
 use crate::batch::{BatchBuilder, BatchView};
 use crate::log::{FileReads, FsyncPolicy, PartitionLog, ReadChunk};
 use crate::test_shard::on_shard;
-use crate::topic_config::{TopicDefaults, TopicSettings};
+use crate::topic_config::{TopicDefaults, TopicSettings, WriteBehind};
 
 pub(super) async fn open(
     dir: &std::path::Path,
@@ -24,15 +28,19 @@ pub(super) async fn open(
     caching: bool,
     max_bytes: usize,
 ) -> Partition {
-    let (log, _) = PartitionLog::open(dir.to_path_buf(), seg_config())
-        .await
-        .expect("open");
     let defaults = TopicDefaults {
         write_caching: caching,
         write_caching_max_bytes: max_bytes,
         ..TopicDefaults::default()
     };
-    let mut settings = TopicSettings::resolve(&BTreeMap::new(), &defaults);
+    open_with(dir, topic, &defaults).await
+}
+
+async fn open_with(dir: &std::path::Path, topic: &str, defaults: &TopicDefaults) -> Partition {
+    let (log, _) = PartitionLog::open(dir.to_path_buf(), seg_config())
+        .await
+        .expect("open");
+    let mut settings = TopicSettings::resolve(&BTreeMap::new(), defaults);
     settings.segment_bytes = seg_config().segment_bytes;
     Partition::new(Rc::from(topic), 1, 0, 1, log, FsyncPolicy::Always, settings)
 }
@@ -255,4 +263,118 @@ fn reads_of_random_layouts_across_written_in_flight_and_pending() {
             );
         });
     }
+}
+
+/// A caching partition (16 MiB bound) writing behind at `delay` or `bytes`.
+async fn open_behind(dir: &std::path::Path, delay: Duration, bytes: usize) -> Partition {
+    let defaults = TopicDefaults {
+        write_caching: true,
+        write_caching_max_bytes: 16 << 20,
+        write_behind: WriteBehind { delay, bytes },
+        ..TopicDefaults::default()
+    };
+    open_with(dir, "t", &defaults).await
+}
+
+/// Waits (10 s at most: a loaded CI machine) until `p` is durable to `end`.
+async fn wait_durable_to(p: &Partition, end: u64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while p.durable_end() < end {
+        assert!(Instant::now() < deadline, "not written behind in 10 s");
+        rill_shards::rt::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+#[test]
+fn a_caching_partition_is_written_once_enough_is_pending_or_after_the_delay() {
+    on_shard(|dir| async move {
+        let cache = TailCache::new(0);
+        let delay = Duration::from_millis(100);
+        let p = open_behind(&dir.join("a"), delay, 10_000).await;
+        let t0 = Instant::now();
+        append(&p, &cache, 1, 1_000);
+        assert_eq!(p.write_deferred_until(t0, t0), Some(t0 + delay));
+        assert_eq!(p.write_deferred_until(t0, t0 + delay / 2), Some(t0 + delay));
+        assert_eq!(
+            p.write_deferred_until(t0, t0 + delay),
+            None,
+            "the delay passed"
+        );
+        while p.pending_bytes() < 10_000 {
+            assert!(p.write_deferred_until(t0, t0).is_some());
+            append(&p, &cache, 3, 700);
+        }
+        assert_eq!(p.write_deferred_until(t0, t0), None, "enough is pending");
+
+        // The byte threshold is at most half the bound, so acknowledgements stay in memory.
+        let defaults = TopicDefaults {
+            write_caching: true,
+            write_caching_max_bytes: 4_096,
+            write_behind: WriteBehind {
+                delay: Duration::from_secs(3_600),
+                bytes: 1 << 20,
+            },
+            ..TopicDefaults::default()
+        };
+        let small = open_with(&dir.join("b"), "t", &defaults).await;
+        let end = append(&small, &cache, 1, 2_500);
+        assert!(acked_now(&small, end - 1));
+        assert_eq!(small.write_deferred_until(t0, t0), None);
+
+        // Without write caching, and for an internal topic, producers wait: due at once.
+        let plain = open(&dir.join("c"), "t", false, 16 << 20).await;
+        append(&plain, &cache, 1, 10);
+        assert_eq!(plain.write_deferred_until(t0, t0), None);
+        let internal = open(&dir.join("d"), "__consumer_offsets", true, 16 << 20).await;
+        append(&internal, &cache, 1, 10);
+        assert_eq!(internal.write_deferred_until(t0, t0), None);
+    });
+}
+
+#[test]
+fn the_group_commit_writes_a_caching_partition_behind_by_bytes_time_and_at_a_stop() {
+    on_shard(|dir| async move {
+        let cache = TailCache::new(0);
+        let gc = GroupCommit::new(FsyncPolicy::Never);
+        spawn_local(gc.clone().run()).detach();
+        let plain = Rc::new(open(&dir.join("plain"), "t", false, 16 << 20).await);
+        let held =
+            Rc::new(open_behind(&dir.join("held"), Duration::from_secs(3_600), 64 << 10).await);
+        let timed =
+            Rc::new(open_behind(&dir.join("timed"), Duration::from_millis(20), 64 << 10).await);
+
+        // A round that writes `plain` leaves `held` (a little, the delay far off) for later.
+        let held_end = append(&held, &cache, 2, 100);
+        gc.mark_dirty(&held);
+        let plain_end = append(&plain, &cache, 2, 100);
+        gc.mark_dirty(&plain);
+        wait_durable_to(&plain, plain_end).await;
+        assert_eq!(held.durable_end(), 0, "deferred");
+        assert!(
+            acked_now(&held, held_end - 1),
+            "acknowledged from memory meanwhile"
+        );
+        assert_eq!(held.high_watermark(), held_end);
+
+        // Past the byte threshold it goes in the next round.
+        let mut end = held_end;
+        while held.pending_bytes() < 64 << 10 {
+            end = append(&held, &cache, 10, 1_000);
+        }
+        gc.mark_dirty(&held);
+        wait_durable_to(&held, end).await;
+        assert_eq!(read_from(&held, &cache, 0, end).await, end);
+
+        // A little, with a short delay: written once the delay passed, with no other wake.
+        let timed_end = append(&timed, &cache, 1, 10);
+        gc.mark_dirty(&timed);
+        wait_durable_to(&timed, timed_end).await;
+
+        // A clean stop defers nothing.
+        let last = append(&held, &cache, 1, 10);
+        gc.mark_dirty(&held);
+        assert_eq!(held.durable_end(), end);
+        gc.quiesce().await;
+        assert_eq!(held.durable_end(), last);
+    });
 }
