@@ -18,8 +18,8 @@
 #     from write to response, is also set beside Iggy's, which times each batch request),
 #     and again with one batch in flight per connection (--max-in-flight 1), Iggy's shape;
 #   - rill with --write-caching (acknowledged from memory, written behind: what Iggy's default
-#     does) on the 1000-message produce (with a 1 GiB bound per partition, see run_rill) and the
-#     50 MB/s run, beside the same Iggy figures.
+#     does) on both produces (with a 1 GiB bound per partition, see run_rill) and the 50 MB/s
+#     run (on a broker of its own), beside the same Iggy figures.
 # Shapes: 2 producers (and 2 consumers), 2 partitions on 2 shards for rill, 2 streams of one
 # partition for Iggy, messages of MESSAGE_BYTES [1024] B. rill-bench's batches are sized in
 # bytes: BATCH_OVERHEAD [48] B per message is added so a batch holds as many messages as Iggy's.
@@ -297,6 +297,12 @@ run_rill() { # ROUND
   start_rill never --write-caching true --write-caching-max-bytes $((1 << 30))
   rill_bench produce produce-1000-wc "$r" --topic p1000 --producers 2 --acks 1 --linger-ms 5 \
     --messages $((2 * B1000 * 1000)) --batch-bytes "$(batch_bytes 1000)"
+  rill_bench produce produce-100-wc "$r" --topic p100 --producers 2 --acks 1 --linger-ms 5 \
+    --messages $((2 * B100 * 100)) --batch-bytes "$(batch_bytes 100)"
+  stop_server
+  # A broker of its own: the produces above leave up to 2 GiB still to write behind, and the
+  # fixed-rate run measured that write-back (2026-12-05, twelfth session).
+  start_rill never --write-caching true --write-caching-max-bytes $((1 << 30))
   rill_bench e2e e2e-50mb-wc "$r" --topic e2e --producers 2 --consumers 2 --acks 1 --linger-ms 0 \
     --rate "$E2E_RATE" --messages $((2 * BE2E * 100)) --batch-bytes "$(batch_bytes 100)"
   stop_server
@@ -381,6 +387,7 @@ lines = [
     ("produce-10m-1b", "req_p50_us", "ms", "10 M, one batch in flight: p50 per request / batch"),
     ("produce-10m-1b", "req_p9999_us", "ms", "10 M, one batch in flight: p99.99 per request / batch"),
     ("produce-1000-wc", "msgs_per_sec", "msg/s", "produce, 1000-message batches, rill --write-caching (1 GiB a partition)"),
+    ("produce-100-wc", "msgs_per_sec", "msg/s", "produce, 100-message batches, rill --write-caching (1 GiB a partition)"),
     ("e2e-50mb-wc", "p50_us", "ms", "50 MB/s, rill --write-caching: p50"),
     ("e2e-50mb-wc", "p99_us", "ms", "50 MB/s, rill --write-caching: p99"),
     ("e2e-50mb-wc", "p9999_us", "ms", "50 MB/s, rill --write-caching: p99.99"),
