@@ -7,7 +7,9 @@
 # side (its Prometheus histograms, medians interpolated within buckets): a produce from read to
 # answer ready, each group-commit round's write, each fdatasync. The budget subtracts medians
 # of neighbouring spans, so its rows are estimates of each hop's typical share, not exact
-# per-record sums. Binaries from RILL_BIN_DIR [target/release]; data in /tmp, removed.
+# per-record sums. With --write-caching in BROKER_ARGS the write and the sync are behind the
+# acknowledgement, so they count as off the path. Binaries from RILL_BIN_DIR [target/release];
+# data in /tmp, removed.
 set -u
 R=${RILL_BIN_DIR:-$(cd "$(dirname "$0")/.." && pwd)/target/release}
 RATE=${RATE:-10000}
@@ -35,9 +37,12 @@ for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break;
   exit 1
 }
 curl -s "http://127.0.0.1:$mport/metrics" >"$out/metrics.txt"
-python3 - "$out" "$RATE" "$FSYNC" <<'PY'
+# With write caching the write and the sync are behind the acknowledgement, off the path.
+cached=no
+case " ${BROKER_ARGS:-} " in *" --write-caching false "*) ;; *" --write-caching"*) cached=yes ;; esac
+python3 - "$out" "$RATE" "$FSYNC" "$cached" <<'PY'
 import json, re, sys
-out, rate, fsync = sys.argv[1], sys.argv[2], sys.argv[3]
+out, rate, fsync, cached = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "yes"
 r = json.load(open(f"{out}/e2e.json"))
 buckets = {}
 for line in open(f"{out}/metrics.txt"):
@@ -67,8 +72,8 @@ e2e = r["latency_us"]["p50"]
 ack = r.get("ack_latency_us", {}).get("p50")
 req = r.get("request_latency_us", {}).get("p50")
 produce = median_us("rill_produce_duration_seconds")
-write = median_us("rill_group_commit_write_duration_seconds")
-sync = median_us("rill_fdatasync_duration_seconds") if fsync == "always" else 0.0
+write = 0.0 if cached else median_us("rill_group_commit_write_duration_seconds")
+sync = median_us("rill_fdatasync_duration_seconds") if fsync == "always" and not cached else 0.0
 def f(x):
     return "n/a" if x is None else f"{x:,.0f}"
 def sub(a, *b):
@@ -77,11 +82,11 @@ rows = [
     ("producer: send to request written (linger 0: batching behind the partition's request in flight)", sub(ack, req)),
     ("client and loopback: request written to response read, less the broker's part", sub(req, produce)),
     ("broker: request read, validation, wait for the group-commit round, high watermark", sub(produce, write, sync)),
-    ("broker: the group-commit round's DMA write", write),
-    ("broker: fdatasync" if fsync == "always" else "broker: fdatasync (none: --fsync never)", sync),
+    ("broker: the group-commit round's DMA write" + (" (written behind: off the path)" if cached else ""), write),
+    ("broker: fdatasync (written behind: off the path)" if cached else "broker: fdatasync" if fsync == "always" else "broker: fdatasync (none: --fsync never)", sync),
     ("acknowledged to consumed: fetch wake-up, response, consumer", sub(e2e, ack)),
 ]
-print(f"| hop (medians, us; {rate} msg/s, --fsync {fsync}) | us |")
+print(f"| hop (medians, us; {rate} msg/s, --fsync {fsync}{', write caching' if cached else ''}) | us |")
 print("|---|---|")
 for name, v in rows:
     print(f"| {name} | {f(v)} |")
