@@ -73,8 +73,11 @@ impl GroupCommit {
     /// Schedules a partition with pending appends for the next round.
     pub fn mark_dirty(&self, p: &Rc<Partition>) {
         let mut dirty = self.dirty.borrow_mut();
-        if !dirty.iter().any(|(d, _)| Rc::ptr_eq(d, p)) {
-            dirty.push((p.clone(), Instant::now()));
+        match dirty.iter().find(|(d, _)| Rc::ptr_eq(d, p)) {
+            // Still deferred: the round task's timer for it stands, no wake per append.
+            Some((_, since)) if p.write_deferred_until(*since, Instant::now()).is_some() => return,
+            Some(_) => {}
+            None => dirty.push((p.clone(), Instant::now())),
         }
         drop(dirty);
         self.wake.notify(1);
