@@ -68,8 +68,11 @@ pub struct LoadArgs {
     #[arg(long, default_value_t = 0)]
     pub rate: u64,
     /// With --rate: each producer sends its messages in bursts of this many, back to back,
-    /// all with the burst's intended send time (Iggy's bench sends batches of -P messages
-    /// at its rate). 1 = each message at its own time.
+    /// all with the burst's intended send time, to the producer's own partition (keyless:
+    /// producer i to partition i mod --partitions), and flushes at the end of each burst: with
+    /// a linger longer than a burst takes to send, a burst is one batch, answered before the
+    /// next (Iggy's pinned producers send batches of -P messages at its rate, one at a time).
+    /// 1 = each message at its own time, no flush.
     #[arg(long, default_value_t = 1)]
     pub burst: u64,
     #[arg(long, default_value_t = 1)]
@@ -235,12 +238,20 @@ pub struct ProducerResult {
 
 /// Where a producer loop's messages go: rill's client or librdkafka.
 pub trait MessageSink {
-    /// Hands one message over, to be acknowledged later. `Ok(false)`: the sink stopped (a
-    /// delivery failed), `finish` says why.
-    fn send(&mut self, key: Option<&[u8]>, value: &[u8], intended: Instant)
-        -> Result<bool, String>;
+    /// Hands one message over, to be acknowledged later, to `partition` if given (else by
+    /// key or the sticky partitioner). `Ok(false)`: the sink stopped (a delivery failed),
+    /// `finish` says why.
+    fn send(
+        &mut self,
+        key: Option<&[u8]>,
+        partition: Option<u32>,
+        value: &[u8],
+        intended: Instant,
+    ) -> Result<bool, String>;
     /// Waits for every acknowledgement; the latencies of those intended after warm-up.
     fn finish(&mut self) -> Result<Histogram<u64>, String>;
+    /// Sends what is buffered now and waits for its acknowledgements: the end of a burst.
+    fn flush(&mut self) -> Result<(), String>;
     /// After `finish`: the round trip of each produce request written after warm-up, if the
     /// driver sees its requests (librdkafka's are not visible per request: `None`).
     fn request_latency(&mut self) -> Option<Histogram<u64>> {
@@ -391,11 +402,13 @@ impl MessageSink for NativeSink {
     fn send(
         &mut self,
         key: Option<&[u8]>,
+        partition: Option<u32>,
         value: &[u8],
         intended: Instant,
     ) -> Result<bool, String> {
         let mut rec = ProducerRecord::new(&self.topic, value);
         rec.key = key;
+        rec.partition = partition;
         let report = self.producer.send(rec)?;
         self.pending.push((intended, report));
         if self.pending.len() < REPORT_CHUNK {
@@ -404,6 +417,15 @@ impl MessageSink for NativeSink {
         let tx = self.tx.as_ref().ok_or("send after finish")?;
         let chunk = std::mem::replace(&mut self.pending, Vec::with_capacity(REPORT_CHUNK));
         Ok(tx.send(chunk).is_ok())
+    }
+
+    fn flush(&mut self) -> Result<(), String> {
+        // An open transaction stays open: its size is `--records-per-txn`'s.
+        match &self.producer {
+            NativeProducer::Plain(p) => p.flush(),
+            NativeProducer::Transactional { producer, .. } => producer.flush(),
+        }
+        .map_err(|e| e.to_string())
     }
 
     fn finish(&mut self) -> Result<Histogram<u64>, String> {
@@ -428,7 +450,6 @@ impl MessageSink for NativeSink {
 /// One producer thread's loop. With a rate, each message has an intended send time and the
 /// acknowledgement latency is measured from it (coordinated omission corrected); the value
 /// carries the intended time so consumers can measure end to end.
-#[allow(clippy::too_many_arguments)]
 /// When a paced producer means to send its message number `sent`, from its start: the
 /// message's burst's turn at `rate` messages per second.
 fn intended_offset(sent: u64, burst: u64, rate: f64) -> Duration {
@@ -436,6 +457,7 @@ fn intended_offset(sent: u64, burst: u64, rate: f64) -> Duration {
     Duration::from_secs_f64(burst_start as f64 / rate)
 }
 
+#[allow(clippy::too_many_arguments)]
 pub fn run_producer(
     a: &LoadArgs,
     id: usize,
@@ -451,6 +473,11 @@ pub fn run_producer(
         Driver::Kafka => Box::new(kafka_driver::KafkaSink::new(a, base, warmup_end)?),
     };
     let per_thread_rate = a.rate as f64 / a.producers.max(1) as f64;
+    // A paced burst of keyless messages goes to one partition, the producer's own, so that it
+    // is one batch (the sticky partitioner counts bytes across batches and would split it):
+    // Iggy's pinned producers.
+    let pinned = (per_thread_rate > 0.0 && a.burst > 1 && !a.keyed)
+        .then(|| u32::try_from(id).unwrap_or(u32::MAX) % a.partitions.max(1));
     let mut value = vec![b'v'; a.message_bytes.max(8)];
     let start = Instant::now();
     let mut sent = 0u64;
@@ -479,10 +506,13 @@ pub fn run_producer(
             intended
         };
         stamp(&mut value, Stamp::Sent, base, sent_at);
-        if !sink.send(key.as_deref().map(str::as_bytes), &value, intended)? {
+        if !sink.send(key.as_deref().map(str::as_bytes), pinned, &value, intended)? {
             break;
         }
         sent += 1;
+        if per_thread_rate > 0.0 && a.burst > 1 && sent.is_multiple_of(a.burst) {
+            sink.flush()?;
+        }
         if sent.is_multiple_of(1024) {
             progress.add(1024);
         }

@@ -3,7 +3,9 @@
 
 mod common;
 
-use common::{bench_ok, percentiles, percentiles_of, Broker};
+use common::{
+    bench_ok, free_metrics_addr, percentiles, percentiles_of, produce_requests_served, Broker,
+};
 
 #[test]
 fn produce_writes_the_documented_json_shape() {
@@ -35,32 +37,9 @@ fn produce_writes_the_documented_json_shape() {
     assert!(q[0] >= 1.0, "p50 must be a real latency");
 }
 
-/// The broker's count of native Produce requests (over its shards), from `--metrics-listen`.
-fn produce_requests_served(metrics: &str) -> Option<u64> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(metrics).ok()?;
-    s.write_all(format!("GET /metrics HTTP/1.0\r\nHost: {metrics}\r\n\r\n").as_bytes())
-        .ok()?;
-    let mut text = String::new();
-    s.read_to_string(&mut text).ok()?;
-    let total = text
-        .lines()
-        .filter(|l| {
-            l.starts_with("rill_requests_total{")
-                && l.contains("listener=\"native\"")
-                && l.contains("api=\"Produce\"")
-        })
-        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
-        .sum::<f64>();
-    Some(total as u64)
-}
-
 #[test]
 fn produce_times_every_produce_request_the_broker_answered() {
-    let metrics = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().to_string()
-    };
+    let metrics = free_metrics_addr();
     let broker = Broker::start_with(false, &["--metrics-listen", &metrics]);
     // Small batches and a short linger: hundreds of requests over both shards.
     let v = bench_ok(
@@ -87,7 +66,7 @@ fn produce_times_every_produce_request_the_broker_answered() {
     // partition with idempotence): far more than a handful of requests.
     assert!(requests >= 50_000 * 200 / (5 * 2 * 16384), "{requests}");
     // Only rill-bench produced: the broker served exactly the requests it timed.
-    let served = produce_requests_served(&metrics).expect("metrics scrape");
+    let served = produce_requests_served(&metrics, "native").expect("metrics scrape");
     assert_eq!(
         requests, served,
         "requests timed vs Produce requests served"
@@ -137,4 +116,43 @@ fn e2e_reports_latency_from_the_intended_time_and_from_the_send_call() {
             "from send {from_send:?} above intended {corrected:?}"
         );
     }
+}
+
+/// With `--rate` and `--burst N`, each burst goes out as one produce request, answered before
+/// the next burst (Iggy's bench shape): rill-bench flushes at the end of each burst, so even a
+/// linger far longer than the run does not hold a burst back or merge two, and sends it to the
+/// producer's own partition (the sticky partitioner, 70 of these records a partition at
+/// 16 KiB batches, would split every other burst of 50).
+#[test]
+fn a_paced_burst_is_one_produce_request() {
+    let metrics = free_metrics_addr();
+    let broker = Broker::start_with(false, &["--metrics-listen", &metrics]);
+    let v = bench_ok(
+        broker.dir.path(),
+        "burst",
+        &[
+            "produce",
+            "-b",
+            &broker.bootstrap,
+            "--messages",
+            "1000",
+            "--message-bytes",
+            "200",
+            "--rate",
+            "5000",
+            "--burst",
+            "50",
+            "--linger-ms",
+            "600000",
+            "--batch-bytes",
+            "16384",
+            "--producers",
+            "2",
+            "--partitions",
+            "2",
+        ],
+    );
+    assert_eq!(v["messages"], 1000);
+    assert_eq!(v["requests"], 1000 / 50, "one request per burst: {v}");
+    assert_eq!(produce_requests_served(&metrics, "native"), Some(1000 / 50));
 }

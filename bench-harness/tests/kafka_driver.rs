@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{bench_ok, percentiles, Broker};
+use common::{bench_ok, free_metrics_addr, percentiles, produce_requests_served, Broker};
 
 const MESSAGES: u64 = 20_000;
 const BYTES: u64 = 200;
@@ -123,4 +123,45 @@ fn kafka_driver_uses_an_existing_topic_as_it_is() {
         ],
     );
     assert_counts(&consumed, "consume", 3000);
+}
+
+/// With `--rate` and `--burst N` librdkafka too sends each burst as one produce request to the
+/// producer's own partition: rill-bench flushes at the end of each burst, so a linger far
+/// longer than the run neither holds a burst back nor merges two (librdkafka wants its
+/// delivery timeout, 120 s here, above the linger).
+#[test]
+fn kafka_driver_sends_a_paced_burst_as_one_produce_request() {
+    let metrics = free_metrics_addr();
+    let broker = Broker::start_with(true, &["--metrics-listen", &metrics]);
+    let kafka = broker.kafka_bootstrap.clone().unwrap();
+    let size = BYTES.to_string();
+    let v = bench_ok(
+        broker.dir.path(),
+        "burst",
+        &[
+            "produce",
+            "--driver",
+            "kafka",
+            "-b",
+            &kafka,
+            "--topic",
+            "kb",
+            "--message-bytes",
+            &size,
+            "--messages",
+            "1000",
+            "--rate",
+            "5000",
+            "--burst",
+            "50",
+            "--linger-ms",
+            "60000",
+            "--producers",
+            "2",
+            "--partitions",
+            "2",
+        ],
+    );
+    assert_counts(&v, "produce", 1000);
+    assert_eq!(produce_requests_served(&metrics, "kafka"), Some(1000 / 50));
 }

@@ -164,3 +164,30 @@ pub fn percentiles_of(v: &serde_json::Value, key: &str) -> Vec<f64> {
     );
     q
 }
+
+/// A loopback address for a broker's `--metrics-listen`.
+pub fn free_metrics_addr() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().to_string()
+}
+
+/// The broker's count of Produce requests on `listener` ("native" or "kafka"), over its
+/// shards, from `--metrics-listen`.
+pub fn produce_requests_served(metrics: &str, listener: &str) -> Option<u64> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(metrics).ok()?;
+    s.write_all(format!("GET /metrics HTTP/1.0\r\nHost: {metrics}\r\n\r\n").as_bytes())
+        .ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    let total = text
+        .lines()
+        .filter(|l| {
+            l.starts_with("rill_requests_total{")
+                && l.contains(&format!("listener=\"{listener}\""))
+                && l.contains("api=\"Produce\"")
+        })
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum::<f64>();
+    Some(total as u64)
+}
