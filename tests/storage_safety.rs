@@ -321,6 +321,65 @@ fn acknowledged_offsets_are_never_handed_out_again_after_the_tail_is_cut() {
     }
 }
 
+/// `--replica-high-watermark-checkpoint-bytes`: a shard checkpoints once it wrote that many
+/// bytes, long before the interval (an hour here) comes round (`--fsync never`: with `always`
+/// every round is synced and the trigger is not used). Below 1 MiB it is refused.
+#[test]
+fn a_shard_checkpoints_its_high_watermarks_once_it_wrote_the_checkpoint_bytes() {
+    let mut bad = TestBroker::unstarted(
+        1,
+        &[
+            "--replica-high-watermark-checkpoint-bytes".into(),
+            "65536".into(),
+        ],
+    );
+    bad.launch();
+    assert!(!bad.wait_exit().success());
+    assert!(
+        bad.log_text()
+            .contains("--replica-high-watermark-checkpoint-bytes must be 0 (by time only) or at least 1048576"),
+        "{}",
+        bad.log_text()
+    );
+
+    let b = TestBroker::start(
+        1,
+        &[
+            "--fsync",
+            "never",
+            "--replica-high-watermark-checkpoint-interval-ms",
+            "3600000",
+            "--replica-high-watermark-checkpoint-bytes",
+            "1048576",
+        ],
+    );
+    b.client().create_topic("bytes", 1, 1, vec![]).unwrap();
+    // 3,000 records of 1 KiB: about 3 MiB written, past the 1 MiB trigger.
+    let value = "v".repeat(1024);
+    produce_values(&b, "bytes", 0, (0..3000).map(|_| value.clone()));
+    let dir = partition_dir(&b.data_dir(), "bytes", 0);
+    let start = Instant::now();
+    let mut checkpointed = None;
+    while checkpointed.is_none_or(|hw| hw == 0) {
+        assert!(
+            start.elapsed() < DEADLINE,
+            "no checkpoint after 3 MiB written: {checkpointed:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+        checkpointed = std::fs::read(dir.join("high-watermark"))
+            .ok()
+            .and_then(|b| {
+                b.get(..8)
+                    .map(|v| u64::from_le_bytes(v.try_into().unwrap()))
+            });
+    }
+    // A checkpoint never claims more than was acknowledged.
+    assert!(
+        checkpointed.is_some_and(|hw| hw <= 3000),
+        "{checkpointed:?}"
+    );
+}
+
 /// Bytes the files under `dir` occupy on disk (allocated blocks, as `du` counts them).
 fn allocated_bytes(dir: &Path) -> u64 {
     use std::os::unix::fs::MetadataExt;

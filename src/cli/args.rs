@@ -457,6 +457,16 @@ pub struct BrokerArgs {
         default_value_t = 5_000
     )]
     pub replica_high_watermark_checkpoint_interval_ms: u64,
+    /// Each shard also checkpoints its high watermarks once it wrote this many bytes since
+    /// its last checkpoint (0: by time only). A checkpoint's sync is a device flush, and a
+    /// flush writes back what the device (or a VM host) holds since the last one: this bounds
+    /// that backlog, and so how long one flush stalls the writes behind it.
+    #[arg(
+        long,
+        env = "RILL_REPLICA_HIGH_WATERMARK_CHECKPOINT_BYTES",
+        default_value_t = crate::broker::config::DEFAULT_HW_CHECKPOINT_BYTES
+    )]
+    pub replica_high_watermark_checkpoint_bytes: u64,
     /// How often a shard retries partitions whose storage failed (a full or failing disk):
     /// reopening them, or opening those that could not be opened; and how often the
     /// controller reopens its log after a failed write.

@@ -11,6 +11,9 @@ use crate::server::{run_broker, BrokerConfig};
 /// writes is at most their product (or one larger batch).
 const MAX_FILE_WRITE_BYTES: usize = 64 << 20;
 const MAX_FILE_WRITES_IN_FLIGHT: usize = 64;
+/// Least `--replica-high-watermark-checkpoint-bytes`: a checkpoint syncs a file per partition,
+/// so one every few kilobytes would be a device flush per produce request.
+const MIN_HW_CHECKPOINT_BYTES: u64 = 1 << 20;
 
 fn parse_addr(flag: &str, v: &str) -> Result<SocketAddr, String> {
     v.to_socket_addrs()
@@ -157,6 +160,16 @@ pub fn config_from_args(a: &BrokerArgs) -> Result<BrokerConfig, String> {
     }
     c.hw_checkpoint_interval =
         Duration::from_millis(a.replica_high_watermark_checkpoint_interval_ms);
+    c.hw_checkpoint_bytes = match a.replica_high_watermark_checkpoint_bytes {
+        0 => None,
+        b if b < MIN_HW_CHECKPOINT_BYTES => {
+            return Err(format!(
+                "--replica-high-watermark-checkpoint-bytes must be 0 (by time only) or at \
+                 least {MIN_HW_CHECKPOINT_BYTES}"
+            ))
+        }
+        b => Some(b),
+    };
     c.storage_retry_interval = Duration::from_millis(a.storage_retry_interval_ms);
     c.stray_log_retention = match a.stray_log_retention_ms {
         -1 => None,

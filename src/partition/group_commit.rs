@@ -29,6 +29,8 @@ pub struct GroupCommit {
     draining: std::cell::Cell<bool>,
     /// Notified at the end of every round.
     idle: Event,
+    /// Bytes the rounds wrote since the shard started (the checkpoint's byte trigger).
+    written: std::cell::Cell<u64>,
     /// Bytes and partitions each round wrote, and each partition's fdatasync (metrics).
     round_bytes: Histogram,
     round_partitions: Histogram,
@@ -54,6 +56,7 @@ impl GroupCommit {
             busy: std::cell::Cell::new(false),
             draining: std::cell::Cell::new(false),
             idle: Event::new(),
+            written: std::cell::Cell::new(0),
             round_bytes: Histogram::bytes(),
             round_partitions: Histogram::count(),
             write: Histogram::latency(),
@@ -129,6 +132,22 @@ impl GroupCommit {
         (due, next)
     }
 
+    /// Bytes the rounds wrote since the shard started.
+    pub fn written_bytes(&self) -> u64 {
+        self.written.get()
+    }
+
+    /// Waits until the rounds wrote `bytes` in all since the shard started.
+    pub async fn written_reaches(&self, bytes: u64) {
+        loop {
+            let listener = self.idle.listen();
+            if self.written.get() >= bytes {
+                return;
+            }
+            listener.await;
+        }
+    }
+
     /// Waits until every append made so far went through a round (for a clean shutdown:
     /// the caller stopped taking appends first). Nothing is deferred from then on.
     pub async fn quiesce(&self) {
@@ -151,6 +170,7 @@ impl GroupCommit {
         let started = std::time::Instant::now();
         let results = join_all(dirty.iter().map(|p| p.flush())).await;
         self.write.observe_duration(started.elapsed());
+        self.written.set(self.written.get() + bytes as u64);
         let mut written = Vec::with_capacity(dirty.len());
         for (p, r) in dirty.iter().zip(results) {
             match r {
