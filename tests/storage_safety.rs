@@ -69,6 +69,12 @@ fn read_until_error(b: &TestBroker, topic: &str) -> (Vec<ConsumedRecord>, Client
     }
 }
 
+/// The offset a partition's high watermark checkpoint holds, once there is one.
+fn checkpointed_high_watermark(dir: &Path) -> Option<u64> {
+    let bytes = std::fs::read(dir.join("high-watermark")).ok()?;
+    Some(u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?))
+}
+
 fn assert_corrupt(e: &ClientError, what: &str) {
     match e {
         ClientError::Broker { code, message } => {
@@ -283,14 +289,7 @@ fn acknowledged_offsets_are_never_handed_out_again_after_the_tail_is_cut() {
         } else {
             // The checkpoint is periodic: wait until it covers the acknowledged records.
             let start = Instant::now();
-            while std::fs::read(dir.join("high-watermark"))
-                .ok()
-                .and_then(|b| {
-                    b.get(..8)
-                        .map(|v| u64::from_le_bytes(v.try_into().unwrap()))
-                })
-                != Some(100)
-            {
+            while checkpointed_high_watermark(&dir) != Some(100) {
                 assert!(start.elapsed() < DEADLINE, "no high watermark checkpoint");
                 std::thread::sleep(Duration::from_millis(20));
             }
@@ -366,12 +365,7 @@ fn a_shard_checkpoints_its_high_watermarks_once_it_wrote_the_checkpoint_bytes() 
             "no checkpoint after 3 MiB written: {checkpointed:?}"
         );
         std::thread::sleep(Duration::from_millis(20));
-        checkpointed = std::fs::read(dir.join("high-watermark"))
-            .ok()
-            .and_then(|b| {
-                b.get(..8)
-                    .map(|v| u64::from_le_bytes(v.try_into().unwrap()))
-            });
+        checkpointed = checkpointed_high_watermark(&dir);
     }
     // A checkpoint never claims more than was acknowledged.
     assert!(

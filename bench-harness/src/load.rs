@@ -327,18 +327,25 @@ impl NativeProducer {
 
     /// Sends what is buffered (committing an open transaction) and waits for it.
     fn flush(&mut self) -> Result<(), String> {
-        match self {
-            NativeProducer::Plain(p) => p.flush().map_err(|e| e.to_string()),
-            NativeProducer::Transactional {
-                producer, in_txn, ..
-            } => {
-                if *in_txn > 0 {
-                    *in_txn = 0;
-                    producer.commit().map_err(|e| format!("commit: {e}"))?;
-                }
-                producer.flush().map_err(|e| e.to_string())
+        if let NativeProducer::Transactional {
+            producer, in_txn, ..
+        } = self
+        {
+            if *in_txn > 0 {
+                *in_txn = 0;
+                producer.commit().map_err(|e| format!("commit: {e}"))?;
             }
         }
+        self.send_buffered()
+    }
+
+    /// Sends what is buffered and waits for it; an open transaction stays open.
+    fn send_buffered(&self) -> Result<(), String> {
+        match self {
+            NativeProducer::Plain(p) => p.flush(),
+            NativeProducer::Transactional { producer, .. } => producer.flush(),
+        }
+        .map_err(|e| e.to_string())
     }
 }
 
@@ -421,11 +428,7 @@ impl MessageSink for NativeSink {
 
     fn flush(&mut self) -> Result<(), String> {
         // An open transaction stays open: its size is `--records-per-txn`'s.
-        match &self.producer {
-            NativeProducer::Plain(p) => p.flush(),
-            NativeProducer::Transactional { producer, .. } => producer.flush(),
-        }
-        .map_err(|e| e.to_string())
+        self.producer.send_buffered()
     }
 
     fn finish(&mut self) -> Result<Histogram<u64>, String> {
@@ -447,9 +450,6 @@ impl MessageSink for NativeSink {
     }
 }
 
-/// One producer thread's loop. With a rate, each message has an intended send time and the
-/// acknowledgement latency is measured from it (coordinated omission corrected); the value
-/// carries the intended time so consumers can measure end to end.
 /// When a paced producer means to send its message number `sent`, from its start: the
 /// message's burst's turn at `rate` messages per second.
 fn intended_offset(sent: u64, burst: u64, rate: f64) -> Duration {
@@ -457,6 +457,9 @@ fn intended_offset(sent: u64, burst: u64, rate: f64) -> Duration {
     Duration::from_secs_f64(burst_start as f64 / rate)
 }
 
+/// One producer thread's loop. With a rate, each message has an intended send time and the
+/// acknowledgement latency is measured from it (coordinated omission corrected); the value
+/// carries the intended time so consumers can measure end to end.
 #[allow(clippy::too_many_arguments)]
 pub fn run_producer(
     a: &LoadArgs,

@@ -31,6 +31,10 @@ pub struct GroupCommit {
     idle: Event,
     /// Bytes the rounds wrote since the shard started (the checkpoint's byte trigger).
     written: std::cell::Cell<u64>,
+    /// The `written` a waiter of [`written_reaches`](Self::written_reaches) wants (u64::MAX:
+    /// none), and its wake-up: one when it is reached, not one per round.
+    written_target: std::cell::Cell<u64>,
+    written_reached: Event,
     /// Bytes and partitions each round wrote, and each partition's fdatasync (metrics).
     round_bytes: Histogram,
     round_partitions: Histogram,
@@ -57,6 +61,8 @@ impl GroupCommit {
             draining: std::cell::Cell::new(false),
             idle: Event::new(),
             written: std::cell::Cell::new(0),
+            written_target: std::cell::Cell::new(u64::MAX),
+            written_reached: Event::new(),
             round_bytes: Histogram::bytes(),
             round_partitions: Histogram::count(),
             write: Histogram::latency(),
@@ -137,13 +143,15 @@ impl GroupCommit {
         self.written.get()
     }
 
-    /// Waits until the rounds wrote `bytes` in all since the shard started.
+    /// Waits until the rounds wrote `bytes` in all since the shard started (one waiter: the
+    /// shard's checkpoint task).
     pub async fn written_reaches(&self, bytes: u64) {
         loop {
-            let listener = self.idle.listen();
+            let listener = self.written_reached.listen();
             if self.written.get() >= bytes {
                 return;
             }
+            self.written_target.set(bytes);
             listener.await;
         }
     }
@@ -171,6 +179,10 @@ impl GroupCommit {
         let results = join_all(dirty.iter().map(|p| p.flush())).await;
         self.write.observe_duration(started.elapsed());
         self.written.set(self.written.get() + bytes as u64);
+        if self.written.get() >= self.written_target.get() {
+            self.written_target.set(u64::MAX);
+            self.written_reached.notify(1);
+        }
         let mut written = Vec::with_capacity(dirty.len());
         for (p, r) in dirty.iter().zip(results) {
             match r {
