@@ -374,6 +374,56 @@ fn a_shard_checkpoints_its_high_watermarks_once_it_wrote_the_checkpoint_bytes() 
     );
 }
 
+/// A shard checkpoints its partitions' high watermarks several at once: each partition's
+/// file holds its own high watermark.
+#[test]
+fn a_checkpoint_of_many_partitions_records_each_its_own_high_watermark() {
+    let metrics = format!("127.0.0.1:{}", rill_testkit::free_ports(1));
+    let b = TestBroker::start(
+        1,
+        &[
+            "--fsync",
+            "never",
+            "--replica-high-watermark-checkpoint-interval-ms",
+            "100",
+            "--replica-high-watermark-checkpoint-threads",
+            "3",
+            "--metrics-listen",
+            &metrics,
+        ],
+    );
+    let partitions = 12u32;
+    b.client()
+        .create_topic("many", partitions, 1, vec![])
+        .unwrap();
+    for p in 0..partitions {
+        produce_values(&b, "many", p, (0..=p).map(|i| format!("p{p}-{i}")));
+    }
+    let start = Instant::now();
+    for p in 0..partitions {
+        let dir = partition_dir(&b.data_dir(), "many", p);
+        let want = u64::from(p) + 1;
+        while checkpointed_high_watermark(&dir) != Some(want) {
+            assert!(
+                start.elapsed() < DEADLINE,
+                "partition {p}: checkpoint {:?}, {want} acknowledged",
+                checkpointed_high_watermark(&dir)
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    // Each checkpoint that wrote files is timed.
+    let text = rill_testkit::scrape_metrics(&metrics);
+    let timed: f64 = text
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(r#"rill_high_watermark_checkpoint_duration_seconds_count{shard="0"} "#)
+        })
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no checkpoint duration in {text}"));
+    assert!(timed >= 1.0, "{text}");
+}
+
 /// Bytes the files under `dir` occupy on disk (allocated blocks, as `du` counts them).
 fn allocated_bytes(dir: &Path) -> u64 {
     use std::os::unix::fs::MetadataExt;

@@ -23,6 +23,12 @@ pub const DEFAULT_MAX_DELAY_MS: u64 = 7 * 24 * 3600 * 1000;
 /// at the same or higher throughput (RESULTS.md, 2026-12-05 thirteenth).
 pub const DEFAULT_HW_CHECKPOINT_BYTES: u64 = 4 << 20;
 
+/// Partitions' checkpoint files a shard writes and syncs at once by default
+/// (`--replica-high-watermark-checkpoint-threads`): one at a time. On the bench VM 16 at once
+/// made a checkpoint of 1,000 partitions 2-10x shorter but raised a 10-partition produce's
+/// per-request p99.99 from 140-191 to 228-303 ms (RESULTS.md, 2026-12-05 fourteenth).
+pub const DEFAULT_HW_CHECKPOINT_THREADS: usize = 1;
+
 #[derive(Debug, Clone)]
 pub struct BrokerConfig {
     pub data_dir: PathBuf,
@@ -51,6 +57,9 @@ pub struct BrokerConfig {
     /// Each shard also checkpoints once its group commit wrote this many bytes since its last
     /// checkpoint (`--replica-high-watermark-checkpoint-bytes`; `None`: by time only).
     pub hw_checkpoint_bytes: Option<u64>,
+    /// Threads a checkpoint writes and syncs partitions' files on, at once
+    /// (`--replica-high-watermark-checkpoint-threads`).
+    pub hw_checkpoint_threads: usize,
     /// How often failed partitions are reopened (`--storage-retry-interval-ms`).
     pub storage_retry_interval: Duration,
     /// How long a topic directory unknown to the metadata stays set aside under `<data>/stray/`
@@ -225,6 +234,7 @@ impl BrokerConfig {
             log_cleaner: Default::default(),
             hw_checkpoint_interval: Duration::from_secs(5),
             hw_checkpoint_bytes: None,
+            hw_checkpoint_threads: DEFAULT_HW_CHECKPOINT_THREADS,
             storage_retry_interval: Duration::from_secs(5),
             stray_log_retention: Some(Duration::from_millis(DEFAULT_STRAY_LOG_RETENTION_MS)),
             file_reads: FileReads::Copy,

@@ -18,6 +18,7 @@ impl Shard {
         s.commit_round_partitions = Some(gc.round_partitions);
         s.commit_write_latency = Some(gc.write);
         s.fdatasync_latency = Some(gc.fdatasync);
+        s.checkpoint_latency = Some(self.checkpoint_duration.snapshot());
         (s.tail_cache_hits, s.tail_cache_misses) = self.cache.hits_and_misses();
         s.tail_cache_bytes = self.cache.used_bytes() as u64;
         s.tail_cache_budget_bytes = self.cache.budget() as u64;

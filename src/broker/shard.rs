@@ -105,6 +105,8 @@ pub struct Shard {
     /// Requests and errors per listener and API, produce and fetch latency (metrics; the
     /// rest of a scrape is read from the state it describes, `super::metrics`).
     pub metrics: crate::metrics::RequestMetrics,
+    /// How long each high-watermark checkpoint of the shard's partitions took (metrics).
+    pub checkpoint_duration: crate::metrics::Histogram,
     /// Fired when a partition's replication role changes (the replica fetcher looks again).
     pub replication_changed: event_listener::Event,
     /// When this shard last proposed creating `__consumer_offsets` or `__transactions` (a
@@ -199,6 +201,7 @@ impl Shard {
             sendfile,
             delays: Default::default(),
             metrics: Default::default(),
+            checkpoint_duration: crate::metrics::Histogram::latency(),
             replication_changed: event_listener::Event::new(),
             internal_topic_create: Default::default(),
             producer_ids: Default::default(),

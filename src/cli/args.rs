@@ -467,6 +467,17 @@ pub struct BrokerArgs {
         default_value_t = crate::broker::config::DEFAULT_HW_CHECKPOINT_BYTES
     )]
     pub replica_high_watermark_checkpoint_bytes: u64,
+    /// Threads a shard's checkpoint writes and syncs its partitions' high-watermark files on
+    /// (1-64). Each file costs two device flushes, and flushes asked at once are served
+    /// together: with many partitions more threads shorten the checkpoint (how long it takes:
+    /// `rill_high_watermark_checkpoint_duration_seconds`), but on a device whose flushes are
+    /// slow, flushes at once stall its writes longer.
+    #[arg(
+        long,
+        env = "RILL_REPLICA_HIGH_WATERMARK_CHECKPOINT_THREADS",
+        default_value_t = crate::broker::config::DEFAULT_HW_CHECKPOINT_THREADS
+    )]
+    pub replica_high_watermark_checkpoint_threads: usize,
     /// How often a shard retries partitions whose storage failed (a full or failing disk):
     /// reopening them, or opening those that could not be opened; and how often the
     /// controller reopens its log after a failed write.

@@ -11,6 +11,8 @@ use crate::server::{run_broker, BrokerConfig};
 /// writes is at most their product (or one larger batch).
 const MAX_FILE_WRITE_BYTES: usize = 64 << 20;
 const MAX_FILE_WRITES_IN_FLIGHT: usize = 64;
+/// Most `--replica-high-watermark-checkpoint-threads`: each is a thread while it runs.
+const MAX_HW_CHECKPOINT_THREADS: usize = 64;
 /// Least `--replica-high-watermark-checkpoint-bytes`: a checkpoint syncs a file per partition,
 /// so one every few kilobytes would be a device flush per produce request.
 const MIN_HW_CHECKPOINT_BYTES: u64 = 1 << 20;
@@ -170,6 +172,14 @@ pub fn config_from_args(a: &BrokerArgs) -> Result<BrokerConfig, String> {
         }
         b => Some(b),
     };
+    if !(1..=MAX_HW_CHECKPOINT_THREADS).contains(&a.replica_high_watermark_checkpoint_threads) {
+        return Err(format!(
+            "--replica-high-watermark-checkpoint-threads {}: must be from 1 to \
+             {MAX_HW_CHECKPOINT_THREADS}",
+            a.replica_high_watermark_checkpoint_threads
+        ));
+    }
+    c.hw_checkpoint_threads = a.replica_high_watermark_checkpoint_threads;
     c.storage_retry_interval = Duration::from_millis(a.storage_retry_interval_ms);
     c.stray_log_retention = match a.stray_log_retention_ms {
         -1 => None,
@@ -778,6 +788,22 @@ mod tests {
         ] {
             let e = config_from_args(&broker_args(&flags)).unwrap_err();
             assert!(e.contains(needle), "{flags:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn checkpoint_threads_default_and_are_checked() {
+        let c = config_from_args(&broker_args(&[])).unwrap();
+        assert_eq!(c.hw_checkpoint_threads, 1);
+        let flag = "--replica-high-watermark-checkpoint-threads";
+        let c = config_from_args(&broker_args(&[flag, "64"])).unwrap();
+        assert_eq!(c.hw_checkpoint_threads, 64);
+        for bad in ["0", "65"] {
+            let e = config_from_args(&broker_args(&[flag, bad])).unwrap_err();
+            assert!(
+                e.contains(&format!("{flag} {bad}: must be from 1 to 64")),
+                "{e}"
+            );
         }
     }
 

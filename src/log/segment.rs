@@ -401,5 +401,7 @@ pub(super) fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), LogError> {
     use std::io::Write;
     let mut f = std::fs::File::create(path).map_err(|e| LogError::io(path, e))?;
     f.write_all(bytes).map_err(|e| LogError::io(path, e))?;
-    f.sync_data().map_err(|e| LogError::io(path, e))
+    rill_shards::file::faults::check(path, rill_shards::file::faults::FileOp::Fdatasync)
+        .and_then(|()| f.sync_data())
+        .map_err(|e| LogError::io(path, e))
 }

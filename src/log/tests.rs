@@ -10,7 +10,9 @@ use bytes::Bytes;
 use crate::test_shard::on_shard;
 use rill_shards::file::faults::{self, FileOp};
 
-use super::partition_log::{flush, write_high_watermark, PartitionLog};
+use super::partition_log::{
+    flush, read_high_watermark, write_high_watermark, write_high_watermarks, PartitionLog,
+};
 use super::{LogError, SegmentConfig};
 use crate::batch::{stamp_batch, BatchBuilder, BatchIter, BatchView};
 
@@ -913,4 +915,76 @@ fn zeros_where_a_closed_segments_last_batches_were_are_a_hole_not_a_cut() {
     let (holes, next_base) = holes;
     assert_eq!(holes, vec![(next_base - 40, next_base)]);
     assert!(failure.is_some_and(|f| f.contains("missing or damaged")));
+}
+
+/// A checkpoint writes many partitions' high watermarks on several threads: each file gets
+/// its own partition's offset, each result is its own entry's, and a failed sync fails only
+/// its partition, which keeps the checkpoint it had.
+#[test]
+fn high_watermark_checkpoints_are_written_together_and_fail_one_by_one() {
+    for (count, threads) in [(2, 4), (5, 1), (5, 3), (40, 4), (7, 64)] {
+        let root = tempfile::tempdir().unwrap();
+        let dirs: Vec<PathBuf> = (0..count)
+            .map(|i| {
+                let d = root.path().join(format!("hwc{count}t{threads}x{i}y"));
+                std::fs::create_dir(&d).unwrap();
+                d
+            })
+            .collect();
+        let at = |base: u64| -> Vec<(PathBuf, u64)> {
+            dirs.iter()
+                .enumerate()
+                .map(|(i, d)| (d.clone(), base + i as u64))
+                .collect()
+        };
+        for r in write_high_watermarks(&at(100), threads) {
+            r.unwrap();
+        }
+        for (i, d) in dirs.iter().enumerate() {
+            assert_eq!(
+                read_high_watermark(d),
+                Some(100 + i as u64),
+                "{count}/{threads}: {i}"
+            );
+        }
+
+        // One partition's new file never becomes durable; another's directory sync fails.
+        let synced = format!("hwc{count}t{threads}x{}y", count / 2);
+        let renamed = format!("hwc{count}t{threads}x{}y", count - 1);
+        faults::inject(&synced, FileOp::Fdatasync, libc::EIO, 1);
+        faults::inject(&renamed, FileOp::DirSync, libc::EIO, 1);
+        let mut entries = at(200);
+        // And one partition's directory is gone (its topic was deleted meanwhile).
+        entries.push((root.path().join(format!("hwc{count}t{threads}gone")), 1));
+        let results = write_high_watermarks(&entries, threads);
+        faults::clear(&synced);
+        faults::clear(&renamed);
+        assert_eq!(results.len(), count + 1);
+        assert!(
+            results[count].is_err(),
+            "{count}/{threads}: the missing directory"
+        );
+        for (i, d) in dirs.iter().enumerate() {
+            let hw = read_high_watermark(d);
+            if i == count / 2 {
+                assert!(
+                    results[i].is_err(),
+                    "{count}/{threads}: {i} failed its sync"
+                );
+                assert_eq!(
+                    hw,
+                    Some(100 + i as u64),
+                    "{count}/{threads}: {i} kept its own"
+                );
+            } else if i == count - 1 {
+                assert!(
+                    results[i].is_err(),
+                    "{count}/{threads}: {i} failed its dir sync"
+                );
+            } else {
+                assert!(results[i].is_ok(), "{count}/{threads}: {i}");
+                assert_eq!(hw, Some(200 + i as u64), "{count}/{threads}: {i}");
+            }
+        }
+    }
 }

@@ -199,6 +199,8 @@ pub struct ShardSnapshot {
     pub fdatasync_latency: Option<HistogramSnapshot>,
     /// Each group-commit round's writes.
     pub commit_write_latency: Option<HistogramSnapshot>,
+    /// Each high-watermark checkpoint of the shard's partitions.
+    pub checkpoint_latency: Option<HistogramSnapshot>,
     pub tail_cache_hits: u64,
     pub tail_cache_misses: u64,
     pub tail_cache_bytes: u64,
@@ -306,7 +308,7 @@ pub fn render(
             );
         }
     }
-    let histograms: [HistogramFamily; 6] = [
+    let histograms: [HistogramFamily; 7] = [
         HistogramFamily {
             name: "rill_produce_duration_seconds",
             help: "Produce requests, from read to answer ready (acknowledgement wait included), both listeners.",
@@ -341,6 +343,12 @@ pub fn render(
             name: "rill_fdatasync_duration_seconds",
             help: "fdatasync of one partition's touched files (run together).",
             get: |s| s.fdatasync_latency.as_ref(),
+            unit: text::SECONDS_FROM_NS,
+        },
+        HistogramFamily {
+            name: "rill_high_watermark_checkpoint_duration_seconds",
+            help: "Each high-watermark checkpoint of the shard's partitions (files written and synced).",
+            get: |s| s.checkpoint_latency.as_ref(),
             unit: text::SECONDS_FROM_NS,
         },
     ];

@@ -841,21 +841,16 @@ impl Partition {
         }
     }
 
-    /// Writes the high watermark checkpoint if it moved since the last one: recovery refuses
-    /// to hand out offsets below it again (see [`PartitionLog::open`]). The file is synced on
-    /// the executor's blocking pool, off the shard thread. Only what is durable is
+    /// The high watermark to checkpoint, if it moved since the last checkpoint, with the
+    /// partition's directory (for [`checkpoint_high_watermarks`]). Only what is durable is
     /// checkpointed: under write caching the high watermark runs ahead of the disk, and a
     /// crash losing that unwritten tail is the promised loss, not damage to refuse.
-    pub async fn checkpoint_high_watermark(&self) -> Result<(), LogError> {
+    fn high_watermark_to_checkpoint(&self) -> Option<(std::path::PathBuf, u64)> {
         let hw = self.high_watermark.get().min(self.durable.get().offset);
         if hw <= self.checkpointed.get() || self.deleted.get() {
-            return Ok(());
+            return None;
         }
-        let dir = self.log.borrow().dir().to_path_buf();
-        rill_shards::rt::spawn_blocking(move || partition_log::write_high_watermark(&dir, hw))
-            .await?;
-        self.checkpointed.set(self.checkpointed.get().max(hw));
-        Ok(())
+        Some((self.log.borrow().dir().to_path_buf(), hw))
     }
 
     /// Reopens a log that failed for a reason reopening may cure (a full or failing disk):
@@ -973,6 +968,40 @@ impl Partition {
     pub async fn flush(&self) -> Result<Option<Flushed>, LogError> {
         partition_log::flush(&self.log).await
     }
+}
+
+/// Writes the high watermark checkpoint of every partition whose high watermark moved since
+/// its last one (recovery refuses to hand out offsets below it again: see
+/// [`PartitionLog::open`]), `threads` files at once, in one job of the executor's blocking
+/// pool, off the shard thread. A partition whose checkpoint failed is logged and written at
+/// the next one. Returns how many were written.
+pub async fn checkpoint_high_watermarks<P>(partitions: &[P], threads: usize) -> usize
+where
+    P: std::ops::Deref<Target = Partition>,
+{
+    let due: Vec<(&Partition, (std::path::PathBuf, u64))> = partitions
+        .iter()
+        .filter_map(|p| p.high_watermark_to_checkpoint().map(|e| (&**p, e)))
+        .collect();
+    if due.is_empty() {
+        return 0;
+    }
+    let entries: Vec<(std::path::PathBuf, u64)> = due.iter().map(|(_, e)| e.clone()).collect();
+    let results = rill_shards::rt::spawn_blocking(move || {
+        partition_log::write_high_watermarks(&entries, threads)
+    })
+    .await;
+    let mut written = 0;
+    for ((p, (_, hw)), r) in due.iter().zip(results) {
+        match r {
+            Ok(()) => {
+                p.checkpointed.set(p.checkpointed.get().max(*hw));
+                written += 1;
+            }
+            Err(e) => log::warn!("{}-{}: high watermark checkpoint: {e}", p.topic, p.index),
+        }
+    }
+    written
 }
 
 /// A batch of `len` bytes against a topic's `max.message.bytes` (MESSAGE_TOO_LARGE past it).
