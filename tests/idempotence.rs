@@ -208,6 +208,44 @@ fn a_roll_snapshot_shortens_the_replay_after_a_sigkill() {
     );
 }
 
+/// A clean stop writes every partition's producer snapshot (all in one job of the shard's
+/// blocking pool), each its own partition's: after the restart, a retry of each partition's
+/// last batch is answered with that partition's offsets.
+#[test]
+fn a_clean_stop_snapshots_every_partition_s_producers() {
+    let mut b = TestBroker::start(1, &[]);
+    let mut c = b.client();
+    let partitions = 6u32;
+    c.create_topic("snaps", partitions, 1, vec![]).unwrap();
+    let (id, _) = c.init_producer_id(None).unwrap();
+    let mut last = Vec::new();
+    for p in 0..partitions {
+        // p + 1 batches of 10 records: each partition's last batch at its own offset.
+        for i in 0..=p {
+            let bt = batch(id, 0, (i * 10) as i32, 10, &format!("p{p}-{i}"));
+            assert_eq!(send(&mut c, "snaps", p, &bt), Ok(u64::from(i) * 10));
+            if i == p {
+                last.push(bt);
+            }
+        }
+    }
+    b.terminate();
+    for p in 0..partitions {
+        let dir = partition_dir(&b.data_dir(), "snaps", p);
+        assert!(dir.join("producer-state").exists(), "partition {p}");
+    }
+    b.start_again();
+    let mut c = b.client();
+    for (p, bt) in (0..partitions).zip(&last) {
+        assert_eq!(
+            send(&mut c, "snaps", p, bt),
+            Ok(u64::from(p) * 10),
+            "partition {p}"
+        );
+        assert_eq!(log_end(&mut c, "snaps", p), u64::from(p + 1) * 10);
+    }
+}
+
 #[test]
 fn producer_state_survives_a_sigkill_a_clean_restart_and_a_damaged_snapshot() {
     // Small segments: the state must come from several of them (and their snapshot).

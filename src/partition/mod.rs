@@ -8,6 +8,7 @@
 pub mod cleaner;
 pub mod group_commit;
 mod idempotence;
+pub use idempotence::snapshot_producers;
 pub mod producer_snapshot;
 pub mod producer_state;
 pub mod read_ahead;

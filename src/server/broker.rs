@@ -703,11 +703,7 @@ async fn checkpoint_high_watermarks(shard: &Shard) {
 /// Writes the producer-state snapshot of every partition that needs one (at a clean stop:
 /// `force`; else those saved at a roll), so the next start replays little.
 async fn snapshot_producers(shard: &Shard, force: bool) {
-    for p in shard.all_partitions() {
-        if let Err(e) = p.snapshot_producers(force).await {
-            log::warn!("{}-{}: producer-state snapshot: {e}", p.topic, p.index);
-        }
-    }
+    crate::partition::snapshot_producers(&shard.all_partitions(), force).await;
 }
 
 /// Every `--replica-high-watermark-checkpoint-interval-ms`, or once the shard wrote
