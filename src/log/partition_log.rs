@@ -702,18 +702,77 @@ fn read_offset_file(dir: &Path, name: &str) -> Option<u64> {
 
 /// Replaces an offset checkpoint atomically (see [`replace_file`]).
 fn write_offset_file(dir: &Path, name: &str, offset: u64) -> Result<(), LogError> {
+    replace_file(dir, name, &offset_file_bytes(offset))
+}
+
+/// An offset checkpoint's bytes: the offset, then its CRC32C.
+fn offset_file_bytes(offset: u64) -> Vec<u8> {
     let mut bytes = offset.to_le_bytes().to_vec();
     bytes.extend_from_slice(&crc32c::crc32c(&offset.to_le_bytes()).to_le_bytes());
-    replace_file(dir, name, &bytes)
+    bytes
 }
 
 /// Replaces `dir/name` atomically: write a temporary file, sync, rename, sync the directory.
-/// Blocking: run it off the shard thread where it is frequent.
+/// A temporary file left by a failure is removed: on a full disk it would hold blocks the
+/// broker needs back. Blocking: run it off the shard thread where it is frequent.
 pub(crate) fn replace_file(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), LogError> {
     let tmp = dir.join(format!("{name}.tmp"));
-    super::segment::write_synced(&tmp, bytes)?;
-    std::fs::rename(&tmp, dir.join(name)).map_err(|e| LogError::io(&tmp, e))?;
+    let renamed = super::segment::write_synced(&tmp, bytes)
+        .and_then(|()| std::fs::rename(&tmp, dir.join(name)).map_err(|e| LogError::io(&tmp, e)));
+    if let Err(e) = renamed {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
     super::segment::sync_dir(dir)
+}
+
+/// [`replace_file`] for each `(directory, name, bytes)`, on up to `threads` threads at once.
+/// Each file costs an fdatasync and a directory fsync, each a device flush that waits for
+/// what the device's cache holds, and flushes asked together are served together: one at a
+/// time, a checkpoint of 1,000 partitions took up to 1.8 s on the bench VM under a full
+/// produce (RESULTS.md, 2026-12-05 fourteenth session). Blocking; run as one job of the
+/// blocking pool, so that no other job of the pool replaces a file beside it meanwhile.
+/// Returns each file's result, in order.
+pub(crate) fn replace_files(
+    files: &[(PathBuf, &str, Vec<u8>)],
+    threads: usize,
+) -> Vec<Result<(), LogError>> {
+    let threads = threads.clamp(1, files.len().max(1));
+    let write_share = |k: usize| -> Vec<(usize, Result<(), LogError>)> {
+        (k..files.len())
+            .step_by(threads)
+            .map(|i| (i, replace_file(&files[i].0, files[i].1, &files[i].2)))
+            .collect()
+    };
+    let mut results: Vec<(usize, Result<(), LogError>)> = if threads == 1 {
+        write_share(0)
+    } else {
+        std::thread::scope(|s| {
+            let write_share = &write_share;
+            let spawned: Vec<_> = (1..threads)
+                .map(|k| {
+                    std::thread::Builder::new()
+                        .name("rill-replace-files".into())
+                        .spawn_scoped(s, move || write_share(k))
+                        .map_err(|_| k)
+                })
+                .collect();
+            let mut all = write_share(0);
+            for t in spawned {
+                // A share whose thread could not start (a thread limit) is written here.
+                let share = match t {
+                    Ok(handle) => handle
+                        .join()
+                        .unwrap_or_else(|p| std::panic::resume_unwind(p)),
+                    Err(k) => write_share(k),
+                };
+                all.extend(share);
+            }
+            all
+        })
+    };
+    results.sort_unstable_by_key(|(i, _)| *i);
+    results.into_iter().map(|(_, r)| r).collect()
 }
 
 /// How far compaction has cleaned the partition: offsets below it hold at most one record per
@@ -735,52 +794,17 @@ pub fn write_high_watermark(dir: &Path, high_watermark: u64) -> Result<(), LogEr
 }
 
 /// [`write_high_watermark`] for each `(partition directory, high watermark)`, on up to
-/// `threads` threads at once. Each file is replaced with an fdatasync and a directory fsync,
-/// each a device flush that waits for what the device's cache holds, and flushes asked
-/// together are served together: one at a time, a checkpoint of 1,000 partitions took up to
-/// 1.8 s on the bench VM under a full produce (RESULTS.md, 2026-12-05 fourteenth session).
-/// Blocking; run as one job of the blocking pool, so that no other job of the pool replaces
-/// a file beside it meanwhile. Returns each entry's result, in order.
+/// `threads` threads at once (see [`replace_files`]). Blocking. Returns each entry's result,
+/// in order.
 pub fn write_high_watermarks(
     entries: &[(PathBuf, u64)],
     threads: usize,
 ) -> Vec<Result<(), LogError>> {
-    let threads = threads.clamp(1, entries.len().max(1));
-    let write_share = |k: usize| -> Vec<(usize, Result<(), LogError>)> {
-        (k..entries.len())
-            .step_by(threads)
-            .map(|i| (i, write_high_watermark(&entries[i].0, entries[i].1)))
-            .collect()
-    };
-    let mut results: Vec<(usize, Result<(), LogError>)> = if threads == 1 {
-        write_share(0)
-    } else {
-        std::thread::scope(|s| {
-            let write_share = &write_share;
-            let spawned: Vec<_> = (1..threads)
-                .map(|k| {
-                    std::thread::Builder::new()
-                        .name("rill-checkpoint".into())
-                        .spawn_scoped(s, move || write_share(k))
-                        .map_err(|_| k)
-                })
-                .collect();
-            let mut all = write_share(0);
-            for t in spawned {
-                // A share whose thread could not start (a thread limit) is written here.
-                let share = match t {
-                    Ok(handle) => handle
-                        .join()
-                        .unwrap_or_else(|p| std::panic::resume_unwind(p)),
-                    Err(k) => write_share(k),
-                };
-                all.extend(share);
-            }
-            all
-        })
-    };
-    results.sort_unstable_by_key(|(i, _)| *i);
-    results.into_iter().map(|(_, r)| r).collect()
+    let files: Vec<(PathBuf, &str, Vec<u8>)> = entries
+        .iter()
+        .map(|(dir, hw)| (dir.clone(), HIGH_WATERMARK_FILE, offset_file_bytes(*hw)))
+        .collect();
+    replace_files(&files, threads)
 }
 
 /// For a partition that takes no more writes: when every record of its active segment is past

@@ -394,22 +394,12 @@ where
     if due.is_empty() {
         return 0;
     }
-    let files: Vec<(std::path::PathBuf, Vec<u8>)> = due
+    let files: Vec<(std::path::PathBuf, &str, Vec<u8>)> = due
         .iter_mut()
-        .map(|(_, j)| (j.dir.clone(), std::mem::take(&mut j.bytes)))
+        .map(|(_, j)| (j.dir.clone(), SNAPSHOT_FILE, std::mem::take(&mut j.bytes)))
         .collect();
     let results = rill_shards::rt::spawn_blocking(move || {
-        files
-            .iter()
-            .map(|(dir, bytes)| {
-                let written = crate::log::partition_log::replace_file(dir, SNAPSHOT_FILE, bytes);
-                if written.is_err() {
-                    // A half-written temporary file would hold blocks a full disk needs back.
-                    let _ = std::fs::remove_file(dir.join(format!("{SNAPSHOT_FILE}.tmp")));
-                }
-                written
-            })
-            .collect::<Vec<_>>()
+        crate::log::partition_log::replace_files(&files, 1)
     })
     .await;
     let mut written = 0;

@@ -1,7 +1,7 @@
 #!/bin/bash
 python3 /work/main/scripts/lost-time-probe.py > /tmp/fx/probe.txt & P=$!
 a=$(cat /sys/block/vda/stat); T0=$(date +%s.%N)
-bash /tmp/fx/run10k.sh "$@"
+bash "$(dirname "$0")/run10k.sh" "$@"
 b=$(cat /sys/block/vda/stat); T1=$(date +%s.%N)
 kill $P; wait $P; tr '\n' ' ' < /tmp/fx/probe.txt; echo
 python3 -c "
