@@ -159,6 +159,70 @@ fn pipelined_requests_are_answered_in_order_and_appended_in_arrival_order() {
     }
 }
 
+/// A tiny deterministic generator, so failures can be replayed.
+fn xorshift(state: &mut u64) -> u64 {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    *state
+}
+
+/// The broker reads a plain socket ahead of the frame it is parsing (`READ_AHEAD_BYTES`): 80
+/// produce frames of 60 B to ~5x that size, sent in random pieces (1 B to 24 KiB, sometimes a
+/// pause between them) so that frames start and end at every kind of place relative to what
+/// one read returns: in the middle of a length prefix, past the read-ahead, several frames in
+/// one piece. Every frame is answered in order, and every record reads back as it was sent.
+#[test]
+fn frames_cut_anywhere_and_read_ahead_arrive_whole_and_in_order() {
+    let b = TestBroker::start(1, &[]);
+    let o = b.cli(&["topic", "create", "cuts", "--partitions", "1"], None);
+    assert!(o.status.success(), "{o:?}");
+
+    let ahead = rill::net::shared_stream::READ_AHEAD_BYTES;
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut wire = Vec::new();
+    let mut sent = Vec::new();
+    for c in 1..=80u32 {
+        let value_len = (xorshift(&mut seed) % (5 * ahead as u64)) as usize;
+        let records: Vec<String> = (0..1 + c % 3)
+            .map(|i| {
+                let fill = char::from(b'a' + (c % 26) as u8);
+                format!("c{c}-r{i}-{}", fill.to_string().repeat(value_len / 3))
+            })
+            .collect();
+        wire.extend_from_slice(&produce(c, "cuts", 0, &batch(&records)));
+        sent.push((c, records));
+    }
+    let mut s = TcpStream::connect(b.bootstrap()).unwrap();
+    s.set_nodelay(true).unwrap();
+    s.set_read_timeout(Some(DEADLINE)).unwrap();
+    let mut at = 0;
+    while at < wire.len() {
+        let piece = 1 + (xorshift(&mut seed) % (24 << 10)) as usize;
+        let end = wire.len().min(at + piece);
+        s.write_all(&wire[at..end]).unwrap();
+        if xorshift(&mut seed).is_multiple_of(4) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        at = end;
+    }
+
+    let mut next_offset = 0u64;
+    let mut want = Vec::new();
+    for (c, records) in sent {
+        let f = response(&mut s);
+        assert_eq!(f.correlation_id, c, "answers in request order");
+        let r: ProduceResponse = f.decode_meta().unwrap();
+        let pr = &r.partitions[0];
+        assert_eq!(pr.error_code, 0, "{c}: {}", pr.message);
+        assert_eq!(pr.base_offset as u64, next_offset, "request {c}");
+        next_offset += records.len() as u64;
+        want.extend(records);
+    }
+    let got = consume_exactly(&b, "cuts", StartFrom::Beginning, want.len());
+    assert_eq!(values(&got), want);
+}
+
 /// A socket with small kernel buffers, so that a client that stops reading fills them soon.
 fn small_buffered(to: &str) -> TcpStream {
     let addr: std::net::SocketAddr = to.parse().unwrap();

@@ -11,7 +11,7 @@ pub use glommio::io::{
     DmaStreamWriterBuilder, ImmutableFile, ImmutableFileBuilder, OpenOptions as DmaOpenOptions,
     ReadResult,
 };
-pub use glommio::net::{TcpListener, TcpStream};
+pub use glommio::net::{Preallocated, TcpListener, TcpStream};
 pub use glommio::timer::{sleep, Timer};
 pub use glommio::{
     enclose, executor, spawn_local, spawn_local_into, yield_if_needed, GlommioError, Latency,

@@ -13,12 +13,18 @@ use std::rc::Rc;
 use std::task::{Context, Poll};
 
 use futures_lite::{AsyncRead, AsyncWrite};
-use rill_shards::rt::TcpStream;
+use rill_shards::rt::{Preallocated, TcpStream};
 
 use super::tls_stream::TlsStream;
 
+/// Bytes a plain socket reads ahead of what was asked. A small request then arrives in one
+/// `recv` (its length prefix and its body together) instead of two; a read at least this
+/// large, with nothing read ahead, goes straight into the caller's buffer (a large produce
+/// frame is not copied twice). 8 KiB of memory per connection.
+pub const READ_AHEAD_BYTES: usize = 8 << 10;
+
 enum Socket {
-    Plain(TcpStream),
+    Plain(TcpStream<Preallocated>),
     Tls(Box<TlsStream>),
 }
 
@@ -27,6 +33,7 @@ pub struct SharedStream(Rc<RefCell<Socket>>);
 
 impl SharedStream {
     pub fn new(stream: TcpStream) -> SharedStream {
+        let stream = stream.buffered_with(Preallocated::new(READ_AHEAD_BYTES));
         SharedStream(Rc::new(RefCell::new(Socket::Plain(stream))))
     }
 

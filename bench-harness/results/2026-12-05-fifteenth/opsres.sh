@@ -1,12 +1,6 @@
 #!/bin/bash
 # Which io_uring requests the broker makes at 10,000 msg/s: opcode x result, matched by request.
-D=/tmp/fx/data; rm -rf $D; mkdir -p /tmp/fx; PORT=19311
-/work/main/target/release/rill broker --data-dir $D --shards 2 --fsync ${FSYNC:-never} --listen 127.0.0.1:$PORT --kafka-listen off --metrics-listen 127.0.0.1:19316 "$@" > /tmp/fx/broker.log 2>&1 &
-B=$!
-for i in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/$PORT) 2>/dev/null && break; sleep 0.1; done
-/work/main/target/release/rill-bench produce -b 127.0.0.1:$PORT --partitions 2 --message-bytes 1024 --topic t --producers 2 --acks 1 --linger-ms 0 --rate 10000 --messages ${N:-30000} --batch-bytes 1072256 > /tmp/fx/bench.log 2>&1 &
-C=$!
-sleep 1.5
+. "$(dirname "$0")/start10k.sh"
 perf record -e io_uring:io_uring_submit_req -e io_uring:io_uring_complete -e io_uring:io_uring_file_get -p $B -o /tmp/fx/perf.ops.data -- sleep 1 2>/dev/null >/dev/null
 wait $C
 kill $B; wait $B; rm -rf $D
