@@ -797,12 +797,12 @@ pub fn write_high_watermark(dir: &Path, high_watermark: u64) -> Result<(), LogEr
 /// `threads` threads at once (see [`replace_files`]). Blocking. Returns each entry's result,
 /// in order.
 pub fn write_high_watermarks(
-    entries: &[(PathBuf, u64)],
+    entries: Vec<(PathBuf, u64)>,
     threads: usize,
 ) -> Vec<Result<(), LogError>> {
     let files: Vec<(PathBuf, &str, Vec<u8>)> = entries
-        .iter()
-        .map(|(dir, hw)| (dir.clone(), HIGH_WATERMARK_FILE, offset_file_bytes(*hw)))
+        .into_iter()
+        .map(|(dir, hw)| (dir, HIGH_WATERMARK_FILE, offset_file_bytes(hw)))
         .collect();
     replace_files(&files, threads)
 }

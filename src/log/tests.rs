@@ -937,7 +937,7 @@ fn high_watermark_checkpoints_are_written_together_and_fail_one_by_one() {
                 .map(|(i, d)| (d.clone(), base + i as u64))
                 .collect()
         };
-        for r in write_high_watermarks(&at(100), threads) {
+        for r in write_high_watermarks(at(100), threads) {
             r.unwrap();
         }
         for (i, d) in dirs.iter().enumerate() {
@@ -956,7 +956,7 @@ fn high_watermark_checkpoints_are_written_together_and_fail_one_by_one() {
         let mut entries = at(200);
         // And one partition's directory is gone (its topic was deleted meanwhile).
         entries.push((root.path().join(format!("hwc{count}t{threads}gone")), 1));
-        let results = write_high_watermarks(&entries, threads);
+        let results = write_high_watermarks(entries, threads);
         faults::clear(&synced);
         faults::clear(&renamed);
         assert_eq!(results.len(), count + 1);

@@ -980,20 +980,22 @@ pub async fn checkpoint_high_watermarks<P>(partitions: &[P], threads: usize) -> 
 where
     P: std::ops::Deref<Target = Partition>,
 {
-    let due: Vec<(&Partition, (std::path::PathBuf, u64))> = partitions
+    let (due, entries): (Vec<_>, Vec<_>) = partitions
         .iter()
-        .filter_map(|p| p.high_watermark_to_checkpoint().map(|e| (&**p, e)))
-        .collect();
+        .filter_map(|p| {
+            let (dir, hw) = p.high_watermark_to_checkpoint()?;
+            Some(((&**p, hw), (dir, hw)))
+        })
+        .unzip();
     if due.is_empty() {
         return 0;
     }
-    let entries: Vec<(std::path::PathBuf, u64)> = due.iter().map(|(_, e)| e.clone()).collect();
     let results = rill_shards::rt::spawn_blocking(move || {
-        partition_log::write_high_watermarks(&entries, threads)
+        partition_log::write_high_watermarks(entries, threads)
     })
     .await;
     let mut written = 0;
-    for ((p, (_, hw)), r) in due.iter().zip(results) {
+    for ((p, hw), r) in due.iter().zip(results) {
         match r {
             Ok(()) => {
                 p.checkpointed.set(p.checkpointed.get().max(*hw));

@@ -1839,9 +1839,8 @@ impl Reactor {
             keep
         });
 
-        // Cancel the old timer regardless of whether we can sleep:
-        // if we won't sleep, we will register the new timer with its new
-        // value.
+        // Cancel the old timer unless it is kept (above): if we won't sleep,
+        // we will register the new timer with its new value.
         //
         // But if we will sleep, there might be a timer registered that needs
         // to be removed otherwise we'll wake up when it expires.
@@ -1858,21 +1857,17 @@ impl Reactor {
         // loops it preempts earlier than a fresh one would, which costs one loop
         // per `ring_depth` completions, against a TIMEOUT, a linked WRITE and an
         // ASYNC_CANCEL on every loop.
-        let armed = self.throughput_preemption_timeout_src.take();
-        match armed {
-            Some(src) if !src.has_result() => {
-                self.throughput_preemption_timeout_src.set(Some(src));
-            }
-            fired => {
-                drop(fired);
-                self.throughput_preemption_timeout_src.set(Some(
-                    main_ring.prepare_throughput_preemption_timer(
-                        self.ring_depth() as u32,
-                        self.eventfd_src.raw(),
-                    ),
-                ));
-            }
-        }
+        let pending = self
+            .throughput_preemption_timeout_src
+            .take()
+            .filter(|src| !src.has_result());
+        self.throughput_preemption_timeout_src
+            .set(Some(pending.unwrap_or_else(|| {
+                main_ring.prepare_throughput_preemption_timer(
+                    self.ring_depth() as u32,
+                    self.eventfd_src.raw(),
+                )
+            })));
 
         // This will only dispatch if we run out of sqes. Which means until
         // flush_rings! nothing is really send to the kernel...
