@@ -3,5 +3,7 @@
 static ALLOCATOR: rill::memory::HugePageAllocator = rill::memory::HugePageAllocator;
 
 fn main() {
+    // Its blocks are freed through ALLOCATOR.
+    rill::memory::frame_arena::enable();
     std::process::exit(rill::cli::main());
 }

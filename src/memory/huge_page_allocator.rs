@@ -23,6 +23,8 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::ptr;
 use std::sync::Mutex;
 
+use super::frame_arena::FRAMES;
+
 /// Allocations of this size or more are mapped in huge pages. A mapping is whole huge pages,
 /// so just past a multiple of 2 MiB nearly 2 MiB of it is unused (4 MiB for 2 MiB and a byte);
 /// below 2 MiB every block would waste that much (a 1 MiB request frame in the tail cache
@@ -131,7 +133,8 @@ impl HugePageAllocator {
 }
 
 // SAFETY: every block handed out is either the system allocator's (small layouts, returned to
-// it by the same test on the same layout) or a private mapping of at least the layout's size
+// it by the same test on the same layout), a block of the frame arena (handed out by
+// `frame_arena::alloc_frame_zeroed`, recognised by its address and freed to it) or a private mapping of at least the layout's size
 // aligned to 2 MiB (>= every alignment it serves), kept for an allocation of the same mapped
 // length or unmapped whole on dealloc; a kept mapping is handed out once.
 unsafe impl GlobalAlloc for HugePageAllocator {
@@ -169,7 +172,10 @@ unsafe impl GlobalAlloc for HugePageAllocator {
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        if Self::is_huge(&layout) {
+        if FRAMES.contains(ptr) {
+            // SAFETY: a live block of the frame arena, freed once (the caller's contract).
+            unsafe { FRAMES.free(ptr) };
+        } else if Self::is_huge(&layout) {
             let len = Self::mapped_len(layout.size());
             if !cache().keep(ptr as usize, len) {
                 // SAFETY: `ptr` is a mapping of this length made by `alloc` for this layout.
@@ -184,11 +190,16 @@ unsafe impl GlobalAlloc for HugePageAllocator {
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         // SAFETY: the caller's contract (new_size > 0, rounded size <= isize::MAX).
         let new = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
+        let in_arena = FRAMES.contains(ptr);
         match (Self::is_huge(&layout), Self::is_huge(&new)) {
             // SAFETY: forwarded: both small.
-            (false, false) => unsafe { System.realloc(ptr, layout, new_size) },
+            (false, false) if !in_arena => unsafe { System.realloc(ptr, layout, new_size) },
             // Within the pages already mapped: nothing moves.
-            (true, true) if Self::mapped_len(new_size) == Self::mapped_len(layout.size()) => ptr,
+            (true, true)
+                if !in_arena && Self::mapped_len(new_size) == Self::mapped_len(layout.size()) =>
+            {
+                ptr
+            }
             _ => {
                 // SAFETY: a new block for the new layout, the common bytes copied, the old
                 // block freed by the rule that made it.

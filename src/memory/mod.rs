@@ -1,5 +1,6 @@
 //! How the process gets its memory.
 
+pub mod frame_arena;
 mod huge_page_allocator;
 mod populate;
 
