@@ -288,7 +288,7 @@ impl Arena {
         free.returned_count += 1;
     }
 
-    /// Chunks in use or kept resident (for tests and a metric).
+    /// Chunks in use or kept resident.
     pub fn resident_chunks(&self) -> usize {
         let free = self.lock();
         self.fresh.load(Ordering::Relaxed).min(CHUNKS) - free.returned_count

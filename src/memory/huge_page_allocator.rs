@@ -134,9 +134,10 @@ impl HugePageAllocator {
 
 // SAFETY: every block handed out is either the system allocator's (small layouts, returned to
 // it by the same test on the same layout), a block of the frame arena (handed out by
-// `frame_arena::alloc_frame_zeroed`, recognised by its address and freed to it) or a private mapping of at least the layout's size
-// aligned to 2 MiB (>= every alignment it serves), kept for an allocation of the same mapped
-// length or unmapped whole on dealloc; a kept mapping is handed out once.
+// `frame_arena::alloc_frame_zeroed`, recognised by its address and freed to it), or a private
+// mapping of at least the layout's size aligned to 2 MiB (>= every alignment it serves), kept
+// for an allocation of the same mapped length or unmapped whole on dealloc; a kept mapping is
+// handed out once.
 unsafe impl GlobalAlloc for HugePageAllocator {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         if Self::is_huge(&layout) {

@@ -93,6 +93,7 @@ impl PooledFrame {
     /// memory, and a fault per page as it is zero-filled and read cost more than the read.
     /// The bytes were charged to the request memory first, so a client that announces a
     /// frame and sends nothing holds no more than that budget.
+    ///
     /// The new buffer is asked of the allocator zeroed (`calloc`) and counts as initialised
     /// throughout: fresh pages are zero already, so the frame is not zero-filled a second
     /// time, in user space, before each read (4.7% of a producing broker's samples while
