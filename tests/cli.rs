@@ -211,6 +211,45 @@ fn a_second_broker_on_the_same_ports_is_refused() {
     assert!(b.cli(&["topic", "list"], None).status.success());
 }
 
+/// A port whose last server closed its connections first holds them in TIME_WAIT for a
+/// minute. Every other server binds there (SO_REUSEADDR); so must the broker's shards, native
+/// and Kafka. A CI run once failed a broker's start on such a port, left by a test before it.
+#[test]
+fn a_broker_starts_on_ports_a_plain_server_just_closed_connections_on() {
+    use std::io::Read;
+    let native = rill_testkit::free_ports(2);
+    let kafka = rill_testkit::free_ports(2);
+    for port in [native, native + 1, kafka, kafka + 1] {
+        let server = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+        let mut client = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        drop(server.accept().unwrap());
+        // The client sees the server's close first: TIME_WAIT is on the server's side.
+        assert_eq!(client.read(&mut [0u8; 1]).unwrap(), 0);
+    }
+    let kafka_listen = format!("127.0.0.1:{kafka}");
+    let mut b = TestBroker::unstarted(
+        2,
+        &[
+            "--kafka-listen".into(),
+            kafka_listen,
+            "--port-release-wait-ms".into(),
+            "300".into(),
+        ],
+    );
+    b.port = native;
+    b.kafka_port = Some(kafka);
+    b.launch();
+    b.wait_ready();
+    let o = b.cli(
+        &["topic", "create", "after-time-wait", "--partitions", "2"],
+        None,
+    );
+    assert!(o.status.success(), "{:?}", text(&o));
+    for port in [kafka, kafka + 1] {
+        std::net::TcpStream::connect(("127.0.0.1", port)).expect("a Kafka shard listens");
+    }
+}
+
 /// As Kafka's brokers do by default, a topic produced to for the first time is created with
 /// `--num-partitions` partitions; a consumer alone does not create one; internal and invalid
 /// names never are.

@@ -18,6 +18,7 @@
 
 pub mod deadline;
 pub mod file;
+pub mod listen;
 pub mod memlock;
 pub mod mesh;
 pub mod nudge;

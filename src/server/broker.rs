@@ -520,16 +520,17 @@ fn run_controller_only(
 /// Binds a shard's listener. A port still held by the kernel for a SIGKILLed broker (its
 /// sockets outlive the process for a moment: see `wait_for_free_ports`) can refuse the bind
 /// with EADDRINUSE even after nobody answers there any more, as a CI run showed on a restart:
-/// retried until `--port-release-wait-ms`.
+/// retried until `--port-release-wait-ms`. A port's TIME_WAIT connections never refuse it
+/// (see `rill_shards::listen`).
 async fn bind_listener(
     addr: std::net::SocketAddr,
     wait: Duration,
 ) -> Result<TcpListener, BrokerError> {
     let deadline = std::time::Instant::now() + wait;
     loop {
-        match TcpListener::bind(addr) {
+        match rill_shards::listen::listen(addr) {
             Ok(l) => return Ok(l),
-            Err(rill_shards::rt::GlommioError::IoError(e))
+            Err(e)
                 if e.kind() == std::io::ErrorKind::AddrInUse
                     && std::time::Instant::now() < deadline =>
             {

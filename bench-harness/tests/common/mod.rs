@@ -1,6 +1,5 @@
 //! A real `rill broker` process for rill-bench's tests, and rill-bench runs with `--json`.
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -38,18 +37,6 @@ pub fn rill_binary() -> PathBuf {
     rill
 }
 
-/// A port p with p + 1 free as well (two shards), not in `taken`.
-fn free_port_pair(taken: &[u16]) -> u16 {
-    loop {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let p = l.local_addr().unwrap().port();
-        let clashes = taken.iter().any(|&t| p.abs_diff(t) <= 1);
-        if p < 65000 && !clashes && TcpListener::bind(("127.0.0.1", p + 1)).is_ok() {
-            return p;
-        }
-    }
-}
-
 fn wait_listening(port: u16, deadline: Instant) {
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err()
         || std::net::TcpStream::connect(("127.0.0.1", port + 1)).is_err()
@@ -68,8 +55,9 @@ impl Broker {
     /// As [`Broker::start`], with more broker flags.
     pub fn start_with(kafka: bool, extra: &[&str]) -> Broker {
         let dir = tempfile::tempdir().unwrap();
-        let port = free_port_pair(&[]);
-        let kafka_port = kafka.then(|| free_port_pair(&[port]));
+        // testkit's ports: below the ephemeral range, and held by this process only.
+        let port = rill_testkit::free_ports(2);
+        let kafka_port = kafka.then(|| rill_testkit::free_ports(2));
         let bootstrap = format!("127.0.0.1:{port}");
         let kafka_listen = kafka_port
             .map(|p| format!("127.0.0.1:{p}"))
@@ -167,8 +155,7 @@ pub fn percentiles_of(v: &serde_json::Value, key: &str) -> Vec<f64> {
 
 /// A loopback address for a broker's `--metrics-listen`.
 pub fn free_metrics_addr() -> String {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().to_string()
+    format!("127.0.0.1:{}", rill_testkit::free_ports(1))
 }
 
 /// The broker's count of Produce requests on `listener` ("native" or "kafka"), over its
