@@ -559,3 +559,64 @@ fn write_caching_reads_back_exactly_and_a_clean_stop_writes_everything_behind() 
     b.start_again();
     check(&b, "after SIGTERM");
 }
+
+/// The open flags (octal, as `/proc/PID/fdinfo` prints them) of every descriptor process
+/// `pid` holds on `path`.
+fn open_flags(pid: u32, path: &Path) -> Vec<u32> {
+    let path = path.canonicalize().unwrap();
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .flatten()
+        .filter(|fd| std::fs::read_link(fd.path()).is_ok_and(|l| l == path))
+        .map(|fd| {
+            let info = std::fs::read_to_string(format!(
+                "/proc/{pid}/fdinfo/{}",
+                fd.file_name().to_string_lossy()
+            ))
+            .unwrap();
+            let flags = info
+                .lines()
+                .find_map(|l| l.strip_prefix("flags:"))
+                .expect("a flags line");
+            u32::from_str_radix(flags.trim(), 8).unwrap()
+        })
+        .collect()
+}
+
+/// With `--fsync always` the active segment is written O_DSYNC (each write durable when it
+/// completes, no fdatasync after it), unless `--fsync-o-dsync false`; with `never` it is not.
+/// Either way every acknowledged record is read back after a restart.
+#[test]
+fn with_fsync_always_the_active_segment_is_written_o_dsync() {
+    for (fsync, o_dsync, dsync) in [
+        ("always", "true", true),
+        ("always", "false", false),
+        ("never", "true", false),
+    ] {
+        let mut b = TestBroker::start(1, &["--fsync", fsync, "--fsync-o-dsync", o_dsync]);
+        b.client().create_topic("d", 1, 1, vec![]).unwrap();
+        produce_values(&b, "d", 0, (0..200).map(|i| format!("{fsync}-{i}")));
+        let dir = partition_dir(&b.data_dir(), "d", 0);
+        let active = segment_files(&dir).pop().expect("a segment");
+        let flags = open_flags(b.pid().expect("running"), &active);
+        let written = flags
+            .iter()
+            .filter(|&&f| f & libc::O_ACCMODE as u32 == libc::O_RDWR as u32)
+            .collect::<Vec<_>>();
+        let mode = format!("--fsync {fsync} --fsync-o-dsync {o_dsync}");
+        assert_eq!(written.len(), 1, "{mode}: descriptors {flags:?}");
+        assert_eq!(
+            written[0] & libc::O_DSYNC as u32 != 0,
+            dsync,
+            "{mode}: flags {:o}",
+            written[0]
+        );
+        assert!(b.terminate().success());
+        b.start_again();
+        let got = consume_exactly(&b, "d", StartFrom::Beginning, 200);
+        assert_eq!(
+            values(&got),
+            (0..200).map(|i| format!("{fsync}-{i}")).collect::<Vec<_>>()
+        );
+    }
+}

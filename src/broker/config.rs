@@ -43,6 +43,8 @@ pub struct BrokerConfig {
     /// `--metrics-listen`: where Prometheus text is served (`None`: off, the default).
     pub metrics_listen: Option<SocketAddr>,
     pub fsync: FsyncPolicy,
+    /// `--fsync-o-dsync`: with `always`, segments are written O_DSYNC (no fdatasync after).
+    pub fsync_o_dsync: bool,
     /// Defaults of every topic setting (`--retention-ms`, `--segment-bytes`, ...).
     pub topic_defaults: TopicDefaults,
     /// How often each shard applies retention (`--retention-check-interval-ms`).
@@ -228,6 +230,7 @@ impl BrokerConfig {
             kafka_listen: None,
             metrics_listen: None,
             fsync: FsyncPolicy::Always,
+            fsync_o_dsync: true,
             topic_defaults: TopicDefaults::default(),
             retention_check_interval: Duration::from_secs(300),
             producer_id_expiration: Duration::from_secs(86_400),

@@ -102,6 +102,7 @@ pub fn config_from_args(a: &BrokerArgs) -> Result<BrokerConfig, String> {
     c.kafka_listen = kafka_listen;
     c.metrics_listen = metrics_listen;
     c.fsync = fsync;
+    c.fsync_o_dsync = a.fsync_o_dsync;
     c.file_reads = a
         .file_reads
         .parse()

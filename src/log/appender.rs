@@ -202,7 +202,8 @@ impl Segment {
     pub fn complete_write(&mut self, new_size: u64) {
         assert!(new_size >= self.written, "written size must grow");
         self.written = new_size;
-        self.unsynced = true;
+        // An O_DSYNC write is durable already.
+        self.unsynced = !self.file.sync_writes();
     }
 
     /// The file, for an fdatasync when it has unsynced writes.

@@ -15,6 +15,15 @@ pub enum FsyncPolicy {
     Never,
 }
 
+impl FsyncPolicy {
+    /// Whether segments are opened O_DSYNC ([`crate::log::SegmentConfig::sync_writes`]) by
+    /// default (`--fsync-o-dsync`): with `always` each write is made durable by itself, one
+    /// request where a write and then an fdatasync took two.
+    pub fn sync_writes(self) -> bool {
+        self == FsyncPolicy::Always
+    }
+}
+
 impl FromStr for FsyncPolicy {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {

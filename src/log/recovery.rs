@@ -44,7 +44,7 @@ impl Segment {
         active: bool,
         cfg: &SegmentConfig,
     ) -> Result<(Segment, SegmentCheck), LogError> {
-        let file = DirectFile::open(&path, false)
+        let file = DirectFile::open(&path, false, cfg.sync_writes)
             .await
             .map_err(|e| LogError::io(&path, e))?;
         let file_len = file.file_size().await.map_err(|e| LogError::io(&path, e))?;

@@ -45,6 +45,9 @@ pub struct SegmentConfig {
     /// How much a scan reads at a time ([`SCAN_BYTES`]; smaller in tests, so that reads end
     /// inside batches and headers often).
     pub scan_bytes: usize,
+    /// Segments are opened O_DSYNC (`--fsync always`): each write is durable when it
+    /// completes, so a round needs no fdatasync after its writes.
+    pub sync_writes: bool,
 }
 
 pub fn segment_file_name(base_offset: u64) -> String {
@@ -149,7 +152,7 @@ impl Segment {
         cfg: &SegmentConfig,
     ) -> Result<Segment, LogError> {
         let path = dir.join(segment_file_name(base_offset));
-        let file = DirectFile::open(&path, true)
+        let file = DirectFile::open(&path, true, cfg.sync_writes)
             .await
             .map_err(|e| LogError::io(&path, e))?;
         let allocated = allocation_for(0, cfg);

@@ -26,6 +26,7 @@ fn config(segment_bytes: u64) -> SegmentConfig {
         write_bytes: super::appender::WRITE_BYTES,
         writes_in_flight: super::appender::WRITES_IN_FLIGHT,
         scan_bytes: super::segment::SCAN_BYTES,
+        sync_writes: false,
     }
 }
 

@@ -335,13 +335,13 @@ pub fn render(
         },
         HistogramFamily {
             name: "rill_group_commit_write_duration_seconds",
-            help: "The writes of each group-commit round (every partition's DMA writes, run together).",
+            help: "The writes of each group-commit round (every partition's DMA writes, run together; with --fsync always each is O_DSYNC, its sync included, unless --fsync-o-dsync false).",
             get: |s| s.commit_write_latency.as_ref(),
             unit: text::SECONDS_FROM_NS,
         },
         HistogramFamily {
             name: "rill_fdatasync_duration_seconds",
-            help: "fdatasync of one partition's touched files (run together).",
+            help: "fdatasync of one partition's touched files (run together; none for O_DSYNC segments).",
             get: |s| s.fdatasync_latency.as_ref(),
             unit: text::SECONDS_FROM_NS,
         },

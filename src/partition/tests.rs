@@ -32,6 +32,7 @@ pub(super) fn seg_config() -> SegmentConfig {
         write_bytes: crate::log::appender::WRITE_BYTES,
         writes_in_flight: crate::log::appender::WRITES_IN_FLIGHT,
         scan_bytes: crate::log::segment::SCAN_BYTES,
+        sync_writes: false,
     }
 }
 
@@ -41,8 +42,19 @@ struct Fixture {
     cache: TailCache,
 }
 
+/// A partition as a shard opens it by default: with `--fsync always` its segments are
+/// written O_DSYNC.
 async fn open(dir: &std::path::Path, fsync: FsyncPolicy) -> Fixture {
-    let (log, _) = PartitionLog::open(dir.to_path_buf(), seg_config())
+    open_with(dir, fsync, fsync.sync_writes()).await
+}
+
+/// `sync_writes` false with `always`: `--fsync-o-dsync false`, an fdatasync per round.
+async fn open_with(dir: &std::path::Path, fsync: FsyncPolicy, sync_writes: bool) -> Fixture {
+    let cfg = SegmentConfig {
+        sync_writes,
+        ..seg_config()
+    };
+    let (log, _) = PartitionLog::open(dir.to_path_buf(), cfg)
         .await
         .expect("open");
     let mut settings = TopicSettings::resolve(&BTreeMap::new(), &TopicDefaults::default());
@@ -119,7 +131,17 @@ pub(super) async fn read_from(p: &Partition, cache: &TailCache, from: u64, end: 
 /// The scenario every fault runs through: acknowledged data, the fault, refused writes with
 /// the high watermark unchanged and the data readable, then recovery once it is gone.
 async fn fault_then_recover(dir: PathBuf, op: FileOp, errno: i32, fsync: FsyncPolicy) -> String {
-    let f = open(&dir, fsync).await;
+    fault_then_recover_with(dir, op, errno, fsync, fsync.sync_writes()).await
+}
+
+async fn fault_then_recover_with(
+    dir: PathBuf,
+    op: FileOp,
+    errno: i32,
+    fsync: FsyncPolicy,
+    sync_writes: bool,
+) -> String {
+    let f = open_with(&dir, fsync, sync_writes).await;
     let acked = produce(&f, 20).await.expect("before the fault");
     let key = dir.to_string_lossy().to_string();
     faults::inject(&key, op, errno, 1_000);
@@ -170,7 +192,7 @@ async fn fault_then_recover(dir: PathBuf, op: FileOp, errno: i32, fsync: FsyncPo
     assert_eq!(read_all(&f, end).await, end, "{op:?}");
     drop(f);
     // And a restart finds all of it.
-    let f = open(&dir, fsync).await;
+    let f = open_with(&dir, fsync, sync_writes).await;
     assert_eq!(f.p.log_end_offset(), end, "{op:?}: after a restart");
     assert_eq!(read_all(&f, end).await, end);
     f.p.failure().unwrap_or_default()
@@ -201,6 +223,20 @@ fn no_space_to_allocate_fails_the_partition_until_space_is_back() {
 fn a_failing_fdatasync_in_the_group_commit_fails_the_partition() {
     let left =
         on_shard(|dir| fault_then_recover(dir, FileOp::Fdatasync, libc::EIO, FsyncPolicy::Always));
+    assert_eq!(left, "");
+}
+
+#[test]
+fn a_failing_fdatasync_fails_the_partition_without_o_dsync_too() {
+    let left = on_shard(|dir| {
+        fault_then_recover_with(
+            dir,
+            FileOp::Fdatasync,
+            libc::EIO,
+            FsyncPolicy::Always,
+            false,
+        )
+    });
     assert_eq!(left, "");
 }
 
@@ -236,6 +272,27 @@ fn a_failing_directory_sync_fails_the_partition_at_the_interval_sync() {
         )
     });
     assert_eq!(left, "");
+}
+
+#[test]
+fn with_fsync_always_rounds_write_o_dsync_and_need_no_fdatasync() {
+    // Each O_DSYNC write is durable when it completes: a round acknowledges after its writes
+    // (and a roll's directory sync) without an fdatasync of its own.
+    let (syncs, end, read, after_restart) = on_shard(|dir| async move {
+        let f = open(&dir, FsyncPolicy::Always).await;
+        let mut end = 0;
+        while segment_files(&dir) < 3 {
+            end = produce(&f, 20).await.expect("acknowledged");
+        }
+        let syncs = f.gc.stats().fdatasync.count;
+        let read = read_all(&f, end).await;
+        drop(f);
+        let f = open(&dir, FsyncPolicy::Always).await;
+        (syncs, end, read, f.p.log_end_offset())
+    });
+    assert_eq!(syncs, 0, "a round called fdatasync after O_DSYNC writes");
+    assert_eq!(read, end);
+    assert_eq!(after_restart, end);
 }
 
 /// The segment files in a partition's directory.
@@ -336,10 +393,10 @@ fn with_fsync_never_a_roll_waits_for_no_fdatasync() {
 #[test]
 fn with_fsync_always_a_round_that_rolled_syncs_the_old_segment_before_it_acknowledges() {
     // A round whose batches go to both sides of a roll: the roll no longer syncs the old
-    // segment, so the round's fdatasync must. A failing one of the old segment refuses the
-    // round.
+    // segment, so the round's fdatasync must (`--fsync-o-dsync false`; O_DSYNC writes sync
+    // themselves). A failing one of the old segment refuses the round.
     let (refused, files) = on_shard(|dir| async move {
-        let f = open(&dir, FsyncPolicy::Always).await;
+        let f = open_with(&dir, FsyncPolicy::Always, false).await;
         produce(&f, 20).await.expect("first batch");
         let one = f.p.log.borrow().size_bytes();
         // Fill the first segment while two more batches still fit...

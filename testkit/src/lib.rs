@@ -334,6 +334,11 @@ impl TestBroker {
         self.spawns += 1;
     }
 
+    /// The broker process's pid, while it is started.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// Whether the process runs (started and not exited).
     pub fn is_running(&mut self) -> bool {
         self.child
