@@ -80,7 +80,7 @@ pub fn run(a: StorageArgs) -> Result<Report, String> {
         write_bytes: rill::log::appender::WRITE_BYTES,
         writes_in_flight: rill::log::appender::WRITES_IN_FLIGHT,
         scan_bytes: rill::log::segment::SCAN_BYTES,
-        sync_writes: fsync.sync_writes(),
+        sync_writes: fsync.sync_writes(true),
     };
     let window = a.window.max(1);
     let seg_bytes = a.segment_bytes;

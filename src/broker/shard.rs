@@ -235,7 +235,7 @@ impl Shard {
             write_bytes: self.cfg.file_write_bytes,
             writes_in_flight: self.cfg.file_writes_in_flight,
             scan_bytes: crate::log::segment::SCAN_BYTES,
-            sync_writes: self.cfg.fsync.sync_writes() && self.cfg.fsync_o_dsync,
+            sync_writes: self.cfg.fsync.sync_writes(self.cfg.fsync_o_dsync),
         }
     }
 

@@ -16,11 +16,11 @@ pub enum FsyncPolicy {
 }
 
 impl FsyncPolicy {
-    /// Whether segments are opened O_DSYNC ([`crate::log::SegmentConfig::sync_writes`]) by
-    /// default (`--fsync-o-dsync`): with `always` each write is made durable by itself, one
-    /// request where a write and then an fdatasync took two.
-    pub fn sync_writes(self) -> bool {
-        self == FsyncPolicy::Always
+    /// Whether segments are opened O_DSYNC ([`crate::log::SegmentConfig::sync_writes`]): with
+    /// `always` and `o_dsync` (`--fsync-o-dsync`, true by default) each write is made durable
+    /// by itself, one request where a write and then an fdatasync took two.
+    pub fn sync_writes(self, o_dsync: bool) -> bool {
+        self == FsyncPolicy::Always && o_dsync
     }
 }
 

@@ -45,7 +45,7 @@ struct Fixture {
 /// A partition as a shard opens it by default: with `--fsync always` its segments are
 /// written O_DSYNC.
 async fn open(dir: &std::path::Path, fsync: FsyncPolicy) -> Fixture {
-    open_with(dir, fsync, fsync.sync_writes()).await
+    open_with(dir, fsync, fsync.sync_writes(true)).await
 }
 
 /// `sync_writes` false with `always`: `--fsync-o-dsync false`, an fdatasync per round.
@@ -131,7 +131,7 @@ pub(super) async fn read_from(p: &Partition, cache: &TailCache, from: u64, end: 
 /// The scenario every fault runs through: acknowledged data, the fault, refused writes with
 /// the high watermark unchanged and the data readable, then recovery once it is gone.
 async fn fault_then_recover(dir: PathBuf, op: FileOp, errno: i32, fsync: FsyncPolicy) -> String {
-    fault_then_recover_with(dir, op, errno, fsync, fsync.sync_writes()).await
+    fault_then_recover_with(dir, op, errno, fsync, fsync.sync_writes(true)).await
 }
 
 async fn fault_then_recover_with(
