@@ -224,6 +224,51 @@ fn replay_from_segment_files_by_sendfile() {
     ]);
 }
 
+/// `--tail-cache-pre-touch` backs the tail cache's memory at start (the broker's RSS holds it
+/// before any request), and batches large enough for the frame arena, which is carved from
+/// that memory, are stored and read back whole.
+#[test]
+fn a_pre_touched_tail_cache_is_backed_at_start_and_serves_large_batches() {
+    const CACHE: usize = 96 << 20;
+    let cache = CACHE.to_string();
+    let plain = TestBroker::start(1, &["--tail-cache-bytes", &cache]);
+    let plain_kib = plain.status_kib("VmRSS");
+    drop(plain);
+    let b = TestBroker::start(1, &["--tail-cache-bytes", &cache, "--tail-cache-pre-touch"]);
+    let touched_kib = b.status_kib("VmRSS");
+    assert!(
+        touched_kib >= (CACHE >> 10) as u64,
+        "RSS {touched_kib} KiB after a pre-touch of {} KiB",
+        CACHE >> 10
+    );
+    assert!(
+        plain_kib + ((CACHE >> 10) as u64) / 2 < touched_kib,
+        "without the flag RSS is {plain_kib} KiB, with it {touched_kib} KiB"
+    );
+    assert!(b
+        .log_text()
+        .contains("--tail-cache-pre-touch: backed 96 MiB"));
+    b.client().create_topic("big", 1, 1, vec![]).unwrap();
+    // Batches of about 1 MiB: requests the arena carves from pre-touched chunks.
+    let p = producer(&b, 1 << 20);
+    let sent: Vec<String> = (0..600)
+        .map(|i| format!("{i:05}-{}", "v".repeat(4000 + (i * 37) % 3000)))
+        .collect();
+    let reports: Vec<_> = sent
+        .iter()
+        .map(|v| {
+            p.send(ProducerRecord::new("big", v.as_bytes()).partition(0))
+                .unwrap()
+        })
+        .collect();
+    p.flush().unwrap();
+    for r in reports {
+        r.wait().unwrap();
+    }
+    let got = consume_exactly(&b, "big", StartFrom::Beginning, sent.len());
+    assert_eq!(values(&got), sent);
+}
+
 fn replay_from_beginning_offset_and_timestamp(extra: &[&str]) {
     let mut flags = vec!["--segment-bytes", "65536"];
     flags.extend_from_slice(extra);

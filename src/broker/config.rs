@@ -82,6 +82,8 @@ pub struct BrokerConfig {
     /// (`--max-request-memory-bytes`, per shard); see `server::request_memory`.
     pub max_request_memory_bytes: usize,
     pub tail_cache_bytes: usize,
+    /// `--tail-cache-pre-touch`: the tail cache's memory is backed at start.
+    pub tail_cache_pre_touch: bool,
     /// The tail cache gives memory back while less is available (`--tail-cache-min-available-bytes`;
     /// 0: never).
     pub tail_cache_min_available_bytes: u64,
@@ -249,6 +251,7 @@ impl BrokerConfig {
             max_frame_bytes: 64 << 20,
             max_request_memory_bytes: DEFAULT_MAX_REQUEST_MEMORY_BYTES,
             tail_cache_bytes: 64 << 20,
+            tail_cache_pre_touch: false,
             tail_cache_min_available_bytes: 0,
             file_read_ahead_bytes: 64 << 20,
             max_fetch_wait: Duration::from_secs(30),

@@ -528,6 +528,13 @@ pub struct BrokerArgs {
     /// cgroup's limit); see --tail-cache-min-available-bytes.
     #[arg(long, env = "RILL_TAIL_CACHE_BYTES", default_value_t = crate::broker::machine_memory::eighth_of_memory() as usize)]
     pub tail_cache_bytes: usize,
+    /// Back the tail cache's memory at start, before listening (as the JVM's AlwaysPreTouch
+    /// for Kafka): the first --tail-cache-bytes produced after a start then find their
+    /// request memory faulted in and zeroed already, instead of paying for it as they arrive
+    /// (a fifth of a fresh broker's produce throughput on the bench VM, RESULTS.md
+    /// 2026-12-06). The broker holds that memory from its start.
+    #[arg(long, env = "RILL_TAIL_CACHE_PRE_TOUCH", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub tail_cache_pre_touch: bool,
     /// The tail cache gives memory back while less than this is available to the broker (the
     /// machine's MemAvailable, or what its cgroup's limit leaves), checked every second, and
     /// takes it again once there is room: it is broker memory the kernel cannot reclaim

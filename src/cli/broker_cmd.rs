@@ -234,6 +234,7 @@ pub fn config_from_args(a: &BrokerArgs) -> Result<BrokerConfig, String> {
     }
     c.max_request_memory_bytes = a.max_request_memory_bytes;
     c.tail_cache_bytes = a.tail_cache_bytes;
+    c.tail_cache_pre_touch = a.tail_cache_pre_touch;
     c.tail_cache_min_available_bytes = a.tail_cache_min_available_bytes;
     c.file_read_ahead_bytes = a.file_read_ahead_bytes;
     c.max_fetch_wait = Duration::from_millis(a.max_fetch_wait_ms);

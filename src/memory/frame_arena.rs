@@ -57,6 +57,14 @@ pub fn alloc_frame_zeroed(len: usize) -> Option<NonNull<u8>> {
     FRAMES.alloc_zeroed(len)
 }
 
+/// Backs `bytes` of the broker's arena now (see [`Arena::pre_touch`]); None when the arena is
+/// not enabled (not the broker's allocator), so nothing was backed.
+pub fn pre_touch(bytes: usize) -> Option<usize> {
+    ENABLED
+        .load(Ordering::Acquire)
+        .then(|| FRAMES.pre_touch(bytes))
+}
+
 /// Freed chunks: those still resident (their bytes not zero below `dirty`) and those whose
 /// memory went back to the kernel (zero again).
 struct FreeChunks {
@@ -73,6 +81,9 @@ pub struct Arena {
     base: AtomicUsize,
     /// Chunks never used yet start here.
     fresh: AtomicUsize,
+    /// Chunks below this were made accessible and backed before their first use
+    /// ([`Arena::pre_touch`]).
+    prepared: AtomicUsize,
     /// Per chunk: its live blocks, plus one while it is a thread's current chunk.
     live: [AtomicU32; CHUNKS],
     /// Per chunk: bytes from its start that may be non-zero.
@@ -109,6 +120,7 @@ impl Arena {
         Arena {
             base: AtomicUsize::new(0),
             fresh: AtomicUsize::new(0),
+            prepared: AtomicUsize::new(0),
             live: [const { AtomicU32::new(0) }; CHUNKS],
             dirty: [const { AtomicU32::new(0) }; CHUNKS],
             free: Mutex::new(FreeChunks {
@@ -251,21 +263,65 @@ impl Arena {
                 self.fresh.store(CHUNKS, Ordering::Relaxed);
                 return None;
             }
-            let start = Self::chunk_start(base, c as u32) as *mut libc::c_void;
-            // SAFETY: a chunk of the reservation, used by nothing yet.
-            let ok =
-                unsafe { libc::mprotect(start, CHUNK, libc::PROT_READ | libc::PROT_WRITE) == 0 };
-            if !ok {
+            if c >= self.prepared.load(Ordering::Relaxed) && !Self::open_chunks(base, c, 1) {
                 return None;
             }
-            // Advice only: without THP the chunk is of small pages, which is correct.
-            // SAFETY: as above.
-            unsafe { libc::madvise(start, CHUNK, libc::MADV_HUGEPAGE) };
             c as u32
         };
         drop(free);
         self.live[chunk as usize].store(1, Ordering::Relaxed);
         Some(chunk)
+    }
+
+    /// Makes `count` chunks from `first` on accessible, in huge pages; false if they could
+    /// not be.
+    fn open_chunks(base: usize, first: usize, count: usize) -> bool {
+        let start = Self::chunk_start(base, first as u32) as *mut libc::c_void;
+        // SAFETY: chunks of the reservation (the callers keep first + count <= CHUNKS), used
+        // by nothing yet.
+        let ok = unsafe {
+            libc::mprotect(start, count * CHUNK, libc::PROT_READ | libc::PROT_WRITE) == 0
+        };
+        if ok {
+            // Advice only: without THP the chunks are of small pages, which is correct.
+            // SAFETY: as above.
+            unsafe { libc::madvise(start, count * CHUNK, libc::MADV_HUGEPAGE) };
+        }
+        ok
+    }
+
+    /// Backs the next chunks to be used, `bytes` of them, now (`--tail-cache-pre-touch`, as
+    /// the JVM's AlwaysPreTouch): frames carved from them later find their memory faulted in
+    /// and zeroed already. Returns the bytes backed. Their contents stay zero, as fresh chunks
+    /// are, so nothing else changes: they are used in the order fresh chunks are.
+    pub fn pre_touch(&self, bytes: usize) -> usize {
+        let Some(base) = self.base() else {
+            return 0;
+        };
+        let (first, count) = {
+            let _free = self.lock();
+            let first = self
+                .fresh
+                .load(Ordering::Relaxed)
+                .max(self.prepared.load(Ordering::Relaxed))
+                .min(CHUNKS);
+            let count = bytes.div_ceil(CHUNK).min(CHUNKS - first);
+            if count == 0 || !Self::open_chunks(base, first, count) {
+                return 0;
+            }
+            self.prepared.store(first + count, Ordering::Relaxed);
+            (first, count)
+        };
+        // Outside the lock: a thread may take one of these chunks meanwhile, and populating
+        // changes no byte of it.
+        // SAFETY: accessible chunks of the reservation, which is never unmapped.
+        unsafe {
+            super::populate_for_write(
+                Self::chunk_start(base, first as u32) as *mut u8,
+                count * CHUNK,
+            )
+        };
+        count * CHUNK
     }
 
     /// Takes back a chunk none of whose blocks is live and no thread holds.
@@ -291,7 +347,8 @@ impl Arena {
     /// Chunks in use or kept resident.
     pub fn resident_chunks(&self) -> usize {
         let free = self.lock();
-        self.fresh.load(Ordering::Relaxed).min(CHUNKS) - free.returned_count
+        let used = self.fresh.load(Ordering::Relaxed);
+        used.max(self.prepared.load(Ordering::Relaxed)).min(CHUNKS) - free.returned_count
     }
 }
 
@@ -343,6 +400,47 @@ mod tests {
         assert!(!a.contains(&0u8));
         // SAFETY: a live block of this arena.
         unsafe { a.free(p.as_ptr()) };
+    }
+
+    /// Pages of `len` bytes from `p` that are backed (mincore).
+    fn backed_pages(p: usize, len: usize) -> usize {
+        let mut vec = vec![0u8; len / PAGE];
+        // SAFETY: `p..p + len` is an accessible part of the arena's reservation; `vec` has a
+        // byte per page.
+        let r = unsafe { libc::mincore(p as *mut libc::c_void, len, vec.as_mut_ptr().cast()) };
+        assert_eq!(r, 0, "mincore: {}", std::io::Error::last_os_error());
+        vec.iter().filter(|&&b| b & 1 == 1).count()
+    }
+
+    /// Pre-touched chunks are backed before any block is made, counted resident, and the
+    /// next blocks come from them, zeroed; a second pre-touch backs the chunks after them.
+    #[test]
+    fn pre_touched_chunks_are_backed_and_used_first() {
+        let a = arena();
+        assert_eq!(a.pre_touch(CHUNK + 1), 2 * CHUNK, "whole chunks");
+        assert_eq!(a.resident_chunks(), 2);
+        let base = a.base().unwrap();
+        assert_eq!(backed_pages(base, 2 * CHUNK), 2 * CHUNK / PAGE);
+        let len = MAX_ARENA_BLOCK;
+        let blocks: Vec<_> = (0..3).map(|_| a.alloc_zeroed(len).unwrap()).collect();
+        for (i, b) in blocks.iter().enumerate() {
+            let at = b.as_ptr() as usize;
+            assert!(
+                (base..base + 2 * CHUNK).contains(&at),
+                "block {i} is in a pre-touched chunk"
+            );
+            assert!(zeroed(*b, len));
+            fill(*b, len, i as u8);
+        }
+        assert_eq!(a.resident_chunks(), 2, "no chunk beyond them was needed");
+        assert_eq!(a.pre_touch(1), CHUNK);
+        assert_eq!(a.resident_chunks(), 3);
+        assert_eq!(backed_pages(base + 2 * CHUNK, CHUNK), CHUNK / PAGE);
+        for (i, b) in blocks.into_iter().enumerate() {
+            assert!(holds(b, len, i as u8), "a pre-touch changes no byte in use");
+            // SAFETY: live blocks of this arena, each freed once.
+            unsafe { a.free(b.as_ptr()) };
+        }
     }
 
     /// A chunk whose blocks were all freed is written over from its start: what its old
