@@ -32,12 +32,14 @@
 # messages (a smoke run; its figures are not to be quoted). Knobs (environment): SCALE [1]
 # divides every message count (e.g. SCALE=10 --rounds 3 for a shorter run), MESSAGE_BYTES,
 # BATCH_OVERHEAD, BENCH_DIR [/tmp] (data and results), RILL_BIN_DIR [built here with cargo build
-# --release], RILL_SHARDS [2]. Results (logs, JSON, results.tsv, summary.md) stay in
-# BENCH_DIR/compare-iggy.*/results. Every process it starts is stopped by pid when it ends.
+# --release], RILL_SHARDS [2], RILL_BROKER_FLAGS [none] (more flags for every rill broker, as
+# --tail-cache-pre-touch; the summary names them). Results (logs, JSON, results.tsv, summary.md,
+# settle.log) stay in BENCH_DIR/compare-iggy.*/results. Every process it starts is stopped by
+# pid when it ends.
 # Iggy listens on its config's fixed loopback ports (TCP 8090, QUIC 8080, HTTP 3000, WS 8092).
 set -euo pipefail
 
-usage() { sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,39p' "$0" | sed 's/^# \{0,1\}//'; }
 
 rounds=5
 scale=${SCALE:-1}
@@ -71,6 +73,7 @@ MESSAGE_BYTES=${MESSAGE_BYTES:-1024}
 BATCH_OVERHEAD=${BATCH_OVERHEAD:-48}
 BENCH_DIR=${BENCH_DIR:-/tmp}
 RILL_SHARDS=${RILL_SHARDS:-2}
+RILL_BROKER_FLAGS=${RILL_BROKER_FLAGS:-}
 # 2 actors x batches x messages per batch, as iggy-bench counts them.
 B1000=$((1000 / scale))     # 1000-message batches per producer: 2 M messages
 B100=$((10000 / scale))     # 100-message batches per producer: 2 M messages
@@ -82,7 +85,16 @@ E2E_RATE=$((50000000 / MESSAGE_BYTES)) # msg/s over both producers: 50 MB/s
 . "$(dirname "$0")/bench-common.sh"
 bench_setup compare-iggy
 server=
-stop_server() { [ -z "$server" ] || stop_pid "$server"; server=; rm -rf "$work/data"; }
+# Stops the server, deletes its data and waits for the machine to settle: a host still
+# discarding the blocks of a deleted 10 GB data directory stopped this VM for 13-25 ms in the
+# next run (RESULTS.md 2026-12-06 eighteenth). Up to 60 s for 3 s without a stop; logged.
+stop_server() {
+  [ -z "$server" ] || stop_pid "$server"
+  server=
+  rm -rf "$work/data"
+  sync
+  echo "$(date -u +%T) $(python3 "$PROBE" --until-quiet 3 60 | tr '\n' ' ')" >>"$results/settle.log"
+}
 cleanup() {
   local pid
   stop_server
@@ -173,8 +185,9 @@ start_rill() { # FSYNC [BROKER-FLAGS...]
   shift
   port=$(free_ports 4)
   RILL_ADDR=127.0.0.1:$port
+  # shellcheck disable=SC2086 # RILL_BROKER_FLAGS is a list of flags
   "$RILL" broker --data-dir "$work/data" --shards "$RILL_SHARDS" --fsync "$fsync" --listen "$RILL_ADDR" \
-    --kafka-listen off "$@" >>"$results/rill-broker.log" 2>&1 &
+    --kafka-listen off $RILL_BROKER_FLAGS "$@" >>"$results/rill-broker.log" 2>&1 &
   server=$!
   wait_port "$port" 120 rill
 }
@@ -328,7 +341,7 @@ run_iggy() { # ROUND
   stop_server
 }
 
-echo "== $rounds rounds, messages of $MESSAGE_BYTES B, 2 producers / 2 consumers, rill on $RILL_SHARDS shards"
+echo "== $rounds rounds, messages of $MESSAGE_BYTES B, 2 producers / 2 consumers, rill on $RILL_SHARDS shards${RILL_BROKER_FLAGS:+ with $RILL_BROKER_FLAGS}"
 for r in $(seq 1 "$rounds"); do
   if [ $((r % 2)) = 1 ]; then order=(rill iggy); else order=(iggy rill); fi
   echo "== round $r of $rounds: ${order[*]}"
@@ -338,8 +351,10 @@ done
 # --- summary -------------------------------------------------------------------------------
 echo
 echo "== medians of $rounds rounds ($(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) cpus, $(uname -r))"
-python3 - "$tsv" "$rounds" <<'EOF' | tee "$results/summary.md"
+python3 - "$tsv" "$rounds" "$RILL_BROKER_FLAGS" <<'EOF' | tee "$results/summary.md"
 import collections, statistics, sys
+
+print(f"rill brokers ran with {sys.argv[3]}." if sys.argv[3] else "rill brokers ran with their defaults.")
 
 rows = collections.defaultdict(list)
 failed = collections.Counter()

@@ -10,10 +10,34 @@ threads. Every latency a benchmark measures then includes it, whatever the syste
 Runs until SIGTERM or SIGINT, then prints `lost_pct P` (percent of the time lost), `lost_max_us
 M` (the longest single loss) and `lost_count N` (losses over SLACK_MS) on stdout, one per line.
 Costs 1/STEP_MS wake-ups a second and next to no CPU.
+
+With `--until-quiet WINDOW_S TIMEOUT_S` it waits instead for the machine to settle: until a whole
+window of WINDOW_S seconds passed without a loss, or TIMEOUT_S, and prints `settle_s S` (the time
+it waited) and `settled 1` or `settled 0`. A benchmark then does not measure what the one before
+it left behind (a host still discarding the blocks of a deleted 10 GB data directory stopped
+this VM for 13-25 ms in the next run; RESULTS.md 2026-12-06 eighteenth).
 """
 import signal
 import sys
 import time
+
+
+def until_quiet(window: float, timeout: float) -> None:
+    step, slack = STEP_MS / 1e3, SLACK_MS / 1e3
+    start = time.monotonic()
+    quiet_since = start
+    while True:
+        now = time.monotonic()
+        if now - quiet_since >= window or now - start >= timeout:
+            break
+        due = now + step
+        time.sleep(step)
+        if time.monotonic() - due > slack:
+            quiet_since = time.monotonic()
+    now = time.monotonic()
+    print(f"settle_s {now - start:.1f}")
+    print(f"settled {int(now - quiet_since >= window)}")
+    sys.stdout.flush()
 
 STEP_MS = 2.0
 SLACK_MS = 3.0
@@ -43,4 +67,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) == 4 and sys.argv[1] == "--until-quiet":
+        until_quiet(float(sys.argv[2]), float(sys.argv[3]))
+    else:
+        main()
