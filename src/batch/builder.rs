@@ -198,21 +198,22 @@ impl BatchBuilder {
         self.prefetch_for_write(self.out.len() - before);
     }
 
-    /// Asks for the cache lines the next `bytes` of output will take, for writing, ahead of
-    /// the next record: a batch buffer is cold (last read by a connection's writer thread,
-    /// on another core), and the stores of a record's copy otherwise wait for their lines at
-    /// the next locked instruction, the producer's mutex release (RESULTS.md, 2026-12-06).
+    /// Fetches the cache lines the next `bytes` of output will take, ahead of the next
+    /// record: a batch buffer is cold (last read by a connection's writer thread, on another
+    /// core), and the stores of a record's copy otherwise wait for their lines at the next
+    /// locked instruction, the producer's mutex release (RESULTS.md, 2026-12-06). A read
+    /// prefetch (`prefetcht0`): baseline x86-64 has no write prefetch to ask for.
     fn prefetch_for_write(&self, bytes: usize) {
         #[cfg(target_arch = "x86_64")]
         {
-            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_ET0};
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
             let start = self.out.as_ptr() as usize + self.out.len();
             let end = (self.out.as_ptr() as usize + self.out.capacity()).min(start + bytes);
             let mut line = start & !63;
             while line < end {
                 // SAFETY: a prefetch is a hint: it never faults nor changes memory, and the
                 // line is inside the buffer's allocation anyway.
-                unsafe { _mm_prefetch::<_MM_HINT_ET0>(line as *const i8) };
+                unsafe { _mm_prefetch::<_MM_HINT_T0>(line as *const i8) };
                 line += 64;
             }
         }
