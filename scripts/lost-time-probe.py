@@ -22,6 +22,10 @@ import sys
 import time
 
 
+STEP_MS = 2.0
+SLACK_MS = 3.0
+
+
 def until_quiet(window: float, timeout: float) -> None:
     step, slack = STEP_MS / 1e3, SLACK_MS / 1e3
     start = time.monotonic()
@@ -38,9 +42,6 @@ def until_quiet(window: float, timeout: float) -> None:
     print(f"settle_s {now - start:.1f}")
     print(f"settled {int(now - quiet_since >= window)}")
     sys.stdout.flush()
-
-STEP_MS = 2.0
-SLACK_MS = 3.0
 
 
 def main() -> None:
