@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use rill::client::{Acks, Producer, ProducerConfig, ProducerRecord, StartFrom};
 use rill_testkit::{
-    consume_exactly, consumer, partition_dir, produce_values, producer, segment_files, values,
-    TestBroker, DEADLINE,
+    consume_exactly, consumer, partition_dir, produce_values, produce_values_in_batches, producer,
+    segment_files, values, TestBroker, DEADLINE,
 };
 
 #[test]
@@ -250,21 +250,10 @@ fn a_pre_touched_tail_cache_is_backed_at_start_and_serves_large_batches() {
         .contains("--tail-cache-pre-touch: backed 96 MiB"));
     b.client().create_topic("big", 1, 1, vec![]).unwrap();
     // Batches of about 1 MiB: requests the arena carves from pre-touched chunks.
-    let p = producer(&b, 1 << 20);
     let sent: Vec<String> = (0..600)
         .map(|i| format!("{i:05}-{}", "v".repeat(4000 + (i * 37) % 3000)))
         .collect();
-    let reports: Vec<_> = sent
-        .iter()
-        .map(|v| {
-            p.send(ProducerRecord::new("big", v.as_bytes()).partition(0))
-                .unwrap()
-        })
-        .collect();
-    p.flush().unwrap();
-    for r in reports {
-        r.wait().unwrap();
-    }
+    produce_values_in_batches(&b, "big", 0, 1 << 20, sent.clone());
     let got = consume_exactly(&b, "big", StartFrom::Beginning, sent.len());
     assert_eq!(values(&got), sent);
 }

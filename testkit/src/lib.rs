@@ -404,7 +404,7 @@ impl TestBroker {
     /// (one hung so, once, on a loaded machine, between its registration and its shards'
     /// listeners); this is what tells the next one's cause.
     fn threads_report(&self) -> String {
-        let Some(pid) = self.child.as_ref().map(Child::id) else {
+        let Some(pid) = self.pid() else {
             return "(not running)".into();
         };
         let mut out = String::new();
@@ -455,7 +455,7 @@ impl TestBroker {
 
     /// Sends `signal` (SIGSTOP, SIGCONT, ...) to the running broker process.
     pub fn signal(&self, signal: i32) {
-        let pid = self.child.as_ref().expect("broker running").id();
+        let pid = self.pid().expect("broker running");
         // SAFETY: kill(2) on our own child's pid with a plain signal number.
         let rc = unsafe { libc::kill(pid as libc::pid_t, signal) };
         assert_eq!(rc, 0, "kill({pid}, {signal})");
@@ -498,7 +498,7 @@ impl TestBroker {
 
     /// A field of the broker process's /proc status in KiB ("VmRSS", "VmHWM").
     pub fn status_kib(&self, field: &str) -> u64 {
-        let pid = self.child.as_ref().expect("broker running").id();
+        let pid = self.pid().expect("broker running");
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
         status
             .lines()
@@ -646,7 +646,18 @@ pub fn produce_values(
     partition: u32,
     values: impl IntoIterator<Item = String>,
 ) {
-    let p = producer(b, 1 << 10);
+    produce_values_in_batches(b, topic, partition, 1 << 10, values);
+}
+
+/// [`produce_values`] with batches of up to `batch_bytes`.
+pub fn produce_values_in_batches(
+    b: &TestBroker,
+    topic: &str,
+    partition: u32,
+    batch_bytes: usize,
+    values: impl IntoIterator<Item = String>,
+) {
+    let p = producer(b, batch_bytes);
     let reports: Vec<_> = values
         .into_iter()
         .map(|v| {
