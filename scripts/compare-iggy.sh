@@ -12,7 +12,9 @@
 #   - producer+consumer at a fixed 50 MB/s in (end-to-end latency p50 ... p99.99, and
 #     rill-bench's true max; Iggy's percentiles are means over actors, not pooled; rill's are
 #     from each message's intended send time, and again from its send call, as Iggy's are);
-#   - produce with an fsync per write (rill --fsync always, Iggy --enforce-fsync);
+#   - produce with an fsync per write (rill --fsync always, Iggy --enforce-fsync), and rill at
+#     10,000 msg/s with an fsync per write, beside the machine alone at that pace (fio paced,
+#     and `rill-bench loopback --sync-dir`: a plain thread's durable acknowledgement);
 #   - a 10 M-message produce (its tail latency, while Iggy's page cache is written back;
 #     rill's per message includes the wait in its producer's buffer, so rill's per request,
 #     from write to response, is also set beside Iggy's, which times each batch request),
@@ -39,7 +41,7 @@
 # Iggy listens on its config's fixed loopback ports (TCP 8090, QUIC 8080, HTTP 3000, WS 8092).
 set -euo pipefail
 
-usage() { sed -n '2,39p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,41p' "$0" | sed 's/^# \{0,1\}//'; }
 
 rounds=5
 scale=${SCALE:-1}
@@ -235,6 +237,39 @@ print("%.0f msg/s, p50 %.0f us, p99 %.0f us, p99.99 %.0f us" % (r["msgs_per_sec"
   probe_stop rill "$name" "$round"
 }
 
+# The machine alone at the fsync-10k row's pace (10,000 a second over 2 writers), right after
+# it: fio's 4 KiB write + fdatasync paced (2 jobs of 5,000 IOPS; the hot-loop fio above never
+# lets the device idle), and `rill-bench loopback`: a request over loopback TCP answered once
+# written O_DIRECT|O_DSYNC by a plain thread, the floor under any broker's acknowledgement.
+machine_floor() { # ROUND
+  local json=$results/machine-loopback-dsync-$1.json
+  probe_start
+  if "$BENCH" loopback --rate 10000 --connections 2 --messages $((100000 / scale)) \
+    --request-bytes "$MESSAGE_BYTES" --sync-dir "$work" --json "$json" >>"$results/rill-bench.log" 2>&1; then
+    python3 - "$json" <<'EOF' | while read -r metric value; do record machine loopback-dsync "$1" "$metric" "$value"; done
+import json, sys
+r = json.load(open(sys.argv[1]))
+for k in ("p50", "p99", "p9999"):
+    print(k + "_us", r["latency_us"][k])
+    print("send_" + k + "_us", r["latency_from_send_us"][k])
+EOF
+  else
+    record machine loopback-dsync "$1" failed 1
+  fi
+  probe_stop machine loopback-dsync "$1"
+  mkdir -p "$work/fio"
+  fio --name=sync4kpaced --directory="$work/fio" --rw=write --bs=4k --size=64M --direct=1 --fdatasync=1 \
+    --ioengine=sync --rate_iops=5000 --numjobs=2 --group_reporting --runtime=10 --time_based \
+    --output-format=json >"$results/fio-sync4k-paced-$1.json"
+  rm -rf "$work/fio"
+  python3 - "$results/fio-sync4k-paced-$1.json" <<'EOF' | while read -r metric value; do record machine fio-sync4k-paced "$1" "$metric" "$value"; done
+import json, sys
+j = json.load(open(sys.argv[1]))["jobs"][0]
+print("sync_p99_us", j["sync"]["lat_ns"]["percentile"]["99.000000"] / 1e3)
+print("write_p99_us", j["write"]["clat_ns"]["percentile"]["99.000000"] / 1e3)
+EOF
+}
+
 # iggy-bench NAME ROUND GLOBAL-ARGS... -- COMMAND-ARGS...: its total msg/s and percentiles
 # (ms, converted to us), the consumers' where it has consumers.
 iggy_bench() {
@@ -306,6 +341,7 @@ run_rill() { # ROUND
   rill_bench produce produce-fsync-10k "$r" --topic pfsync10k --producers 2 --acks 1 \
     --linger-ms 0 --rate 10000 --messages $((100000 / scale)) --batch-bytes "$(batch_bytes 1000)"
   stop_server
+  machine_floor "$r"
   # Acknowledged from memory, as Iggy's writes are from its page cache. Iggy's writers wait
   # only past vm.dirty_ratio of memory (20%: GBs); at the default 16 MiB per partition this
   # row measured the disk again, so the bound here is 1 GiB per partition (2 GiB in all).
@@ -433,6 +469,19 @@ for metric, label in (("p50_us", "p50"), ("p99_us", "p99")):
     if r is not None:
         print(f"\nrill `--fsync always` at 10,000 msg/s, acknowledgement {label}: {r / 1000:.2f} ms; "
               f"fio fdatasync p99 {fio_p99 / 1000:.2f} ms: {r / fio_p99:.1f}x (target for p99: <= 2x)")
+# The same pace without a broker (medians over the rounds, each right after rill's run).
+r = med("rill", "produce-fsync-10k", "p99_us")
+paced = med("machine", "fio-sync4k-paced", "sync_p99_us")
+paced_w = med("machine", "fio-sync4k-paced", "write_p99_us")
+floor = med("machine", "loopback-dsync", "p99_us")
+floor_send = med("machine", "loopback-dsync", "send_p99_us")
+if r is not None and paced:
+    print(f"\nAt the same pace: fio 4 KiB write + fdatasync at 2 x 5,000 IOPS: fdatasync p99 "
+          f"{paced / 1000:.2f} ms (write p99 {paced_w / 1000:.2f} ms); rill's p99 is {r / paced:.1f}x it.")
+if r is not None and floor:
+    print(f"`rill-bench loopback` (no broker; each request written O_DSYNC by a plain thread, then "
+          f"answered; one in flight per connection): p99 {floor / 1000:.2f} ms from the intended "
+          f"send, {floor_send / 1000:.2f} ms from the send; rill's p99 is {r / floor:.2f}x the first.")
 # Time lost by the whole machine while each ran (medians): a latency under it says as much
 # about the host as about the system measured.
 probed = sorted({w for (s, w, m) in rows if s == "rill" and m == "lost_pct"})

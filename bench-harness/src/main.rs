@@ -3,6 +3,7 @@
 mod histogram_log;
 mod kafka_driver;
 mod load;
+mod loopback;
 mod plot;
 mod progress;
 mod report;
@@ -40,6 +41,9 @@ enum Workload {
     E2e(load::LoadArgs),
     /// Produce over a grid of linger x batch bytes: the throughput-versus-latency table.
     Sweep(workloads::SweepArgs),
+    /// No broker: paced request/response over loopback TCP (optionally each request written
+    /// O_DIRECT|O_DSYNC before its answer), the machine's floor for an acknowledgement.
+    Loopback(loopback::LoopbackArgs),
 }
 
 fn main() {
@@ -65,6 +69,7 @@ fn main() {
         Workload::Consume(a) => workloads::consume(a),
         Workload::E2e(a) => workloads::e2e(a),
         Workload::Sweep(a) => workloads::sweep(a),
+        Workload::Loopback(a) => loopback::run(a),
     };
     match result {
         Ok(report) => {
