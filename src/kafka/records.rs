@@ -23,6 +23,8 @@ use crate::batch::{
     add_flags, aligned16, BatchBuilder, BatchError, BatchView, RecordView, FLAG_CONTROL,
     FLAG_TRANSACTIONAL,
 };
+use crate::memory::frame_arena::MIN_ARENA_BLOCK;
+use crate::protocol::frame_pool::backed_buffer;
 use crate::protocol::ErrorCode;
 
 /// Why produced Kafka records were refused.
@@ -60,7 +62,14 @@ pub fn to_rill_batch(records: &Bytes) -> Result<(AlignedVec<16>, u32), ConvertEr
 }
 
 fn decode_batches(mut rest: Bytes) -> Result<(AlignedVec<16>, u32), ConvertError> {
-    let mut builder = BatchBuilder::with_capacity(stored_size_estimate(&rest));
+    // A large batch is backed at once, in the broker's frame arena as a request frame is:
+    // it is kept in the tail cache, so until that is full each one is fresh memory.
+    let estimate = stored_size_estimate(&rest);
+    let mut builder = if estimate >= MIN_ARENA_BLOCK {
+        BatchBuilder::with_buffer(backed_buffer(estimate), estimate)
+    } else {
+        BatchBuilder::with_capacity(estimate)
+    };
     let mut n = 0usize;
     let mut batches = 0usize;
     let mut producer = None;
@@ -728,7 +737,14 @@ mod tests {
         use crate::batch::test_support::{build_random, random_records, read_back, Rng};
         let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
         for round in 0..300u64 {
-            let n = 1 + rng.below(40) as usize;
+            // Every 50th batch is large enough to be built in a backed buffer (the frame
+            // arena's in the broker), the others in the builder's own.
+            let large = round % 50 == 0;
+            let n = if large {
+                4000 + rng.below(3000) as usize
+            } else {
+                1 + rng.below(40) as usize
+            };
             let records = random_records(&mut rng, n);
             let mut rill = build_random(&records).to_vec();
             let base = 500 + round * 100;
@@ -739,6 +755,11 @@ mod tests {
                 Some(base + n as u64)
             );
             let kafka = kafka.freeze();
+            assert_eq!(
+                stored_size_estimate(&kafka) >= MIN_ARENA_BLOCK,
+                large,
+                "round {round}"
+            );
 
             // kafka-protocol reads it as one valid batch with the same records (its map of
             // headers keeps the last value of a repeated name at the name's first place).

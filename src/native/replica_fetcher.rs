@@ -26,6 +26,7 @@ use crate::protocol::frame::{
     check_frame_len, encode_meta, encode_request, DecodeMeta, EncodeMeta, FrameBuf, RequestHeader,
     ResponseFrame,
 };
+use crate::protocol::frame_pool::backed_buffer;
 use crate::protocol::messages::{
     OffsetForLeaderEpochPartition, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse,
     ReplicaFetchPartition, ReplicaFetchRequest, ReplicaFetchResponse, SaslAuthenticateRequest,
@@ -501,8 +502,9 @@ impl Conn {
                 .await
                 .map_err(|e| format!("reading: {e}"))?;
             let len = check_frame_len(u32::from_le_bytes(len), max).map_err(|e| e.to_string())?;
-            let mut buf = FrameBuf::with_capacity(len);
-            buf.resize(len, 0);
+            // Its batches stay in the follower's tail cache: fresh memory until that is
+            // full, backed at once (in the broker's frame arena) as a request frame is.
+            let mut buf = backed_buffer(len);
             self.stream
                 .read_exact(&mut buf)
                 .await

@@ -102,23 +102,7 @@ impl PooledFrame {
         if len <= self.buf.capacity() {
             return;
         }
-        let layout = std::alloc::Layout::from_size_align(len, FrameBuf::ALIGNMENT)
-            .expect("a frame length is bounded by --max-frame-bytes");
-        // In the broker a frame of about 1 MiB shares huge pages with its neighbours
-        // (`memory::frame_arena`); freed through the global allocator like any other block.
-        let ptr = crate::memory::frame_arena::alloc_frame_zeroed(len).or_else(|| {
-            // SAFETY: a non-zero size (len > capacity >= 0).
-            std::ptr::NonNull::new(unsafe { std::alloc::alloc_zeroed(layout) })
-        });
-        let Some(ptr) = ptr else {
-            std::alloc::handle_alloc_error(layout)
-        };
-        // SAFETY: `ptr` holds `len` bytes, all written (zeroed) by the allocator.
-        unsafe { crate::memory::populate_for_write(ptr.as_ptr(), len) };
-        // SAFETY: what `AlignedVec::into_parts` would give: a block of the global allocator
-        // with the layout `AlignedVec` frees with (capacity `len`, its alignment), all `len`
-        // bytes initialised.
-        let mut grown = unsafe { FrameBuf::from_parts(ptr, len, len) };
+        let mut grown = backed_buffer(len);
         let old = std::mem::take(&mut self.buf);
         grown[..old.len()].copy_from_slice(&old);
         self.buf = grown;
@@ -135,6 +119,30 @@ impl PooledFrame {
             (idle.bufs.len(), idle.bytes)
         })
     }
+}
+
+/// A buffer of `len` zero bytes (its length and capacity), backed now. In the broker a
+/// buffer of about 1 MiB shares huge pages with its neighbours (`memory::frame_arena`: in
+/// memory the broker backed at its start with `--tail-cache-pre-touch`), else it is the
+/// global allocator's; either way it is freed through the global allocator. For a request
+/// frame, and for a batch the broker builds and keeps in the tail cache (a Kafka produce's),
+/// which are fresh memory until the tail cache is full.
+pub fn backed_buffer(len: usize) -> FrameBuf {
+    let layout = std::alloc::Layout::from_size_align(len.max(1), FrameBuf::ALIGNMENT)
+        .expect("a buffer length is bounded by --max-frame-bytes");
+    let ptr = crate::memory::frame_arena::alloc_frame_zeroed(len).or_else(|| {
+        // SAFETY: a non-zero size (at least 1).
+        std::ptr::NonNull::new(unsafe { std::alloc::alloc_zeroed(layout) })
+    });
+    let Some(ptr) = ptr else {
+        std::alloc::handle_alloc_error(layout)
+    };
+    // SAFETY: `ptr` holds `layout.size()` bytes, all written (zeroed) by the allocator.
+    unsafe { crate::memory::populate_for_write(ptr.as_ptr(), layout.size()) };
+    // SAFETY: what `AlignedVec::into_parts` would give: a block of the global allocator with
+    // the layout `AlignedVec` frees with (capacity `layout.size()`, its alignment), its first
+    // `len` bytes (all of them) initialised.
+    unsafe { FrameBuf::from_parts(ptr, len, layout.size()) }
 }
 
 /// Sizes only: the bytes past the frame are a former frame's, and the frame may be large.
@@ -217,6 +225,20 @@ mod tests {
         let mut buf = FrameBuf::with_capacity(len);
         buf.resize(len, byte);
         PooledFrame::from(buf)
+    }
+
+    #[test]
+    fn a_backed_buffer_is_zeroed_aligned_and_as_long_as_asked() {
+        for len in [0, 1, 4095, 4096, 300 << 10, (1 << 20) + 17, 5 << 20] {
+            let mut b = backed_buffer(len);
+            assert_eq!(b.len(), len);
+            assert!(b.capacity() >= len.max(1));
+            assert_eq!(b.as_ptr() as usize % FrameBuf::ALIGNMENT, 0);
+            assert!(b.iter().all(|&x| x == 0), "{len}");
+            // Writable to its end, and grows like any buffer.
+            b.extend_from_slice(b"tail");
+            assert_eq!(&b[len..], b"tail");
+        }
     }
 
     #[test]
