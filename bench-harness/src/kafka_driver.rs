@@ -75,7 +75,13 @@ fn consumer_config(a: &LoadArgs) -> ClientConfig {
         .set("fetch.wait.max.ms", "100")
         .set("fetch.min.bytes", "1")
         .set("fetch.max.bytes", (16 << 20).to_string())
-        .set("max.partition.fetch.bytes", (4 << 20).to_string());
+        .set("max.partition.fetch.bytes", (4 << 20).to_string())
+        // Once a partition's queue is past queued.max.messages.kbytes (64 MiB), librdkafka
+        // fetches it again only after this wait (1 s by default), however soon the queue
+        // drains: against a broker that answers 4 MiB at once, a consume from the start spent
+        // most of its time there (150-390 k msg/s against 1.1-1.8 M with 1-10 ms, RESULTS.md
+        // 2026-12-06 nineteenth). rill's own consumer fetches as soon as it has room.
+        .set("fetch.queue.backoff.ms", "10");
     c
 }
 
