@@ -620,3 +620,55 @@ fn with_fsync_always_the_active_segment_is_written_o_dsync() {
         );
     }
 }
+
+/// A flipped byte inside a stored batch's records (its header intact) in a closed segment:
+/// the Kafka listener converts what it reads (the segment reader checks each batch's CRC),
+/// so a Kafka fetch gets every record before the damaged batch, then CORRUPT_MESSAGE there,
+/// never the wrong value under a fresh Kafka CRC.
+#[test]
+fn a_flipped_record_byte_on_disk_is_corrupt_message_to_a_kafka_fetch() {
+    use kafka_protocol::messages::{ApiKey, FetchResponse};
+    use kafka_protocol::records::RecordBatchDecoder;
+    let mut b = TestBroker::start_kafka(1, &["--segment-bytes", "65536"]);
+    b.client().create_topic("rot", 1, 1, vec![]).unwrap();
+    let value = |i: u64| format!("r{i:05}-{}", "z".repeat(60));
+    produce_values(&b, "rot", 0, (0..3000).map(value));
+    assert!(b.terminate().success());
+    let files = segment_files(&partition_dir(&b.data_dir(), "rot", 0));
+    assert!(files.len() >= 3, "closed segments to damage");
+    let pos = position_of(&files[1], base_of(&files[1]) + 200);
+    let bytes = std::fs::read(&files[1]).unwrap();
+    let h = rill::batch::BatchHeader::decode(&bytes[pos as usize..]).unwrap();
+    // The body starts after the 80-byte header with the records' bytes: a value's byte.
+    let at_byte = pos + 80 + 40;
+    assert_eq!(bytes[at_byte as usize], b'z', "a value byte");
+    flip(&files[1], at_byte, 0x01);
+    b.start_again();
+
+    let mut at = 0u64;
+    let mut got = Vec::new();
+    let start = Instant::now();
+    loop {
+        let req = rill_testkit::kafka_fetch_request("rot", 0, at as i64, -1);
+        let r: FetchResponse =
+            rill_testkit::kafka_call(&b.kafka_bootstrap(), ApiKey::Fetch, 12, &req);
+        let pd = &r.responses[0].partitions[0];
+        if let Some(records) = pd.records.clone().filter(|r| !r.is_empty()) {
+            for set in RecordBatchDecoder::decode_all(&mut records.clone()).unwrap() {
+                let from = at;
+                for rec in set.records.iter().filter(|r| r.offset as u64 >= from) {
+                    assert_eq!(rec.offset as u64, at);
+                    got.push(String::from_utf8(rec.value.clone().unwrap().to_vec()).unwrap());
+                    at += 1;
+                }
+            }
+        }
+        if pd.error_code != 0 {
+            assert_eq!(pd.error_code, ErrorCode::CorruptMessage.code());
+            break;
+        }
+        assert!(start.elapsed() < DEADLINE, "no error after {at} records");
+    }
+    assert_eq!(at, h.base_offset, "served up to the damaged batch");
+    assert_eq!(got, (0..h.base_offset).map(value).collect::<Vec<_>>());
+}

@@ -325,13 +325,27 @@ impl ExactSizeIterator for HeaderIter<'_> {}
 pub struct BatchIter<'a> {
     rest: &'a [u8],
     failed: bool,
+    /// Whether each batch's body CRC is computed.
+    check_crc: bool,
 }
 
 impl<'a> BatchIter<'a> {
+    /// Every batch's header and CRC checked.
     pub fn new(bytes: &'a [u8]) -> Self {
         BatchIter {
             rest: bytes,
             failed: false,
+            check_crc: true,
+        }
+    }
+
+    /// Batches whose CRCs were checked already (by a segment reader, or when appended): only
+    /// their headers are checked. A body CRC costs a pass over every byte; records are
+    /// still validated when read.
+    pub fn checked_before(bytes: &'a [u8]) -> Self {
+        BatchIter {
+            check_crc: false,
+            ..BatchIter::new(bytes)
         }
     }
 }
@@ -342,7 +356,12 @@ impl<'a> Iterator for BatchIter<'a> {
         if self.rest.is_empty() || self.failed {
             return None;
         }
-        match BatchView::parse_checked(self.rest) {
+        let parsed = if self.check_crc {
+            BatchView::parse_checked(self.rest)
+        } else {
+            BatchView::parse_header(self.rest)
+        };
+        match parsed {
             Ok(view) => {
                 self.rest = &self.rest[view.len()..];
                 Some(Ok(view))
@@ -381,6 +400,43 @@ mod tests {
             );
         }
         b.build().unwrap().to_vec()
+    }
+
+    /// Both walks give the same batches; a damaged body stops only the checking one, a
+    /// damaged header both.
+    #[test]
+    fn a_walk_of_checked_batches_skips_only_the_body_crc() {
+        let mut bytes = Vec::new();
+        for base in [0u64, 5, 10] {
+            let mut b = aligned(&sample(5));
+            stamp(&mut b, base, 1);
+            bytes.extend_from_slice(&b);
+        }
+        let bytes = aligned(&bytes);
+        let bases = |it: BatchIter<'_>| -> Vec<Result<u64, ()>> {
+            it.map(|b| b.map(|v| v.header().base_offset).map_err(|_| ()))
+                .collect()
+        };
+        assert_eq!(bases(BatchIter::new(&bytes)), vec![Ok(0), Ok(5), Ok(10)]);
+        assert_eq!(
+            bases(BatchIter::checked_before(&bytes)),
+            vec![Ok(0), Ok(5), Ok(10)]
+        );
+        let second = BatchView::parse_header(&bytes).unwrap().len();
+        let mut body = bytes.clone();
+        body[second + HEADER_LEN + 3] ^= 1;
+        assert_eq!(bases(BatchIter::new(&body)), vec![Ok(0), Err(())]);
+        assert_eq!(
+            bases(BatchIter::checked_before(&body)),
+            vec![Ok(0), Ok(5), Ok(10)]
+        );
+        let mut header = bytes.clone();
+        header[second + 9] ^= 1;
+        assert_eq!(bases(BatchIter::new(&header)), vec![Ok(0), Err(())]);
+        assert_eq!(
+            bases(BatchIter::checked_before(&header)),
+            vec![Ok(0), Err(())]
+        );
     }
 
     #[test]

@@ -61,7 +61,8 @@ pub async fn read_filtered(
                 ));
             };
             let bytes = aligned16(bytes);
-            for batch in BatchIter::new(&bytes) {
+            // Read chunks hold checked batches (the segment reader's check, or the append's).
+            for batch in BatchIter::checked_before(&bytes) {
                 let batch = batch.map_err(|e| corrupt(at, e))?;
                 let h = batch.header();
                 if h.next_offset() <= at {

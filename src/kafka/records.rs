@@ -331,9 +331,11 @@ pub fn to_kafka_batches(
 /// How [`served_batches`] checks what it walks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Walk {
-    /// Header and CRC: bytes not walked before.
+    /// Header and CRC: bytes nothing checked before.
     Checked,
-    /// Header only: bytes a `Checked` walk already passed (the CRC is not computed twice).
+    /// Header only (its own CRC included): batches whose CRC was checked already (a segment
+    /// reader's, or an append's). Records are validated (rkyv) whenever they are read either
+    /// way.
     Unchecked,
 }
 
