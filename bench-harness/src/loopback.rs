@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use clap::{Args, ValueEnum};
 use hdrhistogram::Histogram;
+use rkyv::util::AlignedVec;
 
 use crate::report::{new_histogram, record, Latency, Report};
 
@@ -166,36 +167,6 @@ fn sync_file(path: &Path, mode: SyncMode) -> Result<File, String> {
         .map_err(|e| format!("{}: O_DIRECT: {e}", path.display()))
 }
 
-/// A page-aligned buffer of `len` bytes (a multiple of the page), for O_DIRECT.
-struct AlignedBuf {
-    ptr: *mut u8,
-    layout: std::alloc::Layout,
-}
-
-impl AlignedBuf {
-    fn new(len: usize) -> AlignedBuf {
-        let layout = std::alloc::Layout::from_size_align(len, PAGE).expect("page-aligned layout");
-        // SAFETY: `len` is above 0 (a request is at least one byte, rounded up to a page).
-        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
-        if ptr.is_null() {
-            std::alloc::handle_alloc_error(layout);
-        }
-        AlignedBuf { ptr, layout }
-    }
-
-    fn as_mut(&mut self) -> &mut [u8] {
-        // SAFETY: `ptr` holds `layout.size()` initialised (zeroed) bytes owned by `self`.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.layout.size()) }
-    }
-}
-
-impl Drop for AlignedBuf {
-    fn drop(&mut self) {
-        // SAFETY: allocated in `new` with this layout, freed once.
-        unsafe { std::alloc::dealloc(self.ptr, self.layout) }
-    }
-}
-
 /// What the servers did: requests answered, and written durably before their answer.
 #[derive(Default)]
 struct Served {
@@ -212,18 +183,21 @@ fn serve(
 ) -> Result<Served, String> {
     let mut served = Served::default();
     stream.set_nodelay(true).map_err(|e| e.to_string())?;
-    let mut buf = AlignedBuf::new(request_bytes.div_ceil(PAGE) * PAGE);
-    let write_len = buf.layout.size() as u64;
+    // O_DIRECT: the buffer, its length and the file offset page-aligned.
+    let pages = request_bytes.div_ceil(PAGE) * PAGE;
+    let mut buf = AlignedVec::<PAGE>::with_capacity(pages);
+    buf.resize(pages, 0);
+    let write_len = buf.len() as u64;
     let mut offset = 0u64;
     let answer = [0u8; ANSWER_BYTES];
     loop {
-        match stream.read_exact(&mut buf.as_mut()[..request_bytes]) {
+        match stream.read_exact(&mut buf[..request_bytes]) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(served),
             Err(e) => return Err(format!("server read: {e}")),
         }
         if let Some((f, mode)) = file {
-            f.write_all_at(buf.as_mut(), offset)
+            f.write_all_at(&buf, offset)
                 .map_err(|e| format!("server write: {e}"))?;
             if mode == SyncMode::Fdatasync {
                 f.sync_data()

@@ -5,8 +5,9 @@
 //! two full-size copies into fresh multi-MiB buffers before its first byte was sent, while
 //! librdkafka (one fetch in flight per connection) waited. Here the read chunks are kept as
 //! read; their Kafka size is computed first (a walk over record metadata; the batches' CRCs
-//! were checked when they were read from a file or appended), the response's framing is encoded by kafka-protocol with the records
-//! left out and spliced around them, and the writer converts the batches into one bounded
+//! were checked when they were read from a file or appended), the response's framing is
+//! encoded by kafka-protocol with the records left out and spliced around them, and the
+//! writer converts the batches into one bounded
 //! buffer, sending it whenever it holds [`FLUSH_BYTES`], so conversion overlaps the send and
 //! the bytes go out while still in cache.
 

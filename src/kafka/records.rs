@@ -20,10 +20,9 @@ use kafka_protocol::records::{BatchDecodeInfo, Compression, RecordBatchDecoder};
 use rkyv::util::AlignedVec;
 
 use crate::batch::{
-    add_flags, aligned16, BatchBuilder, BatchError, BatchView, RecordView, FLAG_CONTROL,
+    add_flags, aligned16, BatchBuilder, BatchError, BatchIter, BatchView, RecordView, FLAG_CONTROL,
     FLAG_TRANSACTIONAL,
 };
-use crate::memory::frame_arena::MIN_ARENA_BLOCK;
 use crate::protocol::frame_pool::backed_buffer;
 use crate::protocol::ErrorCode;
 
@@ -62,14 +61,10 @@ pub fn to_rill_batch(records: &Bytes) -> Result<(AlignedVec<16>, u32), ConvertEr
 }
 
 fn decode_batches(mut rest: Bytes) -> Result<(AlignedVec<16>, u32), ConvertError> {
-    // A large batch is backed at once, in the broker's frame arena as a request frame is:
-    // it is kept in the tail cache, so until that is full each one is fresh memory.
+    // Backed at once, as a request frame is (in the broker's frame arena from 256 KiB): the
+    // batch is kept in the tail cache, so until that is full each one is fresh memory.
     let estimate = stored_size_estimate(&rest);
-    let mut builder = if estimate >= MIN_ARENA_BLOCK {
-        BatchBuilder::with_buffer(backed_buffer(estimate), estimate)
-    } else {
-        BatchBuilder::with_capacity(estimate)
-    };
+    let mut builder = BatchBuilder::with_buffer(backed_buffer(estimate), estimate);
     let mut n = 0usize;
     let mut batches = 0usize;
     let mut producer = None;
@@ -348,33 +343,21 @@ pub(super) fn served_batches(
     fetch_offset: u64,
     walk: Walk,
 ) -> impl Iterator<Item = Result<BatchView<'_>, ConvertError>> {
-    let mut rest = aligned;
-    let mut done = false;
-    std::iter::from_fn(move || loop {
-        if done || rest.is_empty() {
-            return None;
-        }
-        let batch = match walk {
-            Walk::Checked => BatchView::parse_checked(rest),
-            Walk::Unchecked => BatchView::parse_header(rest),
-        };
-        match batch {
-            Ok(b) => {
-                rest = &rest[b.len()..];
-                if b.header().next_offset() > fetch_offset {
-                    return Some(Ok(b));
-                }
-            }
-            Err(BatchError::Truncated { .. }) => {
-                done = true;
-                return None;
-            }
-            Err(e) => {
-                done = true;
-                return Some(Err(e.into()));
-            }
-        }
-    })
+    let batches = match walk {
+        Walk::Checked => BatchIter::new(aligned),
+        Walk::Unchecked => BatchIter::checked_before(aligned),
+    };
+    // The iterator ends after its first fault.
+    batches
+        .map_while(|b| match b {
+            Err(BatchError::Truncated { .. }) => None,
+            other => Some(other),
+        })
+        .filter(move |b| {
+            b.as_ref()
+                .map_or(true, |b| b.header().next_offset() > fetch_offset)
+        })
+        .map(|b| b.map_err(ConvertError::from))
 }
 
 /// Bytes [`encode_batch`] writes for `batch`, computed without writing them.
@@ -739,8 +722,8 @@ mod tests {
         use crate::batch::test_support::{build_random, random_records, read_back, Rng};
         let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
         for round in 0..300u64 {
-            // Every 50th batch is large enough to be built in a backed buffer (the frame
-            // arena's in the broker), the others in the builder's own.
+            // Every 50th batch is large enough to be carved from the frame arena in the
+            // broker, the others are not.
             let large = round % 50 == 0;
             let n = if large {
                 4000 + rng.below(3000) as usize
@@ -758,7 +741,7 @@ mod tests {
             );
             let kafka = kafka.freeze();
             assert_eq!(
-                stored_size_estimate(&kafka) >= MIN_ARENA_BLOCK,
+                stored_size_estimate(&kafka) >= crate::memory::frame_arena::MIN_ARENA_BLOCK,
                 large,
                 "round {round}"
             );
