@@ -465,3 +465,84 @@ fn retention_during_heavy_produce_and_consume_loses_nothing_in_the_window() {
         assert_eq!(Some(&by_offset[&r.offset]), r.value.as_ref());
     }
 }
+
+/// The files of the broker process `pid` open but removed, under `dir`, with their sizes.
+fn removed_open_files(pid: u32, dir: &std::path::Path) -> Vec<(String, u64)> {
+    let dir = dir.to_string_lossy().into_owned();
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return Vec::new();
+    };
+    fds.flatten()
+        .filter_map(|fd| {
+            let target = std::fs::read_link(fd.path()).ok()?;
+            let target = target.to_string_lossy().into_owned();
+            if !(target.starts_with(&dir) && target.ends_with(" (deleted)")) {
+                return None;
+            }
+            // The link leads to the open file itself: its size as it is now.
+            let size = std::fs::metadata(fd.path()).ok()?.len();
+            Some((target, size))
+        })
+        .collect()
+}
+
+#[test]
+fn a_deleted_topics_files_go_at_once_and_their_space_comes_back_in_steps() {
+    // Slow steps, so the shrinking can be watched: 1 MiB each, 50 ms apart.
+    let b = TestBroker::start(
+        1,
+        &[
+            "--file-delete-step-bytes",
+            "1048576",
+            "--file-delete-step-pause-us",
+            "50000",
+        ],
+    );
+    let pid = b.pid().expect("broker pid");
+    let data = b.data_dir();
+    let mut admin = b.client();
+    let configs = vec![("segment.bytes".to_string(), (64u64 << 20).to_string())];
+    admin.create_topic("bulky", 1, 1, configs).unwrap();
+    // 24 MiB of records: the active segment is preallocated past them, in 16 MiB steps.
+    fill(&b, "bulky", 24 * 1024, 1024, rill::clock::now_ms(), "bulk");
+    let segment = rill_testkit::segment_files(&rill_testkit::partition_dir(&data, "bulky", 0))
+        .into_iter()
+        .find(|p| p.extension().is_some_and(|x| x == "log"))
+        .expect("a segment file");
+    let allocated = std::fs::metadata(&segment).unwrap().len();
+    assert!(allocated >= 24 << 20, "segment of {allocated} bytes");
+
+    admin.delete_topic("bulky").unwrap();
+    assert!(
+        !rill_testkit::has_partition_dir(&data, "bulky", 0),
+        "the directory goes with the delete"
+    );
+    // The segment is still open, unlinked, and shrinks a step at a time: seen smaller than
+    // it was and larger than nothing at least once, then closed.
+    let mut sizes = Vec::new();
+    let start = Instant::now();
+    loop {
+        let open = removed_open_files(pid, &data);
+        if let Some((_, size)) = open.iter().find(|(t, _)| t.contains(".log")) {
+            sizes.push(*size);
+        } else if !sizes.is_empty() || start.elapsed() > Duration::from_secs(2) {
+            break;
+        }
+        assert!(start.elapsed() < DEADLINE, "still open: {open:?}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(
+        sizes.iter().any(|s| *s < allocated && *s > 0),
+        "the removed segment was not seen shrinking in steps: {} sizes, first {:?}, last {:?}",
+        sizes.len(),
+        sizes.first(),
+        sizes.last()
+    );
+    assert!(sizes.windows(2).all(|w| w[1] <= w[0]), "sizes only go down");
+    wait_until("every removed file to be closed", || {
+        removed_open_files(pid, &data).is_empty()
+    });
+    // A topic of the same name starts empty.
+    admin.create_topic("bulky", 1, 1, Vec::new()).unwrap();
+    assert_eq!(admin.partition_state("bulky", 0).unwrap().size_bytes, 0);
+}

@@ -77,6 +77,8 @@ pub struct BrokerConfig {
     pub file_write_bytes: usize,
     /// DMA writes in flight per partition (`--file-writes-in-flight`).
     pub file_writes_in_flight: usize,
+    /// How removed log files give their blocks back (`--file-delete-*`).
+    pub file_delete: crate::log::file_removal::RemovalPace,
     pub max_frame_bytes: usize,
     /// Request bytes the connections of one shard may hold at once, both listeners together
     /// (`--max-request-memory-bytes`, per shard); see `server::request_memory`.
@@ -248,6 +250,7 @@ impl BrokerConfig {
             preallocate_step_bytes: 16 << 20,
             file_write_bytes: crate::log::appender::WRITE_BYTES,
             file_writes_in_flight: crate::log::appender::WRITES_IN_FLIGHT,
+            file_delete: crate::log::file_removal::RemovalPace::DEFAULT,
             max_frame_bytes: 64 << 20,
             max_request_memory_bytes: DEFAULT_MAX_REQUEST_MEMORY_BYTES,
             tail_cache_bytes: 64 << 20,

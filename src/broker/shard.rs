@@ -450,12 +450,13 @@ impl Shard {
     }
 
     /// Removes a partition's files (and its topic's directory once empty), off the shard
-    /// thread: removing a large partition takes a while.
+    /// thread: removing a large partition takes a while (its blocks are freed behind, in
+    /// steps: `file_removal`).
     async fn remove_files(&self, p: &Partition) {
         self.cache.forget(p.cache_key);
         let dir = p.dir();
         rill_shards::rt::spawn_blocking(move || {
-            if let Err(e) = std::fs::remove_dir_all(&dir) {
+            if let Err(e) = crate::log::file_removal::remove_dir_all(&dir) {
                 log::warn!("removing {}: {e}", dir.display());
             }
             if let Some(topic_dir) = dir.parent() {

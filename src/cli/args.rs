@@ -515,6 +515,18 @@ pub struct BrokerArgs {
     /// next piece while the shard serves requests.
     #[arg(long, env = "RILL_FILE_WRITES_IN_FLIGHT", default_value_t = crate::log::appender::WRITES_IN_FLIGHT)]
     pub file_writes_in_flight: usize,
+    /// A removed log file (retention, a deleted topic, a compacted segment) gives its blocks
+    /// back this many bytes at a time, behind its unlink, so the device keeps serving the other
+    /// partitions' writes; 0 frees each file at once. 0 or at least 1 MiB. 4 MiB.
+    #[arg(long, env = "RILL_FILE_DELETE_STEP_BYTES", default_value_t = crate::log::file_removal::RemovalPace::DEFAULT.step_bytes)]
+    pub file_delete_step_bytes: u64,
+    /// The pause after each --file-delete-step-bytes step, in microseconds (at most 1 s).
+    #[arg(long, env = "RILL_FILE_DELETE_STEP_PAUSE_US", default_value_t = crate::log::file_removal::RemovalPace::DEFAULT.step_pause.as_micros() as u64)]
+    pub file_delete_step_pause_us: u64,
+    /// Removed files waiting to be freed in steps, at most (1-65536); past it a removal frees
+    /// its file itself, at the same pace.
+    #[arg(long, env = "RILL_FILE_DELETE_QUEUE", default_value_t = crate::log::file_removal::RemovalPace::DEFAULT.queue)]
+    pub file_delete_queue: usize,
     /// Largest request frame accepted.
     #[arg(long, env = "RILL_MAX_FRAME_BYTES", default_value_t = 64 << 20)]
     pub max_frame_bytes: usize,

@@ -217,6 +217,29 @@ pub fn config_from_args(a: &BrokerArgs) -> Result<BrokerConfig, String> {
         ));
     }
     c.file_writes_in_flight = a.file_writes_in_flight;
+    if a.file_delete_step_bytes != 0 && a.file_delete_step_bytes < 1 << 20 {
+        return Err(format!(
+            "--file-delete-step-bytes {}: must be 0 (at once) or at least 1048576",
+            a.file_delete_step_bytes
+        ));
+    }
+    if a.file_delete_step_pause_us > 1_000_000 {
+        return Err(format!(
+            "--file-delete-step-pause-us {}: must be at most 1000000 (1 s)",
+            a.file_delete_step_pause_us
+        ));
+    }
+    if !(1..=65536).contains(&a.file_delete_queue) {
+        return Err(format!(
+            "--file-delete-queue {}: must be from 1 to 65536",
+            a.file_delete_queue
+        ));
+    }
+    c.file_delete = crate::log::file_removal::RemovalPace {
+        step_bytes: a.file_delete_step_bytes,
+        step_pause: std::time::Duration::from_micros(a.file_delete_step_pause_us),
+        queue: a.file_delete_queue,
+    };
     c.max_frame_bytes = a.max_frame_bytes;
     if a.max_request_memory_bytes < crate::net::request_memory::FIRST_STEP {
         return Err(format!(
@@ -786,6 +809,55 @@ mod tests {
             (
                 ["--file-writes-in-flight", "65"],
                 "--file-writes-in-flight 65",
+            ),
+        ] {
+            let e = config_from_args(&broker_args(&flags)).unwrap_err();
+            assert!(e.contains(needle), "{flags:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn file_delete_flags_default_and_are_checked() {
+        use crate::log::file_removal::RemovalPace;
+        let c = config_from_args(&broker_args(&[])).unwrap();
+        assert_eq!(
+            c.file_delete,
+            RemovalPace {
+                step_bytes: 4 << 20,
+                step_pause: std::time::Duration::from_millis(1),
+                queue: 1024,
+            }
+        );
+        let c = config_from_args(&broker_args(&[
+            "--file-delete-step-bytes",
+            "0",
+            "--file-delete-step-pause-us",
+            "500",
+            "--file-delete-queue",
+            "1",
+        ]))
+        .unwrap();
+        assert_eq!(
+            c.file_delete,
+            RemovalPace {
+                step_bytes: 0,
+                step_pause: std::time::Duration::from_micros(500),
+                queue: 1,
+            }
+        );
+        for (flags, needle) in [
+            (
+                ["--file-delete-step-bytes", "4096"],
+                "--file-delete-step-bytes 4096",
+            ),
+            (
+                ["--file-delete-step-pause-us", "1000001"],
+                "--file-delete-step-pause-us 1000001",
+            ),
+            (["--file-delete-queue", "0"], "--file-delete-queue 0"),
+            (
+                ["--file-delete-queue", "65537"],
+                "--file-delete-queue 65537",
             ),
         ] {
             let e = config_from_args(&broker_args(&flags)).unwrap_err();

@@ -401,14 +401,16 @@ fn finish(path: &Path) -> Result<(), LogError> {
             rename(&staged, p)?;
         }
     }
-    rename(&suffixed(path, SWAP), path)
+    // The replaced segment's blocks are freed behind, in steps.
+    let staged = suffixed(path, SWAP);
+    super::file_removal::rename_over(&staged, path).map_err(|e| LogError::io(&staged, e))
 }
 
 /// Removes the `.cleaned` files of the segment at `path` (a cleaning given up).
 pub fn discard_cleaned(path: &Path) {
     let (idx, tidx) = index_paths(path);
     for p in [path, &idx, &tidx] {
-        let _ = std::fs::remove_file(suffixed(p, CLEANED));
+        let _ = super::file_removal::remove_file(&suffixed(p, CLEANED));
     }
 }
 
@@ -442,7 +444,7 @@ pub fn finish_or_undo_swaps(dir: &Path) -> Result<usize, LogError> {
             || (name.ends_with(&format!(".{SWAP}")) && !name.ends_with(&format!(".log.{SWAP}")));
         let path = dir.join(name);
         if leftover && path.exists() {
-            std::fs::remove_file(&path).map_err(|e| LogError::io(&path, e))?;
+            super::file_removal::remove_file(&path).map_err(|e| LogError::io(&path, e))?;
             touched = true;
         }
     }

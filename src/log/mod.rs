@@ -2,6 +2,7 @@
 pub mod appender;
 pub mod compaction;
 pub mod error;
+pub mod file_removal;
 pub mod fsync;
 pub mod index;
 pub mod leader_epoch;

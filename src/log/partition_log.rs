@@ -851,7 +851,8 @@ pub async fn retire_if_expired(
 }
 
 /// Deletes detached segments' files and makes the deletions durable.
-/// On the executor's blocking pool: unlinking a large file can take milliseconds.
+/// On the executor's blocking pool: unlinking a large file can take milliseconds. Their
+/// blocks are freed behind, in steps (`file_removal`).
 pub async fn remove_segments(dir: &Path, segments: Vec<Segment>) -> Result<(), LogError> {
     if segments.is_empty() {
         return Ok(());
@@ -861,7 +862,7 @@ pub async fn remove_segments(dir: &Path, segments: Vec<Segment>) -> Result<(), L
     let dir = dir.to_path_buf();
     rill_shards::rt::spawn_blocking(move || {
         for p in &paths {
-            match std::fs::remove_file(p) {
+            match super::file_removal::remove_file(p) {
                 Ok(()) => {}
                 // A closed segment may have no index files (they are rebuilt when missing).
                 Err(e)
@@ -1078,7 +1079,7 @@ fn remove_every_segment(dir: &Path, start: u64) -> Result<(), LogError> {
 fn remove_segment_files(segment: &Path) -> Result<(), LogError> {
     let (idx, tidx) = super::segment::index_paths(segment);
     for f in [segment.to_path_buf(), idx, tidx] {
-        match std::fs::remove_file(&f) {
+        match super::file_removal::remove_file(&f) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(LogError::io(&f, e)),

@@ -137,6 +137,12 @@ pub fn run_broker(cfg: BrokerConfig) -> Result<(), BrokerError> {
     if cfg.tail_cache_pre_touch {
         pre_touch_tail_cache(cfg.tail_cache_bytes);
     }
+    if !crate::log::file_removal::configure(cfg.file_delete) {
+        ::log::warn!(
+            "--file-delete-*: this process already removes files at another pace (another \
+             broker in it); that one stays"
+        );
+    }
 
     let mut ccfg = ControllerConfig::new(&cfg.data_dir, u64::from(cfg.node_id));
     ccfg.limits = MetadataLimits {

@@ -226,9 +226,9 @@ pub fn remove_expired_strays(
         }
         let path = entry.path();
         let res = if path.is_dir() {
-            std::fs::remove_dir_all(&path)
+            crate::log::file_removal::remove_dir_all(&path)
         } else {
-            std::fs::remove_file(&path)
+            crate::log::file_removal::remove_file(&path)
         };
         match res {
             Ok(()) => {
