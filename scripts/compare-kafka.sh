@@ -15,7 +15,8 @@
 #     (acks=1, acks=all), kafka-consumer-perf-test.sh, EndToEndLatency (one message in
 #     flight); a tool rill cannot serve yet (the consumer perf test needs consumer groups)
 #     is reported as failed, not fatal.
-# and prints medians and ratios. Without a Kafka installation it says so and exits 0;
+# and prints medians and ratios, with the CPU per GB that rill-bench and the broker each spent
+# (on a machine they share, that bounds the ratios). Without a Kafka installation it says so and exits 0;
 # --rill-only runs just the rill half (native vs the Kafka listener, rill-bench only).
 # Every process it starts is stopped by pid when it ends.
 #
@@ -27,7 +28,7 @@
 # --release]; KAFKA_HEAP [1G].
 set -euo pipefail
 
-usage() { sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; }
 
 rill_only=0
 kafka_home=${KAFKA_HOME:-}
@@ -102,7 +103,8 @@ RILL_KAFKA=127.0.0.1:$rill_kafka_port
 echo "== rill broker: native $RILL_NATIVE, Kafka listener $RILL_KAFKA, --shards $RILL_SHARDS --fsync $RILL_FSYNC"
 "$RILL" broker --data-dir "$work/rill-data" --shards "$RILL_SHARDS" --fsync "$RILL_FSYNC" \
   --listen "$RILL_NATIVE" --kafka-listen "$RILL_KAFKA" >"$results/rill-broker.log" 2>&1 &
-pids+=($!)
+rill_pid=$!
+pids+=("$rill_pid")
 wait_port "$rill_port" 120 "rill"
 wait_port "$rill_kafka_port" 120 "rill's Kafka listener"
 
@@ -138,7 +140,8 @@ EOF
   # kafka-server-start.sh execs kafka-run-class.sh, which execs java: $! is the JVM.
   LOG_DIR=$work/kafka-app-logs KAFKA_HEAP_OPTS="-Xms$KAFKA_HEAP -Xmx$KAFKA_HEAP" \
     "$kafka_home/bin/kafka-server-start.sh" "$props" >"$results/kafka-broker.log" 2>&1 &
-  pids+=($!)
+  kafka_pid=$!
+  pids+=("$kafka_pid")
   wait_port "$kafka_port" 120 "Kafka"
 fi
 
@@ -177,22 +180,40 @@ kafka_bootstrap() { # TARGET (Kafka protocol targets)
   esac
 }
 
-# rill-bench WORKLOAD TARGET RUN TOPIC ARGS...: records msgs/s and latency percentiles (us).
+# CPU seconds (user + system) a broker process has used so far.
+clock_ticks=$(getconf CLK_TCK)
+broker_cpu() { # TARGET
+  local pid=$rill_pid
+  [ "$1" = kafka ] && pid=$kafka_pid
+  awk -v t="$clock_ticks" '{ print ($14 + $15) / t }' "/proc/$pid/stat"
+}
+
+# rill-bench WORKLOAD TARGET RUN TOPIC ARGS...: records msgs/s and latency percentiles (us),
+# and the CPU the client and the broker spent per GB moved (so a ratio limited by two processes
+# sharing the machine's cores shows as such).
 rill_bench() {
-  local workload=$1 target=$2 run=$3 topic=$4 name json
+  local workload=$1 target=$2 run=$3 topic=$4 name json cpu0
   shift 4
   name=$workload
   [ "$workload" = produce ] && name=produce-acks$(printf '%s' "$*" | sed -E 's/.*--acks ([^ ]+).*/\1/')
   json=$results/rill-bench-$name-$target-$run.json
+  cpu0=$(broker_cpu "$target")
   # shellcheck disable=SC2046
   if "$BENCH" "$workload" $(bench_args "$target") --topic "$topic" --partitions "$PARTITIONS" \
     --message-bytes "$MESSAGE_BYTES" --batch-bytes "$BATCH_BYTES" "$@" --json "$json" >>"$results/rill-bench.log" 2>&1; then
-    python3 - "$json" <<'EOF' | while read -r metric value; do record rill-bench "$target" "$name" "$run" "$metric" "$value"; done
+    python3 - "$json" "$cpu0" "$(broker_cpu "$target")" <<'EOF' | while read -r metric value; do record rill-bench "$target" "$name" "$run" "$metric" "$value"; done
 import json, sys
 r = json.load(open(sys.argv[1]))
 print("msgs_per_sec", r["msgs_per_sec"])
 for k in ("p50", "p99", "p999", "p9999", "max"):
     print(k + "_us", r["latency_us"][k])
+if r.get("ack_latency_us"):
+    print("ack_p50_us", r["ack_latency_us"]["p50"])
+gb = r["bytes"] / 1e9
+if gb > 0:
+    cpu = r["cpu_seconds"]
+    print("client_cpu_s_per_gb", (cpu["user"] + cpu["system"]) / gb)
+    print("broker_cpu_s_per_gb", (float(sys.argv[3]) - float(sys.argv[2])) / gb)
 EOF
     echo "   rill-bench $name $target: $(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print("%.0f msg/s, p50 %.0f us, p99 %.0f us" % (r["msgs_per_sec"], r["latency_us"]["p50"], r["latency_us"]["p99"]))' "$json")"
   else
@@ -388,6 +409,37 @@ else:
     for w, m, unit, label in tools:
         k, a = med("kafka-tools", "rill-kafka", w, m), med("kafka-tools", "kafka", w, m)
         print(f"| {label} | {fmt(k, unit)} | {fmt(a, unit)} | {ratio(k, a)} |")
+
+targets = ["rill-native", "rill-kafka"] + ([] if rill_only else ["kafka"])
+print()
+print("CPU per GB moved (rill-bench: its own process, every thread; broker: the broker process")
+print("over the same run; both on this machine's cores), and the e2e producer's acknowledgement:")
+print()
+print("| workload | target | rill-bench s/GB | broker s/GB | together s/GB |")
+print("|---|---|---|---|---|")
+cpu = {}
+for w, label in (("produce-acks1", "produce acks=1"), ("produce-acksall", "produce acks=all"),
+                 ("consume", "consume from the beginning"), ("e2e", f"e2e at {rate} msg/s")):
+    for t in targets:
+        c = med("rill-bench", t, w, "client_cpu_s_per_gb")
+        b = med("rill-bench", t, w, "broker_cpu_s_per_gb")
+        cpu[(w, t)] = (c, b)
+        both = None if c is None or b is None else c + b
+        f = lambda x: "n/a" if x is None else f"{x:.2f}"
+        print(f"| {label} | {t} | {f(c)} | {f(b)} | {f(both)} |")
+acks = [(t, med("rill-bench", t, "e2e", "ack_p50_us")) for t in targets]
+print()
+print("e2e: the producer's acknowledgement p50 (from the intended send): "
+      + ", ".join(f"{t} {fmt(a, 'us')}" for t, a in acks))
+print()
+for w in ("produce-acks1", "consume"):
+    (nc, nb), (kc, kb) = cpu.get((w, "rill-native"), (None, None)), cpu.get((w, "rill-kafka"), (None, None))
+    if None in (nc, nb, kc, kb) or kc + kb == 0 or kc + nb == 0:
+        continue
+    print(f"{w}: were both runs CPU-bound on the shared cores, listener / native would be "
+          f"{(nc + nb) / (kc + kb):.2f}x (the CPU per GB together); with a listener costing the "
+          f"broker no more than native, at most {(nc + nb) / (kc + nb):.2f}x (rill-bench's Kafka "
+          f"client alone is {kc / (nc + nb):.2f}x native's client and broker together).")
 if failed:
     print()
     for (tool, target, workload), n in sorted(failed.items()):

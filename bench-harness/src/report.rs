@@ -40,8 +40,37 @@ pub struct Report {
     /// (Iggy's) report it. `latency_us` stays the corrected figure.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub latency_from_send_us: Option<Latency>,
+    /// The CPU rill-bench used, all its threads, from its start to the report (setup and
+    /// warm-up included): what the client cost, beside the broker's, on a machine they share.
+    pub cpu_seconds: Cpu,
     /// The settings the run used, for RESULTS.md.
     pub settings: serde_json::Value,
+}
+
+/// CPU time of this process (`getrusage(RUSAGE_SELF)`), in seconds.
+#[derive(Serialize, Debug, Clone, Copy, PartialEq)]
+pub struct Cpu {
+    pub user: f64,
+    pub system: f64,
+}
+
+impl Cpu {
+    pub fn of_this_process() -> Cpu {
+        // SAFETY: `rusage` is plain data that getrusage fills; zeroed is a valid value of it.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: a valid pointer to a `rusage` this call may write.
+        if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } != 0 {
+            return Cpu {
+                user: f64::NAN,
+                system: f64::NAN,
+            };
+        }
+        let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+        Cpu {
+            user: secs(usage.ru_utime),
+            system: secs(usage.ru_stime),
+        }
+    }
 }
 
 /// A histogram of microseconds, 1 us to 1 h, 3 significant figures.
@@ -99,6 +128,7 @@ impl Report {
             ack_latency_us: None,
             latency_from_send_us: None,
             requests: None,
+            cpu_seconds: Cpu::of_this_process(),
             settings,
         }
     }

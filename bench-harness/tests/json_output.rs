@@ -10,6 +10,7 @@ use common::{
 #[test]
 fn produce_writes_the_documented_json_shape() {
     let broker = Broker::start(false);
+    let started = std::time::Instant::now();
     let v = bench_ok(
         broker.dir.path(),
         "out",
@@ -35,6 +36,19 @@ fn produce_writes_the_documented_json_shape() {
     assert_eq!(v["settings"]["driver"], "native");
     let q = percentiles(&v);
     assert!(q[0] >= 1.0, "p50 must be a real latency");
+    // The client's own CPU, in seconds: some was spent (20 MB built and sent), and no more
+    // than its threads could have used in the time the command ran.
+    let wall = started.elapsed().as_secs_f64();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    let user = v["cpu_seconds"]["user"].as_f64().expect("cpu_seconds.user");
+    let system = v["cpu_seconds"]["system"]
+        .as_f64()
+        .expect("cpu_seconds.system");
+    assert!(user > 0.0 && system >= 0.0, "cpu {user} + {system} s");
+    assert!(
+        user + system <= wall * cores + 0.05,
+        "cpu {user} + {system} s in {wall:.2} s on {cores} cores"
+    );
 }
 
 #[test]
