@@ -51,9 +51,9 @@ static PACE: OnceLock<RemovalPace> = OnceLock::new();
 static REMOVER: OnceLock<Remover> = OnceLock::new();
 
 /// Sets the pace for this process, before the first removal (the broker, at its start).
-/// Returns false when a removal already fixed it.
-pub fn configure(pace: RemovalPace) -> bool {
-    PACE.set(pace).is_ok() && REMOVER.get().is_none()
+/// Returns the pace in effect: another one when a removal or an earlier call fixed it first.
+pub fn configure(pace: RemovalPace) -> RemovalPace {
+    *PACE.get_or_init(|| pace)
 }
 
 fn remover() -> &'static Remover {
@@ -94,23 +94,24 @@ fn shrink(file: &File, pace: &RemovalPace) {
 /// freed behind, in steps (see the module doc). The caller syncs the directory. A missing
 /// file is `NotFound`, as `std::fs::remove_file` says it.
 pub fn remove_file(path: &Path) -> std::io::Result<()> {
-    let r = remover();
-    // Opened before the unlink, so the inode outlives its name.
-    let open = to_free_in_steps(path, &r.pace);
-    std::fs::remove_file(path)?;
-    if let Some(file) = open {
-        free_behind(r, file);
-    }
-    Ok(())
+    unlinking(path, || std::fs::remove_file(path))
 }
 
 /// Renames `from` over `to`, the file `to` named before freed as [`remove_file`] frees it.
 pub fn rename_over(from: &Path, to: &Path) -> std::io::Result<()> {
+    unlinking(to, || std::fs::rename(from, to))
+}
+
+/// Runs `unlink`, which takes the name `path` away, and frees the file that had it behind.
+fn unlinking(path: &Path, unlink: impl FnOnce() -> std::io::Result<()>) -> std::io::Result<()> {
     let r = remover();
-    let old = to_free_in_steps(to, &r.pace);
-    std::fs::rename(from, to)?;
-    if let Some(file) = old {
-        free_behind(r, file);
+    // Opened before the unlink, so the inode outlives its name.
+    let open = to_free_in_steps(path, &r.pace);
+    unlink()?;
+    if let Some(file) = open {
+        if let Err(e) = r.queue.try_send(file) {
+            shrink(&e.into_inner(), &r.pace);
+        }
     }
     Ok(())
 }
@@ -122,9 +123,10 @@ fn to_free_in_steps(path: &Path, pace: &RemovalPace) -> Option<File> {
     if pace.step_bytes == 0 {
         return None;
     }
+    // O_NONBLOCK: a FIFO without a reader would hold the open.
     let file = std::fs::OpenOptions::new()
         .write(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(path)
         .ok()?;
     let m = file.metadata().ok()?;
@@ -148,12 +150,6 @@ pub fn remove_dir_all(dir: &Path) -> std::io::Result<()> {
         }
     }
     std::fs::remove_dir(dir)
-}
-
-fn free_behind(r: &Remover, file: File) {
-    if let Err(e) = r.queue.try_send(file) {
-        shrink(&e.into_inner(), &r.pace);
-    }
 }
 
 #[cfg(test)]

@@ -137,10 +137,11 @@ pub fn run_broker(cfg: BrokerConfig) -> Result<(), BrokerError> {
     if cfg.tail_cache_pre_touch {
         pre_touch_tail_cache(cfg.tail_cache_bytes);
     }
-    if !crate::log::file_removal::configure(cfg.file_delete) {
+    let pace = crate::log::file_removal::configure(cfg.file_delete);
+    if pace != cfg.file_delete {
         ::log::warn!(
             "--file-delete-*: this process already removes files at another pace (another \
-             broker in it); that one stays"
+             broker in it): {pace:?} stays"
         );
     }
 
